@@ -1,0 +1,185 @@
+"""The values that flow through one reconcile pass.
+
+Owns the plain, immutable data shapes shared by every stage: ElasticModel,
+Profile, GpuSlot, Decision, Pending, InputError. The loader builds the inputs,
+the planner returns decisions, compose and status read them. No stage adds a
+field anywhere else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["resident", "swap", "elastic", "refused"]
+API_VERSION = "gpushare.dev/v1alpha1"
+DEFAULT_COMPOSITION = "default"
+DEFAULT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a document came from: repo-relative file and 0-based document index."""
+
+    file: str
+    document: int = 0
+
+
+@dataclass(frozen=True)
+class SLO:
+    context_tokens: int = 4096
+    concurrency: int = 1
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ElasticModel:
+    name: str
+    namespace: str
+    model: str
+    budget_bytes: int
+    slo: SLO = SLO()
+    gpu_product: str | None = None
+    composition: str = DEFAULT_COMPOSITION
+    revision: str = "main"
+    generation: int = 1
+    has_slo: bool = False
+    source: Source | None = field(default=None, compare=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One model on one GPU product (schemas/profile.schema.json, flattened)."""
+
+    model: str
+    gpu_product: str
+    dtype: str
+    source: str
+    method: str
+    embedding_bytes: int
+    layer_bytes: tuple[int, ...]
+    final_norm_bytes: int
+    head_bytes: int
+    tied_embeddings: bool
+    kv_bytes_per_token: int
+    prefill_activation_bytes_per_token: int
+    prefill_chunk_tokens: int
+    decode_activation_bytes_per_sequence: int
+    runtime_overhead_bytes: int
+    decode_ms_per_token: float
+    prefill_ms_per_1k_tokens: float
+    host_to_device_gbps: float
+    revision: str = "main"
+    file: str | None = field(default=None, compare=False)
+
+    @property
+    def total_layers(self) -> int:
+        return len(self.layer_bytes)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.embedding_bytes + sum(self.layer_bytes) + self.final_norm_bytes + self.head_bytes
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.model, self.gpu_product)
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU of one node: the unit a worker owns."""
+
+    node: str
+    index: int
+    product: str
+    memory_bytes: int
+    reserved_bytes: int = 1 << 30
+
+    @property
+    def id(self) -> str:
+        return f"{self.node}/gpu{self.index}"
+
+    @property
+    def usable_bytes(self) -> int:
+        return max(0, self.memory_bytes - self.reserved_bytes)
+
+
+@dataclass(frozen=True)
+class Predicted:
+    ttft_ms: float
+    tpot_ms: float
+    swap_in_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The planner's verdict for one ElasticModel (status.assigned)."""
+
+    name: str
+    namespace: str
+    model: str
+    gpu_product: str | None
+    slot: str | None
+    mode: Mode
+    resident_layers: int
+    total_layers: int
+    need_bytes: int
+    budget_bytes: int
+    footprint_bytes: int
+    predicted: Predicted | None
+    slo_met: bool | None
+    reason: str
+    reason_code: str
+    profile: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A model that waits for a profile on a GPU product: a profiler Job is needed."""
+
+    name: str
+    namespace: str
+    model: str
+    gpu_product: str
+    revision: str
+    reason: str
+    reason_code: str = "AwaitingProfile"
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True)
+class InputError:
+    """One bad file or document; the rest still load."""
+
+    file: str
+    document: int | None
+    path: str
+    message: str
+    fix: str
+    reason: str = "InvalidSpec"
+    object: str | None = None  # namespace/name when known
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a pass reads, already parsed and validated."""
+
+    models: tuple[ElasticModel, ...] = ()
+    profiles: tuple[Profile, ...] = ()
+    slots: tuple[GpuSlot, ...] = ()
+    errors: tuple[InputError, ...] = ()

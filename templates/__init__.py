@@ -1,0 +1,7 @@
+"""Jinja templates and the Compositions that select them (data files beside this module).
+
+Owns nothing but the files; controller.compose reads them through TEMPLATE_DIR.
+"""
+from pathlib import Path
+
+TEMPLATE_DIR = Path(__file__).resolve().parent
