@@ -183,3 +183,11 @@ class Inputs:
     profiles: tuple[Profile, ...] = ()
     slots: tuple[GpuSlot, ...] = ()
     errors: tuple[InputError, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's output: one decision per planned model, the models awaiting a profile."""
+
+    decisions: tuple[Decision, ...] = ()
+    pending: tuple[Pending, ...] = ()

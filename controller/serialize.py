@@ -1,0 +1,87 @@
+"""Decisions to and from their documented, stable JSON form (camelCase, as status.assigned).
+
+Owns the wire shape of Decision, Pending and InputError. Called by the CLI
+(`plan -o json|yaml`), by compose (decisions/<ns>/<name>.yaml) and by the loader
+of previous decisions. docs/plan-json.md documents the shape.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from controller.types import Decision, InputError, Pending, Plan, Predicted
+
+
+def decision_to_dict(d: Decision) -> dict:
+    return {
+        "name": d.name,
+        "namespace": d.namespace,
+        "model": d.model,
+        "gpu": {"product": d.gpu_product, "slot": d.slot},
+        "mode": d.mode,
+        "residentLayers": d.resident_layers,
+        "totalLayers": d.total_layers,
+        "needBytes": d.need_bytes,
+        "budgetBytes": d.budget_bytes,
+        "footprintBytes": d.footprint_bytes,
+        "predicted": None if d.predicted is None else {
+            "ttftMs": d.predicted.ttft_ms,
+            "tpotMs": d.predicted.tpot_ms,
+            "swapInMs": d.predicted.swap_in_ms,
+        },
+        "sloMet": d.slo_met,
+        "reason": d.reason,
+        "reasonCode": d.reason_code,
+        "profile": d.profile,
+    }
+
+
+def decision_from_dict(doc: dict) -> Decision:
+    predicted = doc.get("predicted")
+    gpu = doc.get("gpu") or {}
+    return Decision(
+        name=doc["name"],
+        namespace=doc["namespace"],
+        model=doc["model"],
+        gpu_product=gpu.get("product"),
+        slot=gpu.get("slot"),
+        mode=doc["mode"],
+        resident_layers=int(doc["residentLayers"]),
+        total_layers=int(doc["totalLayers"]),
+        need_bytes=int(doc["needBytes"]),
+        budget_bytes=int(doc["budgetBytes"]),
+        footprint_bytes=int(doc.get("footprintBytes", 0)),
+        predicted=None if predicted is None else Predicted(
+            ttft_ms=predicted["ttftMs"], tpot_ms=predicted["tpotMs"], swap_in_ms=predicted.get("swapInMs")
+        ),
+        slo_met=doc.get("sloMet"),
+        reason=doc.get("reason", ""),
+        reason_code=doc.get("reasonCode", ""),
+        profile=doc.get("profile"),
+    )
+
+
+def pending_to_dict(p: Pending) -> dict:
+    return {
+        "name": p.name,
+        "namespace": p.namespace,
+        "model": p.model,
+        "gpu": {"product": p.gpu_product},
+        "revision": p.revision,
+        "reason": p.reason,
+        "reasonCode": p.reason_code,
+    }
+
+
+def error_to_dict(e: InputError) -> dict:
+    return {k: v for k, v in asdict(e).items()}
+
+
+def plan_to_dict(plan: Plan, errors: tuple[InputError, ...] = ()) -> dict:
+    """The `gpushare plan -o json` document."""
+    return {
+        "apiVersion": "gpushare.dev/v1alpha1",
+        "kind": "Plan",
+        "decisions": [decision_to_dict(d) for d in plan.decisions],
+        "pending": [pending_to_dict(p) for p in plan.pending],
+        "errors": [error_to_dict(e) for e in errors],
+    }
