@@ -1,0 +1,346 @@
+"""The occupancy planner: ElasticModels + profiles + GPU slots -> one decision per model.
+
+Owns placement (which GPU slot) and mode (resident, swap, elastic, or refused), by
+DESIGN.md's rules; the per-model arithmetic lives in controller.cost. Pure and
+deterministic: no I/O, and the result does not depend on input order. Called by
+the CLI (`gpushare plan`, `explain`) and by the reconcile pass.
+
+How one pass places models:
+1. Each model picks its GPU product (its selector, else the profiled product where it
+   fits without streaming, then the largest GPU, then by name). No profile for that
+   product -> Pending (a profiler Job is needed); no such product -> refused.
+2. need > min(budget, slot usable) -> elastic: the largest slice that fits; below
+   the elastic minimum -> refused (BudgetBelowElasticMinimum).
+3. Models are placed in a stable order: elastic slices first (the others pack around
+   them), then models whose SLO a swap-in would break, then the rest; within a tier,
+   models keeping their previous slot with unchanged inputs first, then larger first,
+   then by namespace/name.
+4. A model that fits alone goes resident in the slot with the least free space that
+   holds it (its previous slot first). Where none does, it joins the swap group of a
+   slot (one full model on the GPU at a time; the group's area is its largest need),
+   re-packing that slot's members: SLO-sensitive and previously resident models stay
+   resident first. Nothing that fits nowhere is overcommitted: it is refused (NoCapacity).
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from controller import cost
+from controller.quantity import format_bytes as fb
+from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Pending, Plan, Profile
+
+TIER_ELASTIC, TIER_SLO_SENSITIVE, TIER_OTHER = 0, 1, 2
+
+
+@dataclass
+class _Ask:
+    """One model, resolved against its product's profile."""
+
+    model: ElasticModel
+    profile: Profile
+    need: cost.Need
+    elastic: bool
+    tier: int
+    sticky_slot: str | None
+    was_resident: bool
+
+    @property
+    def need_bytes(self) -> int:
+        return self.need.total
+
+    def order(self) -> tuple:
+        return (self.tier, self.sticky_slot is None, -self.need_bytes, self.model.namespace, self.model.name)
+
+    def pack_priority(self) -> tuple:
+        return (self.tier != TIER_SLO_SENSITIVE, not self.was_resident, -self.need_bytes,
+                self.model.namespace, self.model.name)
+
+
+@dataclass
+class _SlotState:
+    slot: GpuSlot
+    position: int
+    elastic: list[tuple[_Ask, cost.ElasticSlice]] = field(default_factory=list)
+    squeezed: set[tuple[str, str]] = field(default_factory=set)  # fit their budget, streamed for lack of room
+    resident: list[_Ask] = field(default_factory=list)
+    swap: list[_Ask] = field(default_factory=list)
+
+    @property
+    def elastic_bytes(self) -> int:
+        return sum(piece.footprint for _, piece in self.elastic)
+
+    @property
+    def swap_area(self) -> int:
+        return max((a.need_bytes for a in self.swap), default=0)
+
+    @property
+    def used(self) -> int:
+        return self.elastic_bytes + sum(a.need_bytes for a in self.resident) + self.swap_area
+
+    @property
+    def free(self) -> int:
+        return self.slot.usable_bytes - self.used
+
+    def can_hold_alone(self, ask: _Ask) -> bool:
+        """Whether `ask` can join this slot by re-packing its fit-alone members."""
+        largest = max([a.need_bytes for a in self.resident + self.swap] + [ask.need_bytes])
+        return largest <= self.slot.usable_bytes - self.elastic_bytes
+
+    def repack(self, ask: _Ask) -> None:
+        """Greedy: keep resident whoever fits beside the swap area the rest still needs."""
+        members = sorted(self.resident + self.swap + [ask], key=_Ask.pack_priority)
+        avail = self.slot.usable_bytes - self.elastic_bytes
+        resident: list[_Ask] = []
+        remaining = list(members)
+        used = 0
+        for candidate in members:
+            rest = max((a.need_bytes for a in remaining if a is not candidate), default=0)
+            if used + candidate.need_bytes + rest <= avail:
+                resident.append(candidate)
+                remaining.remove(candidate)
+                used += candidate.need_bytes
+        if len(remaining) == 1:  # a swap group of one is simply resident
+            resident += remaining
+            remaining = []
+        self.resident, self.swap = resident, remaining
+
+
+class _FreeIndex:
+    """Slots of one product, sorted by free bytes, for best-fit lookup in O(log n)."""
+
+    def __init__(self, states: list[_SlotState]):
+        self.states = states
+        self.keys = sorted((s.free, i) for i, s in enumerate(states))
+
+    def best_fit(self, nbytes: int) -> _SlotState | None:
+        pos = bisect.bisect_left(self.keys, (nbytes, -1))
+        return self.states[self.keys[pos][1]] if pos < len(self.keys) else None
+
+    def most_free(self) -> _SlotState | None:
+        return self.states[self.keys[-1][1]] if self.keys else None
+
+    def update(self, state: _SlotState, old_free: int) -> None:
+        del self.keys[bisect.bisect_left(self.keys, (old_free, state.position))]
+        bisect.insort(self.keys, (state.free, state.position))
+
+
+def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None) -> Plan:
+    previous = previous or {}
+    slots_by_product: dict[str, list[GpuSlot]] = {}
+    for slot in sorted(inputs.slots, key=lambda s: (s.product, s.node, s.index)):
+        slots_by_product.setdefault(slot.product, []).append(slot)
+    profiles = {p.key: p for p in inputs.profiles}
+
+    decisions: list[Decision] = []
+    pending: list[Pending] = []
+    asks: list[_Ask] = []
+    for model in sorted(inputs.models, key=lambda m: m.key):
+        product = _choose_product(model, slots_by_product, profiles)
+        if product is None:
+            decisions.append(_no_matching_gpu(model, slots_by_product))
+            continue
+        profile = profiles.get((model.model, product))
+        if profile is None:
+            pending.append(Pending(
+                name=model.name, namespace=model.namespace, model=model.model, gpu_product=product,
+                revision=model.revision,
+                reason=f"no profile of {model.model} on {product} yet: a profiler Job measures it first",
+            ))
+            continue
+        asks.append(_resolve(model, profile, slots_by_product[product], previous.get(model.key)))
+
+    states = {p: [_SlotState(s, i) for i, s in enumerate(slots)] for p, slots in slots_by_product.items()}
+    indexes = {product: _FreeIndex(product_states) for product, product_states in states.items()}
+    by_id = {s.slot.id: s for ss in states.values() for s in ss}
+
+    refused: list[Decision] = []
+    for ask in sorted(asks, key=_Ask.order):
+        index = indexes[ask.profile.gpu_product]
+        sticky = by_id.get(ask.sticky_slot) if ask.sticky_slot else None
+        outcome = _place_elastic(ask, index, sticky) if ask.elastic else _place_alone(ask, index, sticky)
+        if outcome is not None:
+            refused.append(outcome)
+
+    for product_states in states.values():
+        for state in product_states:
+            decisions.extend(_slot_decisions(state))
+    decisions.extend(refused)
+    decisions.sort(key=lambda d: d.key)
+    pending.sort(key=lambda p: p.key)
+    return Plan(decisions=tuple(decisions), pending=tuple(pending))
+
+
+def _choose_product(model: ElasticModel, slots_by_product: dict[str, list[GpuSlot]],
+                    profiles: dict[tuple[str, str], Profile]) -> str | None:
+    if model.gpu_product is not None:
+        return model.gpu_product if model.gpu_product in slots_by_product else None
+    if not slots_by_product:
+        return None
+
+    def preference(product: str) -> tuple:
+        usable = max(s.usable_bytes for s in slots_by_product[product])
+        profile = profiles.get((model.model, product))
+        fits = profile is not None and cost.need(profile, model.slo).total <= min(model.budget_bytes, usable)
+        return (profile is None, not fits, -usable, product)
+
+    return min(slots_by_product, key=preference)
+
+
+def _resolve(model: ElasticModel, profile: Profile, slots: list[GpuSlot], prev: Decision | None) -> _Ask:
+    need = cost.need(profile, model.slo)
+    largest_usable = max(s.usable_bytes for s in slots)
+    elastic = need.total > min(model.budget_bytes, largest_usable)
+    resident_pred = cost.predict_resident(profile, model.slo)
+    swap_pred = cost.predict_swap(profile, model.slo)
+    slo_sensitive = not cost.slo_misses(model.slo, resident_pred) and bool(cost.slo_misses(model.slo, swap_pred))
+    tier = TIER_ELASTIC if elastic else TIER_SLO_SENSITIVE if slo_sensitive else TIER_OTHER
+    unchanged = (prev is not None and prev.slot is not None and prev.model == model.model
+                 and prev.budget_bytes == model.budget_bytes and prev.need_bytes == need.total)
+    return _Ask(model, profile, need, elastic, tier,
+                sticky_slot=prev.slot if unchanged else None,
+                was_resident=prev is not None and prev.mode == "resident")
+
+
+def _place_elastic(ask: _Ask, index: _FreeIndex, sticky: _SlotState | None) -> Decision | None:
+    limit = min(ask.model.budget_bytes, max(s.slot.usable_bytes for s in index.states))
+    piece = cost.largest_elastic_slice(ask.profile, ask.model.slo, limit)
+    if piece is None:
+        return _refused_below_minimum(ask, limit)
+    target = sticky if sticky is not None and sticky.free >= piece.footprint else index.best_fit(piece.footprint)
+    if target is None:
+        target = index.most_free()
+        smaller = cost.largest_elastic_slice(ask.profile, ask.model.slo, target.free) if target else None
+        if smaller is None:
+            return _no_capacity(ask, cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint, index)
+        piece = smaller
+    old = target.free
+    target.elastic.append((ask, piece))
+    index.update(target, old)
+    return None
+
+
+def _place_alone(ask: _Ask, index: _FreeIndex, sticky: _SlotState | None) -> Decision | None:
+    nbytes = ask.need_bytes
+    target = sticky if sticky is not None and sticky.free >= nbytes else index.best_fit(nbytes)
+    if target is not None:
+        old = target.free
+        target.resident.append(ask)
+        index.update(target, old)
+        return None
+    joinable = [s for s in index.states if s.can_hold_alone(ask)]
+    if not joinable:
+        return _squeeze_elastic(ask, index)
+    target = min(joinable, key=lambda s: (s is not sticky, s.swap_area < nbytes, -(s.free + s.swap_area), s.slot.id))
+    old = target.free
+    target.repack(ask)
+    index.update(target, old)
+    return None
+
+
+def _squeeze_elastic(ask: _Ask, index: _FreeIndex) -> Decision | None:
+    """A model that fits its budget but no slot's room beside the others still serves elastic
+    in the largest free space, if its elastic minimum fits there."""
+    target = index.most_free()
+    piece = cost.largest_elastic_slice(ask.profile, ask.model.slo, target.free) if target else None
+    if piece is None:
+        return _no_capacity(ask, cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint, index)
+    old = target.free
+    target.elastic.append((ask, piece))
+    target.squeezed.add(ask.model.key)
+    index.update(target, old)
+    return None
+
+
+def _slot_decisions(state: _SlotState) -> list[Decision]:
+    slot = state.slot
+    used = f"slot {slot.id} uses {fb(state.used)} of {fb(slot.usable_bytes)} usable"
+    out = []
+    for ask in state.resident:
+        pred = cost.predict_resident(ask.profile, ask.model.slo)
+        reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} and the slot holds it "
+                  f"beside the others; {used}")
+        out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes,
+                             pred=pred, reason=reason, code="FitsResident"))
+    group = ", ".join(a.model.name for a in sorted(state.swap, key=lambda a: a.model.key))
+    for ask in state.swap:
+        pred = cost.predict_swap(ask.profile, ask.model.slo)
+        reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
+                  f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with [{group}]; "
+                  f"swap-in {pred.swap_in_ms:g} ms = {fb(ask.profile.weight_bytes)} ÷ "
+                  f"{ask.profile.host_to_device_gbps:g} GB/s; {used}")
+        out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes,
+                             pred=pred, reason=reason, code="SharesSwapArea"))
+    for ask, piece in state.elastic:
+        pred = cost.predict_elastic(ask.profile, ask.model.slo, piece)
+        limit = min(ask.model.budget_bytes, slot.usable_bytes)
+        if ask.model.key in state.squeezed:
+            why = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} but no {slot.product} slot "
+                   f"has that much room beside the models placed before it")
+        else:
+            why = (f"need {_need_terms(ask)} > limit {fb(limit)} (budget {fb(ask.model.budget_bytes)}, "
+                   f"slot usable {fb(slot.usable_bytes)})")
+        reason = (f"{why}: keeps {piece.resident_layers}/{piece.total_layers} "
+                  f"layers plus embeddings, head, KV and 2 stream buffers ({fb(piece.buffer_bytes)}) = "
+                  f"{fb(piece.footprint)}; streams {fb(piece.streamed_bytes)} per pass at "
+                  f"{ask.profile.host_to_device_gbps:g} GB/s; {used}")
+        code = "ExceedsFreeSpace" if ask.model.key in state.squeezed else "ExceedsBudget"
+        out.append(_decision(ask, slot, "elastic", piece.resident_layers, nbytes=piece.footprint,
+                             pred=pred, reason=reason, code=code))
+    return out
+
+
+def _decision(ask: _Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes: int,
+              pred, reason: str, code: str) -> Decision:
+    slo = ask.model.slo
+    misses = cost.slo_misses(slo, pred) if pred is not None else []
+    has_targets = slo.ttft_ms is not None or slo.tpot_ms is not None
+    if misses:
+        reason += "; SLO missed: " + ", ".join(misses)
+    return Decision(
+        name=ask.model.name, namespace=ask.model.namespace, model=ask.model.model,
+        gpu_product=ask.profile.gpu_product, slot=slot.id if slot else None, mode=mode,
+        resident_layers=layers, total_layers=ask.profile.total_layers, need_bytes=ask.need_bytes,
+        budget_bytes=ask.model.budget_bytes, footprint_bytes=nbytes, predicted=pred,
+        slo_met=(not misses) if (has_targets and pred is not None) else None,
+        reason=reason, reason_code=code, profile=f"{ask.profile.model}@{ask.profile.gpu_product}",
+    )
+
+
+def _refused_below_minimum(ask: _Ask, limit: int) -> Decision:
+    minimum = cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint
+    reason = (f"need {_need_terms(ask)} > limit {fb(limit)}, and even streaming every layer needs "
+              f"{fb(minimum)} on the GPU (embeddings, head, KV cache for {ask.model.slo.context_tokens}×"
+              f"{ask.model.slo.concurrency} tokens, 2 stream buffers): {minimum - limit} bytes missing. "
+              f"Raise memoryBudget to at least {minimum} bytes ({fb(minimum)}) or lower slo.contextTokens/concurrency")
+    return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="BudgetBelowElasticMinimum")
+
+
+def _no_capacity(ask: _Ask, nbytes: int, index: _FreeIndex) -> Decision:
+    best = index.most_free()
+    free = best.free if best else 0
+    reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot has left is {fb(free)} "
+              f"({len(index.states)} slots): {nbytes - free} bytes missing. Add a GPU, lower memoryBudget "
+              f"to run elastic, or remove a model")
+    return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="NoCapacity")
+
+
+def _no_matching_gpu(model: ElasticModel, slots_by_product: dict[str, list[GpuSlot]]) -> Decision:
+    have = ", ".join(sorted(slots_by_product)) or "none"
+    wanted = model.gpu_product or "any"
+    return Decision(
+        name=model.name, namespace=model.namespace, model=model.model, gpu_product=model.gpu_product,
+        slot=None, mode="refused", resident_layers=0, total_layers=0, need_bytes=0,
+        budget_bytes=model.budget_bytes, footprint_bytes=0, predicted=None, slo_met=None,
+        reason=(f"no GPU of product {wanted} in the inventory (products: {have}); fix spec.gpu.product or add "
+                f"such a node (gpus.yaml, or nvidia.com/gpu.product node labels)"),
+        reason_code="NoMatchingGPU",
+    )
+
+
+def _need_terms(ask: _Ask) -> str:
+    n = ask.need
+    slo = ask.model.slo
+    return (f"{fb(n.total)} (weights {fb(n.weights)} + KV {fb(n.kv_cache)} for {slo.context_tokens}×"
+            f"{slo.concurrency} tokens + activations {fb(n.activation)} + overhead {fb(n.overhead)})")
