@@ -24,8 +24,9 @@ How one pass places models:
 from __future__ import annotations
 
 import bisect
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Iterator, Mapping
 
 from controller import cost
 from controller.quantity import format_bytes as fb
@@ -60,38 +61,54 @@ class _Ask:
 
 @dataclass
 class _SlotState:
+    """One slot during placement, with running byte counts (members only ever join)."""
+
     slot: GpuSlot
     position: int
     elastic: list[tuple[_Ask, cost.ElasticSlice]] = field(default_factory=list)
     squeezed: set[tuple[str, str]] = field(default_factory=set)  # fit their budget, streamed for lack of room
     resident: list[_Ask] = field(default_factory=list)
     swap: list[_Ask] = field(default_factory=list)
-
-    @property
-    def elastic_bytes(self) -> int:
-        return sum(piece.footprint for _, piece in self.elastic)
-
-    @property
-    def swap_area(self) -> int:
-        return max((a.need_bytes for a in self.swap), default=0)
+    elastic_bytes: int = 0
+    resident_bytes: int = 0
+    swap_area: int = 0
 
     @property
     def used(self) -> int:
-        return self.elastic_bytes + sum(a.need_bytes for a in self.resident) + self.swap_area
+        return self.elastic_bytes + self.resident_bytes + self.swap_area
 
     @property
     def free(self) -> int:
         return self.slot.usable_bytes - self.used
 
-    def can_hold_alone(self, ask: _Ask) -> bool:
-        """Whether `ask` can join this slot by re-packing its fit-alone members."""
-        largest = max([a.need_bytes for a in self.resident + self.swap] + [ask.need_bytes])
-        return largest <= self.slot.usable_bytes - self.elastic_bytes
+    @property
+    def room_beside_residents(self) -> int:
+        """What a swap group could grow into without moving anyone: free + the current swap area."""
+        return self.free + self.swap_area
+
+    @property
+    def room_beside_elastic(self) -> int:
+        """The largest model that fits alone here once the fit-alone members are re-packed."""
+        return self.slot.usable_bytes - self.elastic_bytes
+
+    def add_elastic(self, ask: _Ask, piece: cost.ElasticSlice, squeezed: bool = False) -> None:
+        self.elastic.append((ask, piece))
+        self.elastic_bytes += piece.footprint
+        if squeezed:
+            self.squeezed.add(ask.model.key)
+
+    def add_resident(self, ask: _Ask) -> None:
+        self.resident.append(ask)
+        self.resident_bytes += ask.need_bytes
+
+    def join_swap(self, ask: _Ask) -> None:
+        self.swap.append(ask)
+        self.swap_area = max(self.swap_area, ask.need_bytes)
 
     def repack(self, ask: _Ask) -> None:
         """Greedy: keep resident whoever fits beside the swap area the rest still needs."""
         members = sorted(self.resident + self.swap + [ask], key=_Ask.pack_priority)
-        avail = self.slot.usable_bytes - self.elastic_bytes
+        avail = self.room_beside_elastic
         resident: list[_Ask] = []
         remaining = list(members)
         used = 0
@@ -105,25 +122,50 @@ class _SlotState:
             resident += remaining
             remaining = []
         self.resident, self.swap = resident, remaining
+        self.resident_bytes = sum(a.need_bytes for a in resident)
+        self.swap_area = max((a.need_bytes for a in remaining), default=0)
 
 
-class _FreeIndex:
-    """Slots of one product, sorted by free bytes, for best-fit lookup in O(log n)."""
+class _Index:
+    """Slots sorted by one measure of room, for best-fit and largest lookups in O(log n)."""
+
+    def __init__(self, states: list[_SlotState], measure: Callable[[_SlotState], int]):
+        self.states, self.measure = states, measure
+        self.entries = sorted((measure(s), s.position) for s in states)
+
+    def best_fit(self, nbytes: int) -> _SlotState | None:
+        """The slot with the least room that still holds `nbytes`."""
+        pos = bisect.bisect_left(self.entries, (nbytes, -1))
+        return self.states[self.entries[pos][1]] if pos < len(self.entries) else None
+
+    def largest(self) -> _SlotState | None:
+        return self.states[self.entries[-1][1]] if self.entries else None
+
+    def remove(self, state: _SlotState) -> None:
+        del self.entries[bisect.bisect_left(self.entries, (self.measure(state), state.position))]
+
+    def add(self, state: _SlotState) -> None:
+        bisect.insort(self.entries, (self.measure(state), state.position))
+
+
+class _ProductSlots:
+    """The slots of one GPU product and their indexes, kept in step on every change."""
 
     def __init__(self, states: list[_SlotState]):
         self.states = states
-        self.keys = sorted((s.free, i) for i, s in enumerate(states))
+        self.largest_usable = max(s.slot.usable_bytes for s in states)
+        self.by_free = _Index(states, lambda s: s.free)
+        self.by_swap_room = _Index(states, lambda s: s.room_beside_residents)
+        self.by_alone_room = _Index(states, lambda s: s.room_beside_elastic)
+        self._indexes = (self.by_free, self.by_swap_room, self.by_alone_room)
 
-    def best_fit(self, nbytes: int) -> _SlotState | None:
-        pos = bisect.bisect_left(self.keys, (nbytes, -1))
-        return self.states[self.keys[pos][1]] if pos < len(self.keys) else None
-
-    def most_free(self) -> _SlotState | None:
-        return self.states[self.keys[-1][1]] if self.keys else None
-
-    def update(self, state: _SlotState, old_free: int) -> None:
-        del self.keys[bisect.bisect_left(self.keys, (old_free, state.position))]
-        bisect.insort(self.keys, (state.free, state.position))
+    @contextmanager
+    def changing(self, state: _SlotState) -> Iterator[_SlotState]:
+        for index in self._indexes:
+            index.remove(state)
+        yield state
+        for index in self._indexes:
+            index.add(state)
 
 
 def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None) -> Plan:
@@ -132,12 +174,13 @@ def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = N
     for slot in sorted(inputs.slots, key=lambda s: (s.product, s.node, s.index)):
         slots_by_product.setdefault(slot.product, []).append(slot)
     profiles = {p.key: p for p in inputs.profiles}
+    largest_usable = {p: max(s.usable_bytes for s in slots) for p, slots in slots_by_product.items()}
 
     decisions: list[Decision] = []
     pending: list[Pending] = []
     asks: list[_Ask] = []
     for model in sorted(inputs.models, key=lambda m: m.key):
-        product = _choose_product(model, slots_by_product, profiles)
+        product = _choose_product(model, largest_usable, profiles)
         if product is None:
             decisions.append(_no_matching_gpu(model, slots_by_product))
             continue
@@ -149,22 +192,22 @@ def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = N
                 reason=f"no profile of {model.model} on {product} yet: a profiler Job measures it first",
             ))
             continue
-        asks.append(_resolve(model, profile, slots_by_product[product], previous.get(model.key)))
+        asks.append(_resolve(model, profile, largest_usable[product], previous.get(model.key)))
 
-    states = {p: [_SlotState(s, i) for i, s in enumerate(slots)] for p, slots in slots_by_product.items()}
-    indexes = {product: _FreeIndex(product_states) for product, product_states in states.items()}
-    by_id = {s.slot.id: s for ss in states.values() for s in ss}
+    products = {p: _ProductSlots([_SlotState(s, i) for i, s in enumerate(slots)])
+                for p, slots in slots_by_product.items()}
+    by_id = {s.slot.id: s for group in products.values() for s in group.states}
 
     refused: list[Decision] = []
     for ask in sorted(asks, key=_Ask.order):
-        index = indexes[ask.profile.gpu_product]
+        group = products[ask.profile.gpu_product]
         sticky = by_id.get(ask.sticky_slot) if ask.sticky_slot else None
-        outcome = _place_elastic(ask, index, sticky) if ask.elastic else _place_alone(ask, index, sticky)
+        outcome = _place_elastic(ask, group, sticky) if ask.elastic else _place_alone(ask, group, sticky)
         if outcome is not None:
             refused.append(outcome)
 
-    for product_states in states.values():
-        for state in product_states:
+    for group in products.values():
+        for state in group.states:
             decisions.extend(_slot_decisions(state))
     decisions.extend(refused)
     decisions.sort(key=lambda d: d.key)
@@ -172,25 +215,24 @@ def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = N
     return Plan(decisions=tuple(decisions), pending=tuple(pending))
 
 
-def _choose_product(model: ElasticModel, slots_by_product: dict[str, list[GpuSlot]],
+def _choose_product(model: ElasticModel, largest_usable: dict[str, int],
                     profiles: dict[tuple[str, str], Profile]) -> str | None:
     if model.gpu_product is not None:
-        return model.gpu_product if model.gpu_product in slots_by_product else None
-    if not slots_by_product:
+        return model.gpu_product if model.gpu_product in largest_usable else None
+    if not largest_usable:
         return None
 
     def preference(product: str) -> tuple:
-        usable = max(s.usable_bytes for s in slots_by_product[product])
+        usable = largest_usable[product]
         profile = profiles.get((model.model, product))
         fits = profile is not None and cost.need(profile, model.slo).total <= min(model.budget_bytes, usable)
         return (profile is None, not fits, -usable, product)
 
-    return min(slots_by_product, key=preference)
+    return min(largest_usable, key=preference)
 
 
-def _resolve(model: ElasticModel, profile: Profile, slots: list[GpuSlot], prev: Decision | None) -> _Ask:
+def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: Decision | None) -> _Ask:
     need = cost.need(profile, model.slo)
-    largest_usable = max(s.usable_bytes for s in slots)
     elastic = need.total > min(model.budget_bytes, largest_usable)
     resident_pred = cost.predict_resident(profile, model.slo)
     swap_pred = cost.predict_swap(profile, model.slo)
@@ -203,53 +245,57 @@ def _resolve(model: ElasticModel, profile: Profile, slots: list[GpuSlot], prev: 
                 was_resident=prev is not None and prev.mode == "resident")
 
 
-def _place_elastic(ask: _Ask, index: _FreeIndex, sticky: _SlotState | None) -> Decision | None:
-    limit = min(ask.model.budget_bytes, max(s.slot.usable_bytes for s in index.states))
+def _place_elastic(ask: _Ask, group: _ProductSlots, sticky: _SlotState | None) -> Decision | None:
+    limit = min(ask.model.budget_bytes, group.largest_usable)
     piece = cost.largest_elastic_slice(ask.profile, ask.model.slo, limit)
     if piece is None:
         return _refused_below_minimum(ask, limit)
-    target = sticky if sticky is not None and sticky.free >= piece.footprint else index.best_fit(piece.footprint)
+    target = sticky if sticky is not None and sticky.free >= piece.footprint else group.by_free.best_fit(piece.footprint)
     if target is None:
-        target = index.most_free()
-        smaller = cost.largest_elastic_slice(ask.profile, ask.model.slo, target.free) if target else None
-        if smaller is None:
-            return _no_capacity(ask, cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint, index)
-        piece = smaller
-    old = target.free
-    target.elastic.append((ask, piece))
-    index.update(target, old)
+        return _squeeze_elastic(ask, group)
+    with group.changing(target):
+        target.add_elastic(ask, piece)
     return None
 
 
-def _place_alone(ask: _Ask, index: _FreeIndex, sticky: _SlotState | None) -> Decision | None:
+def _place_alone(ask: _Ask, group: _ProductSlots, sticky: _SlotState | None) -> Decision | None:
+    """Resident where it fits beside the others; else join a swap group as it stands; else re-pack
+    a slot (demoting residents into a swap area); else stream it in the largest free space."""
     nbytes = ask.need_bytes
-    target = sticky if sticky is not None and sticky.free >= nbytes else index.best_fit(nbytes)
+
+    def pick(fits: Callable[[_SlotState], bool], fallback: _SlotState | None) -> _SlotState | None:
+        if sticky is not None and fits(sticky):
+            return sticky
+        return fallback if fallback is not None and fits(fallback) else None
+
+    target = pick(lambda s: s.free >= nbytes, group.by_free.best_fit(nbytes))
     if target is not None:
-        old = target.free
-        target.resident.append(ask)
-        index.update(target, old)
+        with group.changing(target):
+            target.add_resident(ask)
         return None
-    joinable = [s for s in index.states if s.can_hold_alone(ask)]
-    if not joinable:
-        return _squeeze_elastic(ask, index)
-    target = min(joinable, key=lambda s: (s is not sticky, s.swap_area < nbytes, -(s.free + s.swap_area), s.slot.id))
-    old = target.free
-    target.repack(ask)
-    index.update(target, old)
-    return None
+    target = pick(lambda s: bool(s.swap) and s.room_beside_residents >= nbytes, group.by_swap_room.best_fit(nbytes))
+    if target is not None:
+        with group.changing(target):
+            target.join_swap(ask)
+        return None
+    target = pick(lambda s: s.room_beside_elastic >= nbytes, group.by_alone_room.largest())
+    if target is not None:
+        with group.changing(target):
+            target.repack(ask)
+        return None
+    return _squeeze_elastic(ask, group)
 
 
-def _squeeze_elastic(ask: _Ask, index: _FreeIndex) -> Decision | None:
-    """A model that fits its budget but no slot's room beside the others still serves elastic
-    in the largest free space, if its elastic minimum fits there."""
-    target = index.most_free()
-    piece = cost.largest_elastic_slice(ask.profile, ask.model.slo, target.free) if target else None
+def _squeeze_elastic(ask: _Ask, group: _ProductSlots) -> Decision | None:
+    """A model with no room to run whole still serves elastic in the largest free space,
+    if its elastic minimum fits there; otherwise it is refused (NoCapacity)."""
+    target = group.by_free.largest()
+    limit = min(ask.model.budget_bytes, target.free) if target else 0
+    piece = cost.largest_elastic_slice(ask.profile, ask.model.slo, limit) if target else None
     if piece is None:
-        return _no_capacity(ask, cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint, index)
-    old = target.free
-    target.elastic.append((ask, piece))
-    target.squeezed.add(ask.model.key)
-    index.update(target, old)
+        return _no_capacity(ask, cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint, group)
+    with group.changing(target):
+        target.add_elastic(ask, piece, squeezed=not ask.elastic)
     return None
 
 
@@ -317,11 +363,11 @@ def _refused_below_minimum(ask: _Ask, limit: int) -> Decision:
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="BudgetBelowElasticMinimum")
 
 
-def _no_capacity(ask: _Ask, nbytes: int, index: _FreeIndex) -> Decision:
-    best = index.most_free()
+def _no_capacity(ask: _Ask, nbytes: int, group: _ProductSlots) -> Decision:
+    best = group.by_free.largest()
     free = best.free if best else 0
     reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot has left is {fb(free)} "
-              f"({len(index.states)} slots): {nbytes - free} bytes missing. Add a GPU, lower memoryBudget "
+              f"({len(group.states)} slots): {nbytes - free} bytes missing. Add a GPU, lower memoryBudget "
               f"to run elastic, or remove a model")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="NoCapacity")
 
