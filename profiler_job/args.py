@@ -1,0 +1,126 @@
+"""Command line of `python -m profiler_job`: parses argv into Options and an output Target.
+
+Owns flag names, defaults and their validation. Called by profiler_job.cli;
+bench/profile_gpu.py builds Options directly.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from profiler_job.errors import InvalidArguments
+from profiler_job.termination import DEFAULT_TERMINATION_LOG
+
+PROFILE_DTYPES = ("bfloat16", "float16", "float32")  # what a profile's dtype may be
+DTYPES = ("auto", *PROFILE_DTYPES)
+DEFAULT_CONTEXT_TOKENS = 4096
+DEFAULT_PREFILL_CHUNK_TOKENS = 2048
+DEFAULT_BATCH = 1
+DEFAULT_REPEATS = 5
+
+
+@dataclass(frozen=True)
+class ConfigMapTarget:
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FileTarget:
+    path: str
+
+
+Target = ConfigMapTarget | FileTarget
+
+
+@dataclass(frozen=True)
+class Options:
+    model: str
+    out: Target | None = None  # None: measure only (bench/profile_gpu.py)
+    revision: str = "main"
+    dtype: str = "auto"
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
+    batch: int = DEFAULT_BATCH
+    repeats: int = DEFAULT_REPEATS
+    gpu_product: str | None = None
+    require_gpu: bool = False
+    trust_remote_code: bool = False
+    termination_log: str = DEFAULT_TERMINATION_LOG
+
+    @property
+    def chunk_tokens(self) -> int:
+        """Tokens in one prefill forward: the context, bounded by the prefill chunk."""
+        return min(self.context_tokens, self.prefill_chunk_tokens)
+
+
+def parse_target(text: str) -> Target:
+    """`configmap:NAMESPACE/NAME` or `file:PATH`."""
+    kind, sep, rest = text.partition(":")
+    if sep and kind == "file" and rest:
+        return FileTarget(rest)
+    if sep and kind == "configmap":
+        namespace, slash, name = rest.partition("/")
+        if slash and namespace and name and "/" not in name:
+            return ConfigMapTarget(namespace, name)
+    raise InvalidArguments(
+        f"--out {text!r} is not an output target; write configmap:NAMESPACE/NAME or file:PATH"
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises InvalidArguments (exit code, termination line) instead of exiting."""
+
+    def error(self, message: str):
+        raise InvalidArguments(f"{message}; run `python -m profiler_job --help` for the flags")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m profiler_job",
+                description="Measure a model on this GPU type and publish its profile (schemas/profile.schema.json).")
+    p.add_argument("--model", required=True, help="hub id (from the local cache when HF_HUB_OFFLINE=1) or a local path")
+    p.add_argument("--revision", default="main", help="hub revision (branch, tag or commit); default main")
+    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: the checkpoint's dtype")
+    p.add_argument("--context-tokens", type=_positive, default=DEFAULT_CONTEXT_TOKENS,
+                   help=f"prompt length the prefill is measured for (default {DEFAULT_CONTEXT_TOKENS})")
+    p.add_argument("--prefill-chunk-tokens", type=_positive, default=DEFAULT_PREFILL_CHUNK_TOKENS,
+                   help=f"chunked prefill: most tokens in one forward (default {DEFAULT_PREFILL_CHUNK_TOKENS})")
+    p.add_argument("--batch", type=_positive, default=DEFAULT_BATCH, help="sequences in the measured decode step")
+    p.add_argument("--repeats", type=_positive, default=DEFAULT_REPEATS, help="timed runs per latency (median)")
+    p.add_argument("--gpu-product", help="label the profile with this nvidia.com/gpu.product (CPU runs; overrides NVML)")
+    p.add_argument("--require-gpu", action="store_true", help="fail with NoGPU when no CUDA device is visible")
+    p.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
+    p.add_argument("--out", required=True, type=str, help="configmap:NAMESPACE/NAME or file:PATH")
+    p.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG,
+                   help=f"file for the one-line failure message (default {DEFAULT_TERMINATION_LOG})")
+    return p
+
+
+def parse_args(argv: list[str]) -> Options:
+    ns = build_parser().parse_args(argv)
+    return Options(
+        model=ns.model, out=parse_target(ns.out), revision=ns.revision, dtype=ns.dtype,
+        context_tokens=ns.context_tokens, prefill_chunk_tokens=ns.prefill_chunk_tokens, batch=ns.batch,
+        repeats=ns.repeats, gpu_product=ns.gpu_product, require_gpu=ns.require_gpu,
+        trust_remote_code=ns.trust_remote_code, termination_log=ns.termination_log,
+    )
+
+
+def termination_log_from(argv: list[str]) -> str:
+    """The --termination-log value even when the rest of argv does not parse (so that failure is reported)."""
+    for i, arg in enumerate(argv):
+        if arg == "--termination-log" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--termination-log="):
+            return arg.split("=", 1)[1]
+    return DEFAULT_TERMINATION_LOG

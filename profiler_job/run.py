@@ -1,0 +1,124 @@
+"""One profiling run: choose the device, load the model, measure stage by stage, assemble the profile.
+
+Owns the order of the stages and the adapters a run needs (loader, CUDA probe,
+GPU identity, Kubernetes API), so tests and the bench can swap them.
+Called by profiler_job.cli (`profile_model`) and bench/profile_gpu.py
+(`measure_model`, on a model it built itself).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from profiler_job import __version__
+from profiler_job.args import PROFILE_DTYPES, Options
+from profiler_job.errors import InvalidArguments, NoGPU, OutOfMemory, UnsupportedArchitecture
+from profiler_job.gpu import GpuIdentity, current_identity
+from profiler_job.load import FromPretrained, load_model, transformers_from_pretrained
+from profiler_job.measure.activation import decode_peak, prefill_peak
+from profiler_job.measure.bandwidth import measure_bandwidth
+from profiler_job.measure.device import Device
+from profiler_job.measure.estimated import cpu_identity, estimate_for_cpu_run
+from profiler_job.measure.kv import measure_kv
+from profiler_job.measure.latency import decode_ms_per_token, prefill_ms_per_1k
+from profiler_job.measure.overhead import measure_overhead
+from profiler_job.measure.weights import measure_weights
+from profiler_job.profile import Measurements, build_profile
+from profiler_job.progress import Progress
+from profiler_job.publish import default_core_api
+from profiler_job.structure import find_parts
+
+
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """The I/O a run does, replaceable in tests."""
+
+    from_pretrained: FromPretrained = transformers_from_pretrained
+    cuda_available: Callable[[], bool] = _cuda_available
+    gpu_identity: Callable[[str | None], GpuIdentity] = current_identity
+    core_api: Callable[[], Any] = default_core_api
+
+
+def choose_device(options: Options, cuda_available: bool) -> Device:
+    if cuda_available:
+        return Device("cuda")
+    if options.require_gpu:
+        raise NoGPU("--require-gpu is set but no CUDA device is visible; schedule the Job on a GPU node "
+                    "(nvidia.com/gpu resource limit, NVIDIA runtime class) or drop --require-gpu")
+    if options.gpu_product is None:
+        raise InvalidArguments("no CUDA device is visible, so the GPU product is unknown; pass --gpu-product NAME "
+                               "(a product of the GPU catalog) for an estimated CPU profile, or run on a GPU node")
+    return Device("cpu")
+
+
+def profile_model(options: Options, adapters: Adapters, progress: Progress) -> dict:
+    device = choose_device(options, adapters.cuda_available())
+    identity = (adapters.gpu_identity(options.gpu_product) if device.is_cuda
+                else cpu_identity(options.gpu_product))
+    with progress.stage("load") as log:
+        model = load_model(options.model, revision=options.revision, dtype=options.dtype,
+                           trust_remote_code=options.trust_remote_code, device=device.type,
+                           from_pretrained=adapters.from_pretrained)
+        log.update(model=options.model, device=device.type, gpuProduct=identity.product)
+    return measure_model(model, options, device, identity, progress)
+
+
+def measure_model(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress) -> dict:
+    """The validated profile of a loaded model; running out of device memory is OutOfMemory, with the fix."""
+    import torch
+
+    try:
+        return _measure(model, options, device, identity, progress)
+    except torch.OutOfMemoryError as exc:
+        raise OutOfMemory(
+            f"measuring {options.model} ran out of GPU memory ({str(exc).splitlines()[0]}); lower "
+            f"--prefill-chunk-tokens ({options.chunk_tokens}) or --batch ({options.batch})") from exc
+
+
+def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress) -> dict:
+    import torch
+    import transformers
+
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if dtype not in PROFILE_DTYPES:
+        raise UnsupportedArchitecture(f"{options.model} loaded with {dtype} weights; profiles cover "
+                                      f"{', '.join(PROFILE_DTYPES)}: pass --dtype")
+    with progress.stage("weights") as log:
+        parts = find_parts(model)
+        weights = measure_weights(model, parts)
+        log.update(totalBytes=weights.total, layers=len(weights.layers), tiedEmbeddings=weights.tied)
+    with progress.stage("kv") as log:
+        kv = measure_kv(model, device)
+        log.update(bytesPerToken=kv.bytes_per_token)
+    estimate = None if device.is_cuda else estimate_for_cpu_run(model, options.model, dtype, identity)
+    chunk = options.chunk_tokens
+    with progress.stage("prefill") as log:
+        prefill_activation = estimate.prefill if estimate else prefill_peak(model, device, chunk, kv.bytes_per_token)
+        prefill_latency = prefill_ms_per_1k(model, device, chunk, options.repeats)
+        log.update(bytesPerToken=prefill_activation.bytes, msPer1kTokens=round(prefill_latency.ms, 3))
+    with progress.stage("decode") as log:
+        decode_activation = estimate.decode if estimate else decode_peak(model, device, options.batch,
+                                                                          kv.bytes_per_token)
+        decode_latency = decode_ms_per_token(model, device, options.repeats)
+        overhead = estimate.overhead if estimate else measure_overhead(weights, device)
+        log.update(bytesPerSequence=decode_activation.bytes, msPerToken=round(decode_latency.ms, 3))
+    with progress.stage("bandwidth") as log:
+        bandwidth = (estimate.bandwidth if estimate
+                     else measure_bandwidth(model.get_submodule(parts.layers_prefix)[0], device, options.repeats))
+        log.update(hostToDeviceGBps=round(bandwidth.gbps, 2), measured=bandwidth.measured)
+    method = (f"profiler_job {__version__} on {device.type} ({identity.product}); torch {torch.__version__}, "
+              f"transformers {transformers.__version__}")
+    return build_profile(model=options.model, revision=options.revision, dtype=dtype,
+                         gpu=identity, method=method,
+                         version=__version__, m=Measurements(
+                             weights=weights, kv=kv, prefill_activation=prefill_activation,
+                             prefill_chunk_tokens=chunk, decode_activation=decode_activation,
+                             prefill_latency=prefill_latency, decode_latency=decode_latency,
+                             overhead=overhead, bandwidth=bandwidth, on_gpu=device.is_cuda,
+                             architecture=estimate.architecture if estimate else None))
