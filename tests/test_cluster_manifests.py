@@ -1,0 +1,136 @@
+"""The install in config/: every manifest is a valid object, the kustomizations list them, RBAC is least privilege."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from controller.crd import CRD_PATH
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "config"
+NOT_MANIFESTS = {"kustomization.yaml", "health_test.yaml"}
+CRD_VALIDATOR = jsonschema.Draft4Validator(
+    yaml.safe_load(CRD_PATH.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+_STRICT = {"type": "object", "additionalProperties": False}
+# The part of Argo CD's Application CRD these manifests use, strict: a typo fails here, not at sync time.
+APPLICATION_SCHEMA = {
+    **_STRICT, "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "argoproj.io/v1alpha1"},
+        "kind": {"const": "Application"},
+        "metadata": {**_STRICT, "required": ["name", "namespace"], "properties": {
+            "name": {"type": "string"}, "namespace": {"type": "string"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}}}},
+        "spec": {**_STRICT, "required": ["project", "source", "destination"], "properties": {
+            "project": {"type": "string"},
+            "source": {**_STRICT, "required": ["repoURL", "targetRevision", "path"], "properties": {
+                "repoURL": {"type": "string", "pattern": "^(https://|ssh://|git@)"},
+                "targetRevision": {"type": "string"}, "path": {"type": "string"},
+                "directory": {**_STRICT, "properties": {"recurse": {"type": "boolean"}}}}},
+            "destination": {**_STRICT, "properties": {"server": {"type": "string"}, "namespace": {"type": "string"},
+                                                      "name": {"type": "string"}}},
+            "syncPolicy": {**_STRICT, "properties": {
+                "automated": {**_STRICT, "properties": {"prune": {"type": "boolean"}, "selfHeal": {"type": "boolean"}}},
+                "syncOptions": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z]+=(true|false)$"}},
+                "retry": {**_STRICT, "properties": {"limit": {"type": "integer"}, "backoff": {**_STRICT, "properties": {
+                    "duration": {"type": "string"}, "factor": {"type": "integer"},
+                    "maxDuration": {"type": "string"}}}}}}},
+        }},
+    },
+}
+
+
+def _manifests():
+    for path in sorted(CONFIG.rglob("*.yaml")):
+        if path.name in NOT_MANIFESTS:
+            continue
+        for index, doc in enumerate(yaml.safe_load_all(path.read_text())):
+            if doc is not None:
+                yield pytest.param(doc, id=f"{path.relative_to(CONFIG)}#{index}")
+
+
+@pytest.mark.parametrize("doc", list(_manifests()))
+def test_every_manifest_is_a_valid_object(doc):
+    if doc["kind"] == "Application":
+        jsonschema.Draft202012Validator(APPLICATION_SCHEMA).validate(doc)
+    elif doc["kind"] == "ElasticModel":
+        CRD_VALIDATOR.validate(doc)
+    else:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+
+
+@pytest.mark.parametrize("kustomization", ["kustomization.yaml", "argocd/kustomization.yaml"])
+def test_kustomizations_list_existing_files(kustomization):
+    path = CONFIG / kustomization
+    resources = yaml.safe_load(path.read_text())["resources"]
+    assert resources and all((path.parent / r).is_file() for r in resources)
+
+
+def test_every_install_manifest_is_in_the_kustomization():
+    listed = {(CONFIG / r).resolve() for r in yaml.safe_load((CONFIG / "kustomization.yaml").read_text())["resources"]}
+    skipped = ("argocd", "samples")
+    install = {p.resolve() for p in CONFIG.rglob("*.yaml")
+               if p.name not in NOT_MANIFESTS and p.relative_to(CONFIG).parts[0] not in skipped}
+    assert install == listed
+
+
+def _docs(relative: str) -> list[dict]:
+    return list(yaml.safe_load_all((CONFIG / relative).read_text()))
+
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
+ALLOWED_WRITES = {  # (group, resource) -> the only write verbs the controller may hold
+    ("gpushare.dev", "elasticmodels/status"): {"patch", "update"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("coordination.k8s.io", "leases"): {"create", "update"},
+}
+
+
+@pytest.mark.parametrize("relative", ["rbac/cluster-role.yaml", "rbac/leader-election-role.yaml"])
+def test_the_controller_writes_only_status_events_and_its_lease(relative):
+    [role] = _docs(relative)
+    for rule in role["rules"]:
+        assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                writes = set(rule["verbs"]) & WRITE_VERBS
+                assert writes <= ALLOWED_WRITES.get((group, resource), set()), (group, resource, writes)
+
+
+def test_the_lease_is_writable_only_by_name_and_only_in_its_namespace():
+    [role] = _docs("rbac/leader-election-role.yaml")
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "gpushare-system"
+    named = [r for r in role["rules"] if "update" in r["verbs"]]
+    assert named and all(r.get("resourceNames") == ["gpushare-controller"] for r in named)
+
+
+def test_the_controller_runs_unprivileged_with_credentials_as_files():
+    [deployment] = _docs("manager/deployment.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert pod["serviceAccountName"] == "gpushare-controller"
+    assert not any("secretKeyRef" in (e.get("valueFrom") or {}) for e in container["env"])  # never in the env
+    secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v}
+    assert any(m["name"] in secret_volumes and m["readOnly"] for m in container["volumeMounts"])
+    args = container["args"]
+    assert args[:6] == ["reconcile", "--kube", "--repo", "$(GIT_URL)", "--branch", "$(GIT_BRANCH)"]
+    assert {"livenessProbe", "readinessProbe"} <= set(container)
+    assert container["ports"][0]["name"] == "metrics"
+
+
+def test_the_rendered_application_prunes_and_self_heals():
+    [app] = _docs("argocd/application-rendered.yaml")
+    assert app["spec"]["source"]["path"] == "rendered"
+    assert app["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
+    [config] = _docs("manager/config.yaml")
+    assert config["data"]["ARGOCD_APPLICATION"] == f"{app['metadata']['namespace']}/{app['metadata']['name']}"
