@@ -1,0 +1,270 @@
+"""compose(): what each composition renders, what a model awaiting a profile gets, and that one bad
+model is reported alone while the others render."""
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+from dataclasses import replace
+
+import pytest
+import yaml
+
+import schemas
+from controller.compose import compose
+from controller.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
+from controller.compositions import load_compositions
+from controller.names import service_name
+from controller.types import Plan
+from templates import TEMPLATE_DIR
+from tests.compose_scenario import BIG, CHAT, CODER, FRESH, MODELS, PLAN, PREVIOUS, SLOTS, TINY, decide, model
+
+WORKERS = "rendered/gpushare-system"
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def tree():
+    return compose(MODELS, PLAN, SLOTS, PREVIOUS).files
+
+
+def service_path(namespace: str, name: str, workers: str = "gpushare-system") -> str:
+    return f"rendered/{workers}/service-{service_name(namespace, name)}.yaml"
+
+
+def load(files: dict[str, str], path: str) -> dict:
+    return yaml.safe_load(files[path])
+
+
+def pod(files, worker: str) -> dict:
+    return load(files, f"{WORKERS}/deployment-{worker}.yaml")["spec"]["template"]
+
+
+def worker_yaml(files, worker: str) -> dict:
+    return yaml.safe_load(load(files, f"{WORKERS}/configmap-{worker}.yaml")["data"]["worker.yaml"])
+
+
+@pytest.fixture
+def template_copy(tmp_path):
+    """A writable copy of the shipped templates and compositions."""
+    root = tmp_path / "templates"
+    shutil.copytree(TEMPLATE_DIR, root, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    return root
+
+
+# --- compositions: what each one puts on the worker pod -------------------------------------------
+
+@pytest.mark.parametrize("worker, scheduler, gpu_limits, annotations, labels", [
+    pytest.param("worker-node-a-gpu0-default", None, {"nvidia.com/gpu": "1"}, {}, {}, id="default-whole-gpu"),
+    pytest.param("worker-node-b-gpu0-kai", "kai-scheduler", {},
+                 {"gpu-memory": str(math.ceil((20 * 1024 + 1024) * MIB / MIB))},  # footprint 20Gi + reserved 1Gi
+                 {"kai.scheduler/queue": "default-queue"}, id="kai-gpu-memory-annotation"),
+    pytest.param("worker-node-b-gpu1-hami", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}, {}, {},
+                 id="hami-gpumem-limit"),
+])
+def test_composition_shapes_the_worker_pod(tree, worker, scheduler, gpu_limits, annotations, labels):
+    template = pod(tree, worker)
+    spec = template["spec"]
+    assert spec.get("schedulerName") == scheduler
+    assert spec["containers"][0]["resources"].get("limits", {}) == gpu_limits
+    assert template["metadata"]["annotations"].get("gpu-memory") == annotations.get("gpu-memory")
+    assert template["metadata"]["labels"].get("kai.scheduler/queue") == labels.get("kai.scheduler/queue")
+    deployment = load(tree, f"{WORKERS}/deployment-{worker}.yaml")
+    assert deployment["metadata"]["labels"].get("kai.scheduler/queue") == labels.get("kai.scheduler/queue")
+    slot = next(s for s in SLOTS if worker.startswith(f"worker-{s.node}-gpu{s.index}-"))
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": slot.node, "nvidia.com/gpu.product": slot.product}
+
+
+def test_worker_pod_runs_the_worker_safely(tree):
+    spec = pod(tree, "worker-node-a-gpu0-default")["spec"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["python", "-m", "worker"]
+    assert container["args"] == ["--config", "/etc/gpushare/worker.yaml", "--host", "0.0.0.0", "--port", "8000"]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 8000)]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    assert mount["mountPath"] == "/etc/gpushare"
+    assert next(v for v in spec["volumes"] if v["name"] == "config")["configMap"]["name"] == "worker-node-a-gpu0-default"
+
+
+def test_pod_annotations_carry_config_checksum_and_scrape_target(tree):
+    text = load(tree, f"{WORKERS}/configmap-worker-node-a-gpu0-default.yaml")["data"]["worker.yaml"]
+    annotations = pod(tree, "worker-node-a-gpu0-default")["metadata"]["annotations"]
+    assert annotations["gpushare.dev/config-checksum"] == hashlib.sha256(text.encode()).hexdigest()
+    assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
+        "true", "8000", "/metrics")
+
+
+def test_config_change_changes_the_checksum(tree):
+    bigger = replace(PLAN.decisions[0], budget_bytes=PLAN.decisions[0].budget_bytes + 1)
+    files = compose(MODELS, replace(PLAN, decisions=(bigger,) + PLAN.decisions[1:]), SLOTS, PREVIOUS).files
+    key = "gpushare.dev/config-checksum"
+    before = pod(tree, "worker-node-a-gpu0-default")["metadata"]["annotations"][key]
+    assert pod(files, "worker-node-a-gpu0-default")["metadata"]["annotations"][key] != before
+
+
+def test_worker_config_validates_and_lists_only_served_models(tree):
+    config = worker_yaml(tree, "worker-node-a-gpu0-default")
+    schemas.validator("worker-config").validate(config)
+    assert config["slot"] == {"id": "node-a/gpu0", "product": "NVIDIA-H200", "capacityBytes": SLOTS[0].usable_bytes}
+    assert [(m["name"], m["mode"]) for m in config["models"]] == [
+        ("chat-small", "resident"), ("coder", "swap"), ("summarizer", "swap")]
+    elastic = worker_yaml(tree, "worker-node-b-gpu0-kai")["models"]
+    assert [(m["name"], m["mode"], m["residentLayers"]) for m in elastic] == [("big-70b", "elastic", 9)]
+    served = {m["name"] for w in ("worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami")
+              for m in worker_yaml(tree, w)["models"]}
+    assert "huge" not in served and "fresh" not in served
+
+
+def test_service_selects_its_slots_worker_pods(tree):
+    service = load(tree, service_path("research", "big-70b"))
+    labels = pod(tree, "worker-node-b-gpu0-kai")["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["selector"]["gpushare.dev/worker"] == "worker-node-b-gpu0-kai"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    assert service["metadata"]["annotations"]["gpushare.dev/elasticmodel"] == "research/big-70b"
+
+
+def test_worker_namespace_is_a_composition_parameter(template_copy):
+    path = template_copy / "compositions" / "default.yaml"
+    path.write_text(path.read_text().replace("workerNamespace: gpushare-system", "workerNamespace: gpu-workers"))
+    files = compose([CHAT], Plan(decisions=PLAN.decisions[:1]), SLOTS, {},
+                    compositions=load_compositions(template_copy)).files
+    assert "rendered/gpu-workers/deployment-worker-node-a-gpu0-default.yaml" in files
+    assert service_path("llm", "chat-small", "gpu-workers") in files
+
+
+# --- profiling: a model without a profile gets only its profiler ----------------------------------
+
+def test_pending_model_renders_only_its_profiler(tree):
+    mine = sorted(p for p in tree if p.startswith("rendered/llm/"))
+    assert [p.rsplit("/", 1)[1].split("-")[0] for p in mine] == ["job", "role", "rolebinding", "serviceaccount"]
+    assert not any("fresh" in p for p in tree if p.startswith(("decisions/", WORKERS)))
+
+
+def test_profiler_job_spec(tree):
+    (path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
+    job = load(tree, path)
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    configmap = job["metadata"]["annotations"]["gpushare.dev/profile-configmap"]
+    assert container["command"] == ["python", "-m", "profiler_job"]
+    assert container["args"] == ["--model", FRESH.model, "--revision", "main", "--gpu-product", "NVIDIA-H200",
+                                 "--out", f"configmap:llm/{configmap}", "--require-gpu"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert spec["serviceAccountName"] == "gpushare-profiler"
+    assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (2, 86400)
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_profiler_role_is_least_privilege(tree):
+    role = load(tree, "rendered/llm/role-gpushare-profiler.yaml")
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "llm"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                              "verbs": ["get", "create", "update", "patch"]}]
+    binding = load(tree, "rendered/llm/rolebinding-gpushare-profiler.yaml")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpushare-profiler", "namespace": "llm"}]
+
+
+def test_two_models_awaiting_in_one_namespace_share_the_profiler_identity():
+    other = replace(FRESH, name="fresh-2", model="org/other")
+    pending = PLAN.pending + (replace(PLAN.pending[0], name="fresh-2", model="org/other"),)
+    result = compose([FRESH, other], Plan(pending=pending), SLOTS, {})
+    assert result.errors == ()
+    assert len([p for p in result.files if "/job-" in p]) == 2
+    assert result.owners["rendered/llm/role-gpushare-profiler.yaml"] == ("llm/fresh", "llm/fresh-2")
+
+
+# --- one bad model never blocks the others ---------------------------------------------------------
+
+def test_unknown_composition_fails_that_model_only(tree):
+    typo = replace(CODER, composition="kia")
+    models = [typo if m.key == CODER.key else m for m in MODELS]
+    result = compose(models, PLAN, SLOTS, PREVIOUS)
+    assert [(type(e), e.ref) for e in result.errors] == [(UnknownComposition, "llm/coder")]
+    assert "'kia'" in result.errors[0].message and "default, hami, kai" in result.errors[0].message
+    assert service_path("llm", "coder") not in result.files and "decisions/llm/coder.yaml" not in result.files
+    assert [m["name"] for m in worker_yaml(result.files, "worker-node-a-gpu0-default")["models"]] == [
+        "chat-small", "summarizer"]
+    unaffected = {p: t for p, t in tree.items() if not any(s in p for s in ("coder", "node-a-gpu0", "PLAN.md"))}
+    assert {p: result.files.get(p) for p in unaffected} == unaffected
+    assert "UnknownComposition" in result.files["rendered/PLAN.md"]
+
+
+def test_decision_on_a_slot_not_in_the_inventory_fails_alone():
+    lost = decide(TINY, "resident", replace(SLOTS[2], node="gone"), need=1, footprint=1)
+    result = compose(MODELS, replace(PLAN, decisions=PLAN.decisions[:4] + (lost,)), SLOTS, {})
+    assert [(type(e), e.ref) for e in result.errors] == [(UnknownSlot, "research/tiny")]
+    assert service_path("research", "big-70b") in result.files
+
+
+def test_unquoted_value_in_a_template_fails_rendering(template_copy):
+    service = template_copy / "model-service.yaml.j2"
+    service.write_text(service.read_text().replace("{{ model.model | quote }}", "{{ model.model }}"))
+    result = compose(MODELS, PLAN, SLOTS, {}, compositions=load_compositions(template_copy))
+    assert {type(e) for e in result.errors} == {RenderFailed}
+    assert "without `| quote`" in result.errors[0].message
+    assert not any(p.endswith(".yaml") and "/service-" in p for p in result.files)
+    assert "decisions/llm/huge.yaml" in result.files  # refused: no Service, still decided
+
+
+def test_object_that_breaks_the_kubernetes_schema_fails_its_models(template_copy):
+    deployment = template_copy / "worker-deployment.yaml.j2"
+    deployment.write_text(deployment.read_text().replace("  replicas: 1\n", "  replicas: 1\n  replica: 1\n"))
+    result = compose(MODELS, PLAN, SLOTS, {}, compositions=load_compositions(template_copy))
+    failed = sorted(e.ref for e in result.errors)
+    assert {type(e) for e in result.errors} == {ManifestInvalid}
+    assert failed == ["llm/chat-small", "llm/coder", "llm/summarizer", "research/big-70b", "research/tiny"]
+    assert "replica" in result.errors[0].message
+    assert not any("/deployment-" in p or "/service-" in p for p in result.files)
+    assert any("/job-" in p for p in result.files)
+
+
+def test_two_models_rendering_the_same_object_differently_conflict(template_copy):
+    service = template_copy / "model-service.yaml.j2"
+    service.write_text(service.read_text().replace("name: {{ service.name | quote }}", 'name: "fixed"'))
+    result = compose([CHAT, CODER], Plan(decisions=PLAN.decisions[:2]), SLOTS, {},
+                     compositions=load_compositions(template_copy))
+    assert [(type(e), e.ref) for e in result.errors] == [(OutputConflict, "llm/coder")]
+    assert load(result.files, f"{WORKERS}/service-fixed.yaml")["metadata"]["annotations"][
+        "gpushare.dev/elasticmodel"] == "llm/chat-small"
+
+
+def test_models_of_two_compositions_on_one_slot_get_two_workers():
+    shared = replace(model("kai-chat", composition="kai"))
+    plan = Plan(decisions=PLAN.decisions[:1] + (decide(shared, "resident", SLOTS[0], need=1, footprint=1),))
+    files = compose([CHAT, shared], plan, SLOTS, {}).files
+    assert [p for p in files if "/deployment-" in p] == [
+        f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml", f"{WORKERS}/deployment-worker-node-a-gpu0-kai.yaml"]
+
+
+def test_decision_file_is_status_assigned(tree):
+    doc = load(tree, "decisions/research/big-70b.yaml")
+    assert (doc["kind"], doc["metadata"]) == ("ElasticModel", {"name": "big-70b", "namespace": "research"})
+    assert doc["status"]["assigned"]["mode"] == "elastic"
+    assert doc["status"]["assigned"]["gpu"] == {"product": "NVIDIA-L4", "slot": "node-b/gpu0"}
+    assert BIG.key == ("research", "big-70b")
+
+
+# --- contracts with the programs the manifests run --------------------------------------------------
+
+def test_profiler_accepts_the_jobs_args(tree):
+    from profiler_job.args import parse_args
+
+    (path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
+    container = load(tree, path)["spec"]["template"]["spec"]["containers"][0]
+    options = parse_args(container["args"])
+    assert (options.model, options.revision, options.gpu_product) == (FRESH.model, "main", "NVIDIA-H200")
+
+
+def test_worker_accepts_its_config(tree):
+    from worker.config import parse_config
+
+    config = parse_config(worker_yaml(tree, "worker-node-b-gpu0-kai"))
+    assert [(m.name, m.mode) for m in config.models] == [("big-70b", "elastic")]
+    assert (config.verdicts.namespace, config.verdicts.name) == ("gpushare-system", "worker-node-b-gpu0-kai-verdicts")

@@ -1,0 +1,89 @@
+"""The generated tree of a fixed pass, checked in under tests/golden/ as a reviewer would approve it.
+
+Regenerate after an intended change, then review the diff:
+    UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_compose_golden.py -q
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import random
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from controller.compose import compose
+from controller.names import service_name
+from controller.types import Plan
+from tests.compose_scenario import MODELS, PLAN, PREVIOUS, SLOTS
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+@pytest.fixture(scope="module")
+def rendered():
+    return compose(MODELS, PLAN, SLOTS, PREVIOUS)
+
+
+def _read_tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for stale in set(_read_tree(root)) - set(files):
+        (root / stale).unlink()
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+
+
+def test_tree_matches_golden(rendered):
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        _write_tree(GOLDEN, rendered.files)
+    expected = _read_tree(GOLDEN)
+    missing, extra = sorted(set(expected) - set(rendered.files)), sorted(set(rendered.files) - set(expected))
+    changed = [
+        "".join(difflib.unified_diff(expected[p].splitlines(True), rendered.files[p].splitlines(True),
+                                     f"expected: tests/golden/{p}", f"got: {p}"))
+        for p in sorted(set(expected) & set(rendered.files)) if expected[p] != rendered.files[p]
+    ]
+    assert not (missing or extra or changed), (
+        f"rendered tree differs from tests/golden (if intended: UPDATE_GOLDEN=1 pytest {Path(__file__).name})\n"
+        f"missing: {missing}\nextra: {extra}\n" + "\n".join(changed)
+    )
+
+
+def test_scenario_renders_without_errors(rendered):
+    assert rendered.errors == ()
+
+
+def test_every_rendered_object_passes_kubernetes_validate(rendered):
+    manifests = {p: t for p, t in rendered.files.items() if p.startswith("rendered/") and p.endswith(".yaml")}
+    assert len(manifests) >= 20
+    for path, text in manifests.items():
+        docs = list(yaml.safe_load_all(text))
+        assert len(docs) == 1, f"{path}: one object per file"
+        kubernetes_validate.validate(docs[0], "1.30", strict=True)
+
+
+def test_same_input_twice_is_byte_identical(rendered):
+    assert compose(MODELS, PLAN, SLOTS, PREVIOUS).files == rendered.files
+
+
+def test_shuffled_input_is_byte_identical(rendered):
+    rng = random.Random(7)
+    shuffled = lambda items: rng.sample(list(items), len(items))  # noqa: E731
+    plan = Plan(decisions=tuple(shuffled(PLAN.decisions)), pending=tuple(shuffled(PLAN.pending)))
+    previous = dict(shuffled(PREVIOUS.items()))
+    again = compose(shuffled(MODELS), plan, shuffled(SLOTS), previous)
+    assert again.files == rendered.files
+    assert list(again.files) == sorted(again.files)
+
+
+def test_owners_name_the_models_behind_each_file(rendered):
+    assert rendered.owners[f"rendered/gpushare-system/service-{service_name('llm', 'coder')}.yaml"] == ("llm/coder",)
+    assert rendered.owners["rendered/gpushare-system/deployment-worker-node-a-gpu0-default.yaml"] == (
+        "llm/chat-small", "llm/coder", "llm/summarizer")
+    assert rendered.owners["decisions/llm/huge.yaml"] == ("llm/huge",)

@@ -1,0 +1,128 @@
+"""Hostile ElasticModel values: each is rendered inert (proven by parsing the output) or rejected with a
+typed error, and never writes outside the output tree."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.compose import compose
+from controller.compose_errors import InvalidName
+from controller.render import yaml_quote
+from controller.types import Pending, Plan
+from tests.compose_scenario import SLOTS, decide, model
+
+HOSTILE = {
+    "newline-hostnetwork": "org/evil\nhostNetwork: true",
+    "document-separator": "org/evil\n---\napiVersion: v1\nkind: Pod",
+    "double-and-single-quotes": "org/\"ev'il\"",
+    "backslashes": "org\\evil\\\"",
+    "jinja-expression": "{{ 7*7 }}",
+    "jinja-statement": "{% for x in range(3) %}x{% endfor %}",
+    "colon-space-and-comment": "org/evil: true # comment",
+    "flow-mapping": "{hostNetwork: true}",
+    "anchor-and-tag": "&a !!python/object:os.system",
+    "unicode": "组织/модель-é",
+    "astral-emoji": "org/😀-model",
+    "control-characters": "org/\x00\x07\x1b[31m\x7f\u2028\u0085",
+    "crlf-and-tab": "org/a\r\n\tb",
+    "long-300": "org/" + "x" * 296,
+}
+
+
+@pytest.mark.parametrize("value", HOSTILE.values(), ids=HOSTILE.keys())
+def test_quote_round_trips_through_yaml(value):
+    for loader in (yaml.SafeLoader, yaml.CSafeLoader):
+        assert yaml.load(f"key: {yaml_quote(value)}\nother: 1\n", Loader=loader) == {"key": value, "other": 1}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_quote_round_trips_any_text(value):
+    for loader in (yaml.SafeLoader, yaml.CSafeLoader):  # compose parses with libyaml
+        assert yaml.load(f"- {yaml_quote(value)}", Loader=loader) == [value]
+
+
+def _pass(hub: str):
+    """One model served on a slot and one awaiting a profile, both with model id `hub`."""
+    served = model("served", hub=hub)
+    waiting = model("waiting", hub=hub)
+    plan = Plan(decisions=(decide(served, "resident", SLOTS[0], need=1, footprint=1),),
+                pending=(Pending(name="waiting", namespace="llm", model=hub, gpu_product=SLOTS[0].product,
+                                 revision="main", reason="no profile"),))
+    result = compose([served, waiting], plan, SLOTS[:1], {})
+    assert result.errors == ()
+    return {(d["kind"], d["metadata"]["namespace"]): d for path, text in result.files.items()
+            if path.endswith(".yaml") and path.startswith("rendered/") for d in yaml.safe_load_all(text)}
+
+
+def _key_paths(node, prefix=()):
+    if isinstance(node, dict):
+        return {p for k, v in node.items() for p in _key_paths(v, prefix + (k,))} | {prefix}
+    if isinstance(node, list):
+        return {p for i, v in enumerate(node) for p in _key_paths(v, prefix + (i,))} | {prefix}
+    return {prefix}
+
+
+@pytest.fixture(scope="module")
+def benign():
+    return _pass("org/benign")
+
+
+@pytest.mark.parametrize("hub", HOSTILE.values(), ids=HOSTILE.keys())
+def test_hostile_model_id_renders_inert(benign, hub):
+    objects = _pass(hub)
+    assert objects.keys() == benign.keys(), "no object added or lost"
+    for key, doc in objects.items():
+        assert _key_paths(doc) == _key_paths(benign[key]), f"{key}: the structure changed"
+    job = objects[("Job", "llm")]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == hub
+    assert "hostNetwork" not in job["spec"]["template"]["spec"]
+    assert job["metadata"]["annotations"]["gpushare.dev/model"] == hub
+    assert objects[("Service", "gpushare-system")]["metadata"]["annotations"]["gpushare.dev/model"] == hub
+    config = yaml.safe_load(objects[("ConfigMap", "gpushare-system")]["data"]["worker.yaml"])
+    assert [m["model"] for m in config["models"]] == [hub]
+
+
+@pytest.mark.parametrize("namespace, name", [
+    pytest.param("llm", "x" * 300, id="name-300-chars"),
+    pytest.param("llm", "../../x", id="name-path-traversal"),
+    pytest.param("../../etc", "x", id="namespace-path-traversal"),
+    pytest.param("llm", "Chat", id="name-uppercase"),
+    pytest.param("llm", "a\nhostNetwork: true", id="name-newline"),
+    pytest.param("", "x", id="namespace-empty"),
+])
+def test_unusable_names_are_rejected_and_others_render(namespace, name):
+    bad = replace(model("ok"), name=name, namespace=namespace)
+    good = model("good")
+    plan = Plan(decisions=(decide(bad, "resident", SLOTS[0], need=1, footprint=1),
+                           decide(good, "resident", SLOTS[0], need=1, footprint=1)),
+                pending=(Pending(name=name, namespace=namespace, model="org/m", gpu_product=SLOTS[0].product,
+                                 revision="main", reason="no profile"),))
+    result = compose([bad, good], plan, SLOTS[:1], {})
+    assert [(type(e), e.ref) for e in result.errors] == [(InvalidName, f"{namespace}/{name}")] * 2
+    assert "decisions/llm/good.yaml" in result.files
+    for path in result.files:
+        assert path.split("/")[0] in ("rendered", "decisions") and ".." not in path.split("/")
+        assert name not in path.split("/")
+    config = yaml.safe_load(yaml.safe_load(
+        result.files["rendered/gpushare-system/configmap-worker-node-a-gpu0-default.yaml"])["data"]["worker.yaml"])
+    assert [m["name"] for m in config["models"]] == ["good"]
+
+
+def test_hostile_gpu_product_on_a_slot_is_rejected():
+    slot = replace(SLOTS[0], product="H200\nhostNetwork: true")
+    served = model("served")
+    result = compose([served], Plan(decisions=(decide(served, "resident", slot, need=1, footprint=1),)), [slot], {})
+    assert [(type(e), e.ref) for e in result.errors] == [(InvalidName, "llm/served")]
+    assert not any("/deployment-" in p for p in result.files)
+
+
+def test_long_model_id_gets_a_short_hashed_job_name(benign):
+    job = _pass(HOSTILE["long-300"])[("Job", "llm")]
+    assert len(job["metadata"]["name"]) <= 63
+    assert job["metadata"]["name"] != benign[("Job", "llm")]["metadata"]["name"]
