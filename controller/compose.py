@@ -31,7 +31,7 @@ from controller.names import (dns_label, is_dns_label, is_label_value, profile_c
 from controller.occupancy import device_bytes
 from controller.planmd import Change, decision_changes, plan_markdown
 from controller.render import RenderError, dump, render_documents
-from controller.serialize import decision_to_dict
+from controller.serialize import decision_to_dict, model_to_doc
 from controller.types import API_VERSION, Decision, ElasticModel, GpuSlot, Pending, Plan
 from controller.workerconfig import entry_problem, model_entry, worker_config
 
@@ -78,7 +78,7 @@ class _Served:
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
             previous: Mapping[tuple[str, str], Decision], *,
-            compositions: Mapping[str, Composition] | None = None) -> Rendered:
+            compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = ()) -> Rendered:
     compositions = load_compositions() if compositions is None else compositions
     by_key = {m.key: m for m in models}
     tree, errors = _Tree(), []
@@ -86,9 +86,10 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
     workers, refused = _group(plan.decisions, by_key, {s.id: s for s in slots}, compositions, errors)
     served = _serving_step(workers, compositions, tree, errors)
     for decision in sorted(refused + served, key=lambda d: d.key):
-        _guarded(errors, lambda d: tree.add([_decision_file(d)], [f"{d.namespace}/{d.name}"]), decision)
+        _guarded(errors, lambda d: tree.add([_decision_file(d, by_key[d.key])], [f"{d.namespace}/{d.name}"]),
+                 decision)
     changes = decision_changes(previous, plan)
-    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors)
+    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
@@ -306,11 +307,9 @@ def _safe_path(ref: str, root: str, *parts: str) -> str:
     return path
 
 
-def _decision_file(decision: Decision) -> tuple[str, str]:
+def _decision_file(decision: Decision, model: ElasticModel) -> tuple[str, str]:
+    """decisions/<ns>/<name>.yaml: the decision, beside the spec it was made from (the model's last
+    good spec, which a later pass serves from if the model's file breaks)."""
     ref = f"{decision.namespace}/{decision.name}"
-    return _safe_path(ref, DECISIONS, decision.namespace, f"{decision.name}.yaml"), dump({
-        "apiVersion": API_VERSION,
-        "kind": "ElasticModel",
-        "metadata": {"name": decision.name, "namespace": decision.namespace},
-        "status": {"assigned": decision_to_dict(decision)},
-    })
+    return _safe_path(ref, DECISIONS, decision.namespace, f"{decision.name}.yaml"), dump(
+        {**model_to_doc(model), "status": {"assigned": decision_to_dict(decision)}})

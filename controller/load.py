@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -23,7 +24,7 @@ from jsonschema.exceptions import relevance
 
 import schemas
 from controller.quantity import QuantityError, parse_bytes
-from controller.serialize import decision_from_dict
+from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
 from controller.types import (API_VERSION, DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
@@ -401,14 +402,31 @@ def _extra_inventory(file: str, document: int) -> InputError:
                       fix="merge its nodes into the first document's nodes list")
 
 
-def load_previous_decisions(root: Path) -> dict[tuple[str, str], Decision]:
-    """The decisions compose last wrote, decisions/<ns>/<name>.yaml (status.assigned); unreadable ones skipped."""
-    decisions = {}
+@dataclass(frozen=True)
+class DecisionRecord:
+    """What a pass last wrote for one model: its decision and the (last good) spec it was made from."""
+
+    decision: Decision
+    model: ElasticModel | None
+
+
+def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
+    """decisions/<ns>/<name>.yaml as compose wrote them; unreadable or garbled files are skipped
+    (the controller owns them and rewrites them on its next pass)."""
+    records = {}
     for path in _yaml_files(Path(root), DECISIONS_DIR):
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
             decision = decision_from_dict(doc["status"]["assigned"])
         except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError):
             continue
-        decisions[decision.key] = decision
-    return decisions
+        spec_doc = {k: v for k, v in doc.items() if k != "status"}
+        source = ((doc.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION, "")
+        model, problems = parse_model(spec_doc, Source(source or path.relative_to(root).as_posix()))
+        records[decision.key] = DecisionRecord(decision, None if problems else model)
+    return records
+
+
+def load_previous_decisions(root: Path) -> dict[tuple[str, str], Decision]:
+    """The decisions compose last wrote (status.assigned), by namespace/name."""
+    return {key: record.decision for key, record in load_decision_records(root).items()}

@@ -301,12 +301,11 @@ def _squeeze_elastic(ask: _Ask, group: _ProductSlots) -> Decision | None:
 
 def _slot_decisions(state: _SlotState) -> list[Decision]:
     slot = state.slot
-    used = f"slot {slot.id} uses {fb(state.used)} of {fb(slot.usable_bytes)} usable"
     out = []
     for ask in state.resident:
         pred = cost.predict_resident(ask.profile, ask.model.slo)
-        reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} and the slot holds it "
-                  f"beside the others; {used}")
+        reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} and slot {slot.id} "
+                  f"holds it beside the others")
         out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes,
                              pred=pred, reason=reason, code="FitsResident"))
     group = ", ".join(a.model.name for a in sorted(state.swap, key=lambda a: a.model.key))
@@ -315,7 +314,7 @@ def _slot_decisions(state: _SlotState) -> list[Decision]:
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
                   f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with [{group}]; "
                   f"swap-in {pred.swap_in_ms:g} ms = {fb(ask.profile.weight_bytes)} ÷ "
-                  f"{ask.profile.host_to_device_gbps:g} GB/s; {used}")
+                  f"{ask.profile.host_to_device_gbps:g} GB/s")
         out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes,
                              pred=pred, reason=reason, code="SharesSwapArea"))
     for ask, piece in state.elastic:
@@ -330,7 +329,7 @@ def _slot_decisions(state: _SlotState) -> list[Decision]:
         reason = (f"{why}: keeps {piece.resident_layers}/{piece.total_layers} "
                   f"layers plus embeddings, head, KV and 2 stream buffers ({fb(piece.buffer_bytes)}) = "
                   f"{fb(piece.footprint)}; streams {fb(piece.streamed_bytes)} per pass at "
-                  f"{ask.profile.host_to_device_gbps:g} GB/s; {used}")
+                  f"{ask.profile.host_to_device_gbps:g} GB/s")
         code = "ExceedsFreeSpace" if ask.model.key in state.squeezed else "ExceedsBudget"
         out.append(_decision(ask, slot, "elastic", piece.resident_layers, nbytes=piece.footprint,
                              pred=pred, reason=reason, code=code))

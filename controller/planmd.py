@@ -52,8 +52,21 @@ def decision_changes(previous: Mapping[tuple[str, str], Decision], plan: Plan) -
     return tuple(changes)
 
 
+CHANGES_HEADING = "## Latest decision changes"
+
+
+def last_change_lines(plan_md: str | None) -> tuple[str, ...]:
+    """The change lines of a previous PLAN.md, carried forward by a pass in which no decision moved
+    (so that such a pass regenerates identical bytes and commits nothing)."""
+    if not plan_md or CHANGES_HEADING not in plan_md:
+        return ()
+    section = plan_md.split(CHANGES_HEADING, 1)[1].split("\n## ", 1)[0]
+    return tuple(line for line in section.splitlines() if line.startswith("- "))
+
+
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
-                  changes: Sequence[Change], errors: Sequence[ComposeError]) -> str:
+                  changes: Sequence[Change], errors: Sequence[ComposeError],
+                  last_changes: Sequence[str] = ()) -> str:
     by_key = {m.key: m for m in models}
     decisions = sorted(plan.decisions, key=lambda d: d.key)
     placed = [d for d in decisions if d.mode != "refused"]
@@ -74,8 +87,8 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     lines += _section("Not rendered", ("model", "reason", "what failed"),
                       [(e.ref, e.reason, f"{e.message}; fix: {e.fix}")
                        for e in sorted(errors, key=lambda e: (e.ref, e.reason, e.message))])
-    lines += ["", "## Changes since the last decision", ""]
-    lines += [f"- {_cell(c.summary)}" for c in changes] or ["No changes."]
+    lines += ["", CHANGES_HEADING, ""]
+    lines += [f"- {_cell(c.summary)}" for c in changes] or list(last_changes) or ["None yet."]
     return "\n".join(lines) + "\n"
 
 

@@ -8,7 +8,29 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from controller.types import Decision, InputError, Pending, Plan, Predicted
+from controller.types import API_VERSION, DEFAULT_COMPOSITION, Decision, ElasticModel, InputError, Pending, Plan, Predicted
+
+SOURCE_ANNOTATION = "gpushare.dev/source"  # the models/ file an ElasticModel was read from
+
+
+def model_to_doc(m: ElasticModel) -> dict:
+    """An ElasticModel as the document it was parsed from (budget in bytes), so it can be read back
+    as the model's last good spec when its file later breaks."""
+    spec: dict = {"model": m.model, "memoryBudget": m.budget_bytes}
+    if m.revision != "main":
+        spec["revision"] = m.revision
+    if m.has_slo:
+        slo = {"contextTokens": m.slo.context_tokens, "concurrency": m.slo.concurrency}
+        slo.update({k: v for k, v in (("ttftMs", m.slo.ttft_ms), ("tpotMs", m.slo.tpot_ms)) if v is not None})
+        spec["slo"] = slo
+    if m.gpu_product is not None:
+        spec["gpu"] = {"product": m.gpu_product}
+    if m.composition != DEFAULT_COMPOSITION:
+        spec["compositionRef"] = {"name": m.composition}
+    metadata: dict = {"name": m.name, "namespace": m.namespace}
+    if m.source is not None:
+        metadata["annotations"] = {SOURCE_ANNOTATION: m.source.file}
+    return {"apiVersion": API_VERSION, "kind": "ElasticModel", "metadata": metadata, "spec": spec}
 
 
 def decision_to_dict(d: Decision) -> dict:

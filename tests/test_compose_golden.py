@@ -1,4 +1,6 @@
-"""The generated tree of a fixed pass, checked in under tests/golden/ as a reviewer would approve it.
+"""Generated trees checked in under tests/golden/ as a reviewer would approve them:
+tests/golden/fleet is one reconcile pass over examples/fleet; tests/golden/scenario is
+compose on a fixed plan with previous decisions (so PLAN.md shows changes).
 
 Regenerate after an intended change, then review the diff:
     UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_compose_golden.py -q
@@ -15,9 +17,12 @@ import pytest
 import yaml
 
 from controller.compose import compose
+from controller.load import load_decision_records, load_repo
+from controller.reconcile import run_pass
 from controller.names import service_name
 from controller.types import Plan
 from tests.compose_scenario import MODELS, PLAN, PREVIOUS, SLOTS
+from tests.conftest import REPO_ROOT
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -25,6 +30,11 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 @pytest.fixture(scope="module")
 def rendered():
     return compose(MODELS, PLAN, SLOTS, PREVIOUS)
+
+
+def _fleet_files() -> dict[str, str]:
+    fleet = REPO_ROOT / "examples" / "fleet"
+    return run_pass(load_repo(fleet), load_decision_records(fleet)).rendered.files
 
 
 def _read_tree(root: Path) -> dict[str, str]:
@@ -39,15 +49,18 @@ def _write_tree(root: Path, files: dict[str, str]) -> None:
         (root / path).write_text(text, encoding="utf-8")
 
 
-def test_tree_matches_golden(rendered):
+@pytest.mark.parametrize("tree", ["scenario", "fleet"])
+def test_tree_matches_golden(tree, rendered):
+    files = rendered.files if tree == "scenario" else _fleet_files()
+    golden = GOLDEN / tree
     if os.environ.get("UPDATE_GOLDEN") == "1":
-        _write_tree(GOLDEN, rendered.files)
-    expected = _read_tree(GOLDEN)
-    missing, extra = sorted(set(expected) - set(rendered.files)), sorted(set(rendered.files) - set(expected))
+        _write_tree(golden, files)
+    expected = _read_tree(golden)
+    missing, extra = sorted(set(expected) - set(files)), sorted(set(files) - set(expected))
     changed = [
-        "".join(difflib.unified_diff(expected[p].splitlines(True), rendered.files[p].splitlines(True),
-                                     f"expected: tests/golden/{p}", f"got: {p}"))
-        for p in sorted(set(expected) & set(rendered.files)) if expected[p] != rendered.files[p]
+        "".join(difflib.unified_diff(expected[p].splitlines(True), files[p].splitlines(True),
+                                     f"expected: tests/golden/{tree}/{p}", f"got: {p}"))
+        for p in sorted(set(expected) & set(files)) if expected[p] != files[p]
     ]
     assert not (missing or extra or changed), (
         f"rendered tree differs from tests/golden (if intended: UPDATE_GOLDEN=1 pytest {Path(__file__).name})\n"

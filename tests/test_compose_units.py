@@ -172,7 +172,7 @@ def test_integers_and_quoted_values_render():
 # --- the Kubernetes schema check agrees with kubernetes_validate -----------------------------------
 
 def _golden_docs():
-    return [yaml.safe_load(p.read_text()) for p in sorted((REPO_ROOT / "tests/golden/rendered").rglob("*.yaml"))]
+    return [yaml.safe_load(p.read_text()) for p in sorted((REPO_ROOT / "tests/golden/scenario/rendered").rglob("*.yaml"))]
 
 
 def _broken(doc, edit):

@@ -1,0 +1,107 @@
+"""One reconcile pass, pure: inputs -> the generated tree, its commit message, what to report.
+
+Owns the order of the stages (validate -> revive last good -> plan -> compose) and the
+commit message. No I/O: the offline and cluster loops (controller.reconcile_cli,
+controller.cluster_loop) read the inputs through their adapters, call `run_pass`, and
+hand `PassOutput.files` to gitops.publish.
+
+Nothing is lost: a model whose document is broken now (its error names it, or its
+whole file failed to parse) is planned and rendered from its last good spec, which
+compose keeps beside each decision in decisions/<ns>/<name>.yaml; its error is still
+reported. A model whose document is gone is removed.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from controller.compose import Rendered, compose
+from controller.compose_errors import ComposeError
+from controller.compositions import Composition
+from controller.load import DecisionRecord
+from controller.plan import plan
+from controller.planmd import Change, last_change_lines
+from controller.types import InputError, Inputs, Plan
+
+
+@dataclass(frozen=True)
+class PassOutput:
+    inputs: Inputs  # as planned: valid models plus the revived ones
+    plan: Plan
+    rendered: Rendered
+    revived: tuple[str, ...]  # namespace/name served from their last good spec
+    message: str
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        return {path: text.encode() for path, text in self.rendered.files.items()}
+
+    @property
+    def errors(self) -> tuple[InputError | ComposeError, ...]:
+        return (*self.inputs.errors, *self.rendered.errors)
+
+
+def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
+             compositions: Mapping[str, Composition] | None = None) -> PassOutput:
+    """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md."""
+    planned, revived = revive_last_good(inputs, records)
+    previous = {key: record.decision for key, record in records.items()}
+    result = plan(planned, previous)
+    rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
+                       last_changes=last_change_lines(last_plan_md))
+    return PassOutput(planned, result, rendered, revived, commit_message(rendered.changes, rendered, revived))
+
+
+def revive_last_good(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord]) -> tuple[Inputs, tuple[str, ...]]:
+    """Add back the last good spec of every model whose document is broken in this pass."""
+    valid = {m.key for m in inputs.models}
+    broken_refs = {e.object for e in inputs.errors if e.object}
+    broken_files = {e.file for e in inputs.errors if not e.object}
+    revived = []
+    for key, record in sorted(records.items()):
+        last_good = record.model
+        if key in valid or last_good is None:
+            continue
+        ref = f"{key[0]}/{key[1]}"
+        if ref in broken_refs or (last_good.source is not None and last_good.source.file in broken_files):
+            revived.append(last_good)
+    if not revived:
+        return inputs, ()
+    return replace(inputs, models=(*inputs.models, *revived)), tuple(m.ref for m in revived)
+
+
+def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...]) -> str:
+    """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
+    a count and one line per change otherwise. Used only when the generated tree changed."""
+    moved = [c for c in changes if c.before is not None and c.after is not None]
+    causes = [cause for ref, cause in _causes(changes) if len(moved) != 1 or ref != moved[0].ref]
+    shown = causes[:3] + ([f"{len(causes) - 3} more"] if len(causes) > 3 else [])
+    why = f" ({', '.join(shown)})" if causes else ""
+    if len(moved) == 1:
+        subject = moved[0].summary + why
+    elif len(changes) == 1:
+        subject = changes[0].summary
+    elif changes:
+        subject = f"gpushare: {len(changes)} decisions changed{why}"
+    else:
+        subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
+    body = [c.summary for c in changes] if len(changes) > 1 else []
+    body += [f"served from its last good spec (its document is broken): {ref}" for ref in revived]
+    body += [f"not rendered: {e.ref}: [{e.reason}] {e.message}" for e in rendered.errors]
+    return subject + ("\n\n" + "\n".join(body) if body else "") + "\n"
+
+
+def _causes(changes: tuple[Change, ...]) -> list[tuple[str, str]]:
+    """(ref, why) for each change that explains the others: admissions, removals, new budgets or needs."""
+    causes = []
+    for c in changes:
+        if c.before is None and c.after is not None:
+            causes.append((c.ref, f"{c.ref} admitted"))
+        elif c.after is None and not c.awaiting_profile:
+            causes.append((c.ref, f"{c.ref} removed"))
+        elif c.before is not None and c.after is not None:
+            if c.before.budget_bytes != c.after.budget_bytes:
+                causes.append((c.ref, f"{c.ref} budget changed"))
+            elif c.before.need_bytes != c.after.need_bytes:
+                causes.append((c.ref, f"{c.ref} need changed"))
+    return causes
