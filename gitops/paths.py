@@ -1,0 +1,87 @@
+"""Which repository paths the controller may write, checked before anything is written.
+
+Owns the pure rules: an owned prefix is a relative directory (`rendered/`) or
+file path; a generated path must be relative, normalized, free of `..`, `.` and
+`.git` segments, and under an owned prefix, so the controller never writes
+outside the work tree nor edits a user file (`models/`, `gpus.yaml`). Also the
+on-disk check that no directory on the way is a symlink (a committed symlink
+could otherwise point a write outside the tree). Called by gitops.writeback.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from gitops.errors import InvalidWriteBack, UnsafePath
+
+DEFAULT_OWNED = ("decisions/", "rendered/")
+_FIX_PATH = "generate relative paths under an owned prefix, without '..', '.', '.git' or a leading '/'"
+
+
+def _bad_segment(path: str) -> str | None:
+    """Why `path` is not a clean relative POSIX path, or None."""
+    if not path:
+        return "it is empty"
+    if path.startswith("/"):
+        return "it is absolute"
+    if "\\" in path or "\0" in path:
+        return "it contains a backslash or NUL"
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            return f"it has a {segment or 'empty'!r} segment"
+        if segment.lower() == ".git":
+            return "it reaches into .git"
+    return None
+
+
+def normalize_owned(owned: Iterable[str]) -> tuple[str, ...]:
+    """The owned prefixes, checked and sorted; a directory prefix ends with '/'."""
+    result = []
+    for prefix in owned:
+        problem = _bad_segment(prefix.removesuffix("/"))
+        if problem:
+            raise InvalidWriteBack(f"owned prefix {prefix!r} is unusable: {problem}",
+                                   "own relative directories such as 'rendered/' and 'decisions/'")
+        result.append(prefix)
+    if not result:
+        raise InvalidWriteBack("no owned prefix given", "own at least one directory, e.g. 'rendered/'")
+    return tuple(sorted(set(result)))
+
+
+def is_under(path: str, prefixes: Iterable[str]) -> bool:
+    """True when `path` is one of `prefixes` or inside one that ends with '/'."""
+    return any(path == prefix or (prefix.endswith("/") and path.startswith(prefix)) for prefix in prefixes)
+
+
+def check_generated(path: str, owned: tuple[str, ...]) -> str:
+    """`path` if the controller may write it; else UnsafePath saying why."""
+    problem = _bad_segment(path) if isinstance(path, str) else "it is not a string"
+    if problem:
+        raise UnsafePath(f"refused to write {path!r}: {problem}", _FIX_PATH)
+    if not is_under(path, owned):
+        raise UnsafePath(f"refused to write {path!r}: it is not under an owned prefix {list(owned)}",
+                         "the controller never edits user files; generate it under an owned prefix")
+    return path
+
+
+def check_no_file_dir_clash(paths: Iterable[str]) -> None:
+    """No generated path may also be a directory of another generated path."""
+    wanted = set(paths)
+    for path in wanted:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if parent in wanted:
+                raise UnsafePath(f"refused to write {path!r}: {parent!r} is generated as a file too",
+                                 "generate each path either as a file or as a directory, not both")
+
+
+def check_no_symlink_on_the_way(root: Path, path: str) -> None:
+    """No existing directory between `root` and `path` may be a symlink."""
+    current = root
+    for segment in path.split("/")[:-1]:
+        current = current / segment
+        if current.is_symlink():
+            raise UnsafePath(f"refused to write {path!r}: {current.relative_to(root)} is a symlink "
+                             "in the repository and could point outside the work tree",
+                             f"replace the symlink {current.relative_to(root)} with a directory in git")

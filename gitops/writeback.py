@@ -1,0 +1,168 @@
+"""Commit the generated tree back to git: render on top of upstream, commit if changed, push.
+
+Owns `publish`, the one write path from the controller into git. Each attempt:
+fetch and hard-reset to the tracked branch's remote head; call the pure
+`render(tree_root) -> Change` on that tree; make the owned paths exactly the
+Change (write what differs, delete owned files that are neither generated nor
+kept); stage them; if the resulting tree equals the previous one, stop with
+"no change"; else create one commit and push it as a fast-forward. A push
+rejected because upstream moved (non-fast-forward, fetch first, lost ref lock)
+is retried from the fetch with a short jittered backoff, up to `max_attempts`:
+the Change is re-rendered on top of the new upstream, never rebased, never
+forced. Any other failure raises a typed gitops error. Given the previous
+pass's result (and no change to the render's inputs outside git), a pass whose
+fetch finds no branch moved stops there: nothing new costs one fetch.
+
+Write-back targets:
+
+- `direct`: the commit's parent is the tracked branch's head; it is pushed to the
+  tracked branch.
+- `branch:NAME`: a review branch for a pull request. Its tree is always "tracked
+  branch head + generated tree", so the PR shows exactly the generated changes
+  against the tracked branch. The commit's parents are the review branch's head
+  (so the push is a fast-forward: no force, history kept) and, when the tracked
+  branch has moved past it, the tracked head too (a merge commit that records
+  the new base, so the PR merges without conflict). No change → no commit. The
+  review branch belongs to the controller: edits pushed to it by hand are
+  replaced by the next pass (they stay in its history). Files kept by `keep`
+  keep the tracked branch's content.
+
+Only paths under the owned prefixes are ever written or deleted (user files such
+as `models/` and `gpus.yaml` are never touched); a generated path that is
+absolute, has `..`, `.` or `.git` segments, passes through a symlink, or is not
+owned is refused before anything is written. Called by the reconcile loop.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitops.change import Change, apply_change, check_change
+from gitops.errors import InvalidWriteBack, PushRejected, PushRetriesExhausted
+from gitops.paths import DEFAULT_OWNED, normalize_owned
+from gitops.workcopy import WorkingCopy, check_branch_name
+
+log = logging.getLogger("gpushare.gitops")
+NO_CHANGE = "no change"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where commits go: the tracked branch (`review is None`) or a review branch."""
+
+    review: str | None = None
+
+    def __str__(self) -> str:
+        return "direct" if self.review is None else f"branch:{self.review}"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """`commit` is the pushed commit, or None when nothing changed.
+
+    `attempts` counts renders (0: skipped, nothing moved since `previous`).
+    `heads` are the remote heads of the tracked and review branch once the
+    generated tree is in place: pass this result as the next pass's `previous`.
+    """
+
+    commit: str | None
+    attempts: int
+    message: str
+    branch: str
+    upstream: str
+    heads: Mapping[str, str | None]
+
+    @property
+    def changed(self) -> bool:
+        return self.commit is not None
+
+
+Render = Callable[[Path], Change]
+
+
+def parse_target(value: str | Target) -> Target:
+    """`direct` or `branch:NAME` (the `--write-back` flag)."""
+    if isinstance(value, Target):
+        return value
+    if value == "direct":
+        return Target()
+    if value.startswith("branch:"):
+        return Target(check_branch_name(value.removeprefix("branch:")))
+    raise InvalidWriteBack(f"write-back target {value!r} is neither 'direct' nor 'branch:NAME'",
+                           "pass --write-back direct, or --write-back branch:gpushare/plan for a review branch")
+
+
+def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...]
+               ) -> tuple[str | None, Change]:
+    """Check out `upstream`, render, write the owned files: (new tree, or None if equal to `base`'s; change)."""
+    copy.checkout(upstream)
+    change = render(copy.root)
+    check_change(change, owned)
+    touched = apply_change(copy.root, change, copy.index(owned), copy.object_format)
+    tree = copy.stage(touched)
+    return (None if tree == copy.tree_of(base) else tree), change
+
+
+def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
+             heads: dict[str, str | None], attempt: int) -> PublishResult | None:
+    """Render on the fetched `heads`, commit if changed, push. None when a newer upstream won."""
+    upstream = heads[copy.branch]
+    branch = target.review or copy.branch
+    base = heads.get(branch) or upstream
+    tree, change = _render_on(copy, upstream, base, render, owned)
+    if tree is None:
+        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, heads)
+    message = change.message.strip()
+    if not message:
+        raise InvalidWriteBack("the generated tree changed but the render gave no commit message",
+                               "return a Change whose message says what changed and why")
+    parents = [base]
+    if base != upstream and not copy.is_ancestor(upstream, base):
+        parents.append(upstream)
+    commit = copy.commit_tree(tree, parents, message + "\n")
+    outcome = copy.push(commit, branch)
+    if outcome.status == "refused":
+        raise PushRejected(f"the remote refused the push to {branch}: {outcome.detail}",
+                           "allow the controller's identity to push to this branch (branch protection, "
+                           "hooks), or write to a review branch with --write-back branch:NAME")
+    if outcome.status == "stale":
+        log.info("push to %s lost the race to a newer upstream (%s); re-rendering", branch, outcome.detail)
+        return None
+    log.info("pushed %s to %s (attempt %d)", commit[:12], branch, attempt)
+    return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit})
+
+
+def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...] = DEFAULT_OWNED,
+            target: str | Target = "direct", previous: PublishResult | None = None,
+            max_attempts: int = 5, backoff_s: float = 0.2,
+            sleep: Callable[[float], None] = time.sleep) -> PublishResult:
+    """Render on top of upstream, commit if the owned tree changed, push; retry lost races.
+
+    `previous`: the last pass's result, to be given only when the render's inputs
+    outside git did not change since; if no branch moved either, nothing is
+    checked out or rendered (a pass with nothing new costs one fetch).
+    """
+    owned = normalize_owned(owned)
+    target = parse_target(target)
+    if target.review == copy.branch:
+        raise InvalidWriteBack(f"review branch {target.review!r} is the tracked branch",
+                               "use --write-back direct, or name a different review branch")
+    also = () if target.review is None else (target.review,)
+    heads = copy.fetch(*also)
+    if previous is not None and heads == dict(previous.heads):
+        return PublishResult(None, 0, NO_CHANGE, target.review or copy.branch, heads[copy.branch], heads)
+    for attempt in range(1, max_attempts + 1):
+        if attempt > 1:
+            sleep(backoff_s * 2 ** (attempt - 2) * random.uniform(0.5, 1.5))
+            heads = copy.fetch(*also)
+        result = _attempt(copy, render, owned, target, heads, attempt)
+        if result is not None:
+            return result
+    raise PushRetriesExhausted(f"{max_attempts} pushes to {target.review or copy.branch} each lost the race "
+                               "to a newer upstream",
+                               "another writer pushes constantly: check that only one controller "
+                               "writes this branch; the next pass tries again")
