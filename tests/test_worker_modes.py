@@ -1,0 +1,190 @@
+"""Residency modes on CPU: same greedy tokens in resident, swap and elastic for three families;
+elastic keeps exactly its resident layers and prefetches one layer ahead into two buffers;
+device-byte accounting never passes a model's budget."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from worker.engine import Generation, SamplingParams
+from worker.errors import BudgetExceeded
+from worker.memory import DeviceLedger
+from worker.residency import decoder_layers, make_residency
+from worker.residency.elastic import ElasticResidency
+from worker.transfer import Transfer
+from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
+
+CPU = torch.device("cpu")
+PROMPT = [72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 5, 6, 7, 8, 9, 10, 11]
+
+
+def loaded(path, mode, *, budget=64 * MiB, resident_layers=None, transfer=None):
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    ledger = DeviceLedger(path.name, budget, CPU)
+    if transfer is not None:
+        residency = ElasticResidency(model, ledger, CPU, pin=False, resident_layers=resident_layers,
+                                     transfer=transfer)
+    else:
+        residency = make_residency(mode, model, ledger, CPU, resident_layers=resident_layers)
+    residency.load()
+    residency.activate()
+    return residency
+
+
+def greedy(residency, *, max_tokens=12, prefill_chunk=8, prompt=PROMPT) -> list[int]:
+    generation = Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=max_tokens, temperature=0),
+                            eos_ids=frozenset(), decode=lambda ids: "", prefill_chunk=prefill_chunk)
+    while not generation.done:
+        generation.step(residency.model, residency.device)
+    return generation.output_ids
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_tokens_are_identical_in_every_mode(tiny_models, family):
+    path = tiny_models[family]
+    reference = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    expected = reference.generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False,
+                                  eos_token_id=None)[0, len(PROMPT):].tolist()
+    got = {
+        "resident": greedy(loaded(path, "resident")),
+        "swap": greedy(loaded(path, "swap")),
+        "elastic-0": greedy(loaded(path, "elastic", resident_layers=0)),
+        "elastic-2": greedy(loaded(path, "elastic", resident_layers=2)),
+        "elastic-3": greedy(loaded(path, "elastic", resident_layers=3)),
+    }
+    assert got == {mode: expected for mode in got}, f"{family}: modes disagree with transformers generate"
+
+
+@pytest.mark.parametrize("resident_layers", [0, 1, 3, 4])
+def test_elastic_keeps_exactly_its_resident_layers_on_the_device(tiny_models, resident_layers):
+    residency = loaded(tiny_models["llama"], "elastic", resident_layers=resident_layers)
+    assert residency.device_resident_layers() == list(range(resident_layers))
+    greedy(residency, max_tokens=3)
+    assert residency.device_resident_layers() == list(range(resident_layers)), "a forward pass left layers behind"
+    streamed = 4 - resident_layers
+    assert len(residency.buffers) == (2 if streamed else 0)
+
+
+def test_elastic_device_bytes_are_resident_slice_plus_two_layer_buffers(tiny_models):
+    residency = loaded(tiny_models["llama"], "elastic", resident_layers=1)
+    layers = decoder_layers(residency.model)
+    layer_bytes = sum(p.numel() * p.element_size() for p in layers[0].parameters())
+    all_bytes = sum(p.numel() * p.element_size() for p in residency.model.parameters()) + sum(
+        b.numel() * b.element_size() for b in residency.model.buffers())
+    buffer_bytes = sum(b.numel() for b in residency.buffers)
+    assert residency.ledger.placed_bytes == all_bytes - 3 * layer_bytes + buffer_bytes
+    assert layer_bytes <= residency.buffers[0].numel() < layer_bytes + 64 * 16, "a buffer holds one aligned layer"
+
+
+class RecordingTransfer(Transfer):
+    """The CPU transfer, logging each copy, each compute wait and each buffer release in order."""
+
+    def __init__(self):
+        super().__init__(CPU)
+        self.log: list[tuple[str, str]] = []
+
+    def copy(self, dst, src, *, after, done):
+        self.log.append(("copy", f"{done.label} after {after.label}"))
+        super().copy(dst, src, after=after, done=done)
+
+    def compute_waits_for(self, event):
+        self.log.append(("wait", event.label))
+
+    def compute_marks(self, event):
+        self.log.append(("mark", event.label))
+
+
+def test_elastic_prefetches_one_layer_ahead_into_alternating_buffers(tiny_models):
+    transfer = RecordingTransfer()
+    residency = loaded(tiny_models["llama"], "elastic", resident_layers=1, transfer=transfer)
+    transfer.log.clear()
+    with torch.inference_mode():
+        residency.model(input_ids=torch.tensor([PROMPT[:4]]))
+    assert transfer.log == [
+        ("copy", "copied:1 after free:init"),  # starts with the model, before embeddings and layer 0
+        ("wait", "copied:1"), ("copy", "copied:2 after free:init"), ("mark", "free:1"),
+        ("wait", "copied:2"), ("copy", "copied:3 after free:1"), ("mark", "free:2"),  # buffer 1 reused after 1
+        ("wait", "copied:3"), ("mark", "free:3"),
+    ]
+
+
+def test_elastic_streams_every_non_resident_layer_once_per_forward_pass(tiny_models):
+    residency = loaded(tiny_models["qwen2"], "elastic", resident_layers=1)
+    streamed: list[int] = []
+    residency.on_streamed_bytes = streamed.append
+    greedy(residency, max_tokens=2, prefill_chunk=64)  # one prefill pass + one decode pass
+    per_pass = [layer.host.numel() for layer in residency.streamed]
+    assert streamed == per_pass * 2
+
+
+@pytest.mark.parametrize("mode,resident_layers", [("resident", None), ("swap", None), ("elastic", 1)])
+def test_device_bytes_never_exceed_the_budget(tiny_models, mode, resident_layers):
+    residency = loaded(tiny_models["gpt2"], mode, budget=4 * MiB, resident_layers=resident_layers)
+    residency.ledger.reserve("kv-cache", 1 * MiB)
+    greedy(residency, max_tokens=4)
+    assert residency.ledger.peak_bytes <= residency.ledger.budget_bytes
+    with pytest.raises(BudgetExceeded) as refused:
+        loaded(tiny_models["gpt2"], mode, budget=residency.ledger.placed_bytes // 2, resident_layers=resident_layers)
+    assert refused.value.reason == "BudgetExceeded" and "raise memoryBudget" in refused.value.message
+
+
+def test_swap_out_drops_the_device_copy_and_swap_in_restores_the_same_answers(tiny_models):
+    residency = loaded(tiny_models["llama"], "swap")
+    before = greedy(residency)
+    assert residency.ledger.placed_bytes > 0 and len(residency.device_resident_layers()) == 4
+    residency.deactivate()
+    assert residency.ledger.placed_bytes == 0 and residency.device_resident_layers() == []
+    assert not residency.on_device
+    residency.activate()
+    assert greedy(residency) == before
+
+
+@pytest.mark.parametrize("case,params,expect", [
+    ("same-seed-same-tokens", dict(temperature=1.0, seed=7), "equal"),
+    ("top-p-tiny-is-greedy", dict(temperature=1.0, top_p=1e-6, seed=3), "greedy"),
+])
+def test_sampling(tiny_models, case, params, expect):
+    residency = loaded(tiny_models["llama"], "resident")
+
+    def run(**p):
+        g = Generation(prompt_ids=list(PROMPT), params=SamplingParams(max_tokens=10, **p), eos_ids=frozenset(),
+                       decode=lambda ids: "")
+        while not g.done:
+            g.step(residency.model, CPU)
+        return g.output_ids
+
+    if expect == "equal":
+        assert run(**params) == run(**params), case
+    else:
+        assert run(**params) == greedy(residency, max_tokens=10, prefill_chunk=512), case
+
+
+class Scripted(torch.nn.Module):
+    """Emits the bytes of 'abcdef' in order, whatever the input; keeps no cache."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, input_ids, cache, use_cache, logits_to_keep):
+        logits = torch.zeros(1, 1, 256)
+        logits[0, 0, ord("abcdef"[min(self.calls, 5)])] = 1
+        self.calls += 1
+        return type("Output", (), {"logits": logits})
+
+
+@pytest.mark.parametrize("case,stop,eos,finish,text", [
+    ("max-tokens", (), frozenset(), "length", "abcdef"),
+    ("stop-string-cut", ("cd",), frozenset(), "stop", "ab"),
+    ("stop-string-never-leaks-a-prefix", ("cx",), frozenset(), "length", "abcdef"),
+    ("eos-token", (), frozenset({ord("d")}), "stop", "abc"),
+])
+def test_generation_stops(case, stop, eos, finish, text):
+    generation = Generation(prompt_ids=[1, 2], params=SamplingParams(max_tokens=6, temperature=0, stop=stop),
+                            eos_ids=eos, decode=lambda ids: bytes(ids).decode())
+    generation._cache = object()  # the scripted model keeps no cache
+    model, pieces = Scripted(), []
+    while not generation.done:
+        pieces.append(generation.step(model, CPU))
+    assert ("".join(p for p in pieces if p), generation.finish_reason) == (text, finish), case

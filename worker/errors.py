@@ -1,0 +1,68 @@
+"""Typed worker errors: each carries a PascalCase `reason`, a message that says what
+failed, why and the fix, and the HTTP status the API answers with.
+
+Raised by config loading, admission, residency, the scheduler and request parsing;
+api.py turns them into OpenAI-shaped error bodies.
+"""
+from __future__ import annotations
+
+
+class WorkerError(Exception):
+    """Base: `reason` (PascalCase) and `message`; `status` is the HTTP status for the API."""
+
+    status = 500
+    error_type = "server_error"
+
+    def __init__(self, reason: str, message: str, *, param: str | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.param = param
+
+
+class ConfigError(WorkerError):
+    """The worker config file is missing, unreadable or does not match its schema."""
+
+
+class ModelLoadError(WorkerError):
+    """A model's files cannot be found or read (shape or weights)."""
+
+
+class BudgetExceeded(WorkerError):
+    """Placing a tensor would take a model's device bytes past its budget."""
+
+
+class InvalidRequest(WorkerError):
+    """A request body is malformed or asks for something the model cannot do (HTTP 400)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class ModelNotFound(WorkerError):
+    """The request names a model this worker does not serve (HTTP 404)."""
+
+    status = 404
+    error_type = "invalid_request_error"
+
+
+class ModelUnavailable(WorkerError):
+    """The model is configured but refused or still loading (HTTP 503)."""
+
+    status = 503
+    error_type = "service_unavailable_error"
+
+    def __init__(self, reason: str, message: str, *, retry_after_s: int | None = None):
+        super().__init__(reason, message)
+        self.retry_after_s = retry_after_s
+
+
+class QueueFull(WorkerError):
+    """More queued requests for a model than server.maxQueuedRequests (HTTP 429)."""
+
+    status = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, reason: str, message: str, *, retry_after_s: int):
+        super().__init__(reason, message)
+        self.retry_after_s = retry_after_s

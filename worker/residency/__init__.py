@@ -1,0 +1,83 @@
+"""Residency modes: how a loaded model's weights occupy the device.
+
+`Residency` is the interface the scheduler and runtime use; `make_residency` picks
+resident.py, swap.py or elastic.py by the configured mode. Each mode allocates
+device memory only through the model's DeviceLedger.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ..memory import DeviceLedger
+
+
+class Residency:
+    """Base: holds the model, its ledger and device; modes override load/activate/deactivate."""
+
+    mode = "resident"
+
+    def __init__(self, model: nn.Module, ledger: DeviceLedger, device: torch.device, *, pin: bool):
+        self.model = model
+        self.ledger = ledger
+        self.device = device
+        self.pin = pin
+        self.on_streamed_bytes: Callable[[int], None] = lambda n: None
+
+    @property
+    def on_device(self) -> bool:
+        """Whether requests can run now (swap models only after activate)."""
+        return True
+
+    def load(self) -> None:
+        raise NotImplementedError
+
+    def activate(self) -> None:
+        """Swap: bring the weights onto the device. Other modes are always active."""
+
+    def deactivate(self) -> None:
+        """Swap: drop the device copy (the host copy is the master). Other modes never leave."""
+
+    def device_resident_layers(self) -> list[int]:
+        """Indices of decoder layers whose every parameter lies in device memory this model placed."""
+        return [i for i, layer in enumerate(decoder_layers(self.model))
+                if all(self.ledger.holds(p) for p in layer.parameters())]
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder-layer list: the ModuleList whose length is the config's layer count."""
+    count = model.config.get_text_config().num_hidden_layers
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList) and len(module) == count:
+            return module
+    raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
+
+
+def place_all(model: nn.Module, ledger: DeviceLedger, *, non_blocking: bool = False,
+              skip: set[int] = frozenset()) -> None:
+    """Point every parameter and buffer (except those whose id is in `skip`) at a ledger-placed device copy."""
+    for param in model.parameters():
+        if id(param) not in skip:
+            param.data = ledger.place(param.data, non_blocking=non_blocking)
+    for module in model.modules():
+        for key, buf in module._buffers.items():
+            if buf is not None and id(buf) not in skip and not ledger.holds(buf):
+                module._buffers[key] = ledger.place(buf, non_blocking=non_blocking)
+
+
+def make_residency(mode: str, model: nn.Module, ledger: DeviceLedger, device: torch.device, *,
+                   resident_layers: int | None = None) -> Residency:
+    from .elastic import ElasticResidency
+    from .resident import ResidentResidency
+    from .swap import SwapResidency
+
+    pin = device.type == "cuda"
+    if mode == "resident":
+        return ResidentResidency(model, ledger, device, pin=pin)
+    if mode == "swap":
+        return SwapResidency(model, ledger, device, pin=pin)
+    if mode == "elastic":
+        return ElasticResidency(model, ledger, device, pin=pin, resident_layers=resident_layers or 0)
+    raise ValueError(f"unknown mode {mode!r}")

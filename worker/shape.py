@@ -1,0 +1,152 @@
+"""A model's real shape, read before loading: weight bytes per part and per decoder layer,
+KV-cache bytes per token, activation bytes, from config.json and safetensors headers only.
+
+Called by the worker runtime before admission (no weights are read) and by elastic
+residency for the streaming-buffer alignment rule.
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelLoadError
+
+ALIGN_BYTES = 64  # every tensor packed into a streaming buffer starts on this boundary
+PREFILL_CHUNK_TOKENS = 512  # prefill runs in chunks of this many tokens (bounds the activation peak)
+
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
+_TORCH_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+_LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+_EMBEDDING = re.compile(r"embed|(?:^|\.)(?:wte|wpe)\.")
+
+
+def align(nbytes: int) -> int:
+    return -(-nbytes // ALIGN_BYTES) * ALIGN_BYTES
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Bytes of one model at its compute dtype; `layer_buffer_bytes` is a layer packed with alignment."""
+
+    dtype: str
+    embedding_bytes: int
+    layer_bytes: tuple[int, ...]
+    layer_buffer_bytes: tuple[int, ...]
+    other_bytes: int  # final norm, LM head and anything outside the decoder layers
+    kv_bytes_per_token: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    vocab_size: int
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.embedding_bytes + sum(self.layer_bytes) + self.other_bytes
+
+    @property
+    def total_layers(self) -> int:
+        return len(self.layer_bytes)
+
+    @property
+    def element_bytes(self) -> int:
+        return _TORCH_DTYPE_BYTES[self.dtype]
+
+    def activation_bytes(self, context_tokens: int) -> int:
+        """Peak activation of one sequence: a prefill chunk's hidden states, MLP and attention
+        scores against the whole context, plus float32 logits and sampling scratch for one token."""
+        chunk = min(PREFILL_CHUNK_TOKENS, context_tokens)
+        per_chunk = chunk * (4 * self.hidden_size + 2 * self.intermediate_size
+                             + self.num_attention_heads * context_tokens)
+        return per_chunk * self.element_bytes + 3 * self.vocab_size * 4
+
+
+def read_safetensors_header(path: Path) -> dict[str, dict]:
+    """The tensor table of one .safetensors file: name -> {dtype, shape, data_offsets}."""
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    header.pop("__metadata__", None)
+    return header
+
+
+def read_shape(model_dir: Path, dtype: str = "auto") -> ModelShape:
+    """The shape of the model saved in `model_dir` at `dtype` ("auto": the checkpoint's own)."""
+    model_dir = Path(model_dir)
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError("ModelUnreadable", f"cannot read {model_dir}/config.json: {exc}; "
+                             "point spec.model at a saved transformers model directory") from exc
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError("ModelUnreadable", f"{model_dir} has no *.safetensors file; the worker "
+                             "sizes and loads safetensors checkpoints only (re-save with safe_serialization)")
+    tensors: dict[str, dict] = {}
+    for file in files:
+        tensors.update(read_safetensors_header(file))
+    return shape_from(config, tensors, dtype)
+
+
+def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> ModelShape:
+    """Pure: a ModelShape from a config.json dict and a safetensors tensor table."""
+    text = config.get("text_config", config)
+    target = _compute_dtype(config, tensors, dtype)
+    layers = _get(text, "num_hidden_layers", "n_layer")
+    heads = _get(text, "num_attention_heads", "n_head")
+    hidden = _get(text, "hidden_size", "n_embd")
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or hidden // heads
+    intermediate = text.get("intermediate_size") or text.get("n_inner") or 4 * hidden
+    embedding = other = 0
+    per_layer = [0] * layers
+    per_layer_aligned = [0] * layers
+    for name, info in tensors.items():
+        nbytes = _tensor_bytes(info, target)
+        layer = _LAYER.search(name)
+        if layer and int(layer.group(1)) < layers:
+            per_layer[int(layer.group(1))] += nbytes
+            per_layer_aligned[int(layer.group(1))] += align(nbytes)
+        elif _EMBEDDING.search(name):
+            embedding += nbytes
+        else:
+            other += nbytes
+    element = _TORCH_DTYPE_BYTES[target]
+    return ModelShape(
+        dtype=target, embedding_bytes=embedding, layer_bytes=tuple(per_layer),
+        layer_buffer_bytes=tuple(per_layer_aligned), other_bytes=other,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * element,
+        hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
+        vocab_size=_get(text, "vocab_size"),
+    )
+
+
+def _get(config: dict, *keys: str) -> int:
+    for key in keys:
+        if config.get(key):
+            return int(config[key])
+    raise ModelLoadError("ModelUnreadable", f"config.json has none of {list(keys)}; the worker supports "
+                         "decoder-only transformers causal LMs")
+
+
+def _compute_dtype(config: dict, tensors: dict[str, dict], dtype: str) -> str:
+    if dtype != "auto":
+        return dtype
+    declared = config.get("dtype") or config.get("torch_dtype")
+    if declared in _TORCH_DTYPE_BYTES:
+        return declared
+    stored = {info["dtype"] for info in tensors.values() if info["dtype"] in _FLOAT_DTYPES}
+    return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}.get(next(iter(sorted(stored)), "F32"), "float32")
+
+
+def _tensor_bytes(info: dict, target: str) -> int:
+    numel = 1
+    for dim in info["shape"]:
+        numel *= dim
+    if info["dtype"] in _FLOAT_DTYPES:
+        return numel * _TORCH_DTYPE_BYTES[target]
+    return numel * _DTYPE_BYTES[info["dtype"]]
