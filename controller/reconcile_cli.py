@@ -123,7 +123,8 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
     return 0 if failures == 0 else 1
 
 
-def show(result: OfflineResult, out=sys.stdout, *, table: bool = True) -> None:
+def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
+    out = out or sys.stdout
     published, output = result.published, result.output
     if output is not None and table:
         out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors))
