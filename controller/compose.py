@@ -30,9 +30,10 @@ from controller.names import (dns_label, is_dns_label, is_label_value, profile_c
                               service_name, worker_name)
 from controller.occupancy import device_bytes
 from controller.planmd import Change, decision_changes, plan_markdown
-from controller.render import RenderError, dump, render_documents
+from controller.render import RenderError, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
 from controller.types import API_VERSION, Decision, ElasticModel, GpuSlot, Pending, Plan
+from controller.yamlout import dump
 from controller.workerconfig import entry_problem, model_entry, worker_config
 
 RENDERED = "rendered"

@@ -5,7 +5,9 @@ pass. The parsers (`load_documents`, `parse_model`, `parse_profile`,
 `parse_inventory`, `combine`) are pure and shared with cluster mode, which
 feeds them custom resources, ConfigMap contents and node labels. `load_repo`
 and `load_previous_decisions` are the thin directory readers offline mode and
-the git adapter call. A bad file or document never stops the others loading.
+the git adapter call; `read_models` and `read_profiles` read one tree each, for
+cluster mode to combine with what the cluster holds. A bad file or document
+never stops the others loading.
 
 Every schema violation becomes exactly one InputError per JSON path, with a
 PascalCase reason, a message that says what is wrong and a fix.
@@ -40,8 +42,8 @@ Documents = list[tuple[int, Any]]
 
 # ---------------------------------------------------------------- YAML text -> documents
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping with the same key twice (PyYAML silently keeps the last)."""
+class _UniqueKeyLoader(yaml.CSafeLoader):
+    """libyaml's safe loader, refusing a mapping with the same key twice (PyYAML silently keeps the last)."""
 
 
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -116,6 +118,8 @@ def _show(value: Any) -> str:
 
 def _schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
     """One InputError per offending JSON path (the most relevant violation there), in path order."""
+    if schemas.is_valid(schema)(doc):
+        return []
     best: dict[str, InputError] = {}
     for err in sorted(schemas.validator(schema).iter_errors(doc), key=relevance, reverse=True):
         for path, reason, message, fix in _explain(err, schema):
@@ -304,11 +308,11 @@ def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[Gpu
 
 def combine(models: Iterable[ElasticModel], profiles: Iterable[Profile], slots: Iterable[GpuSlot],
             errors: Iterable[InputError] = ()) -> Inputs:
-    """Inputs from parsed values: a duplicate model name or (model, GPU product) profile is an error on
-    every occurrence, and none of them is planned."""
+    """Inputs from parsed values: a duplicate model name is an error on every occurrence, and none of them
+    is planned; duplicate profiles follow `_unique_profiles`."""
     errors = list(errors)
     kept_models = _unique(list(models), lambda m: m.key, _duplicate_model, errors)
-    kept_profiles = _unique(list(profiles), lambda p: p.key, _duplicate_profile, errors)
+    kept_profiles = _unique_profiles(list(profiles), errors)
     return Inputs(models=tuple(kept_models), profiles=tuple(kept_profiles), slots=tuple(slots),
                   errors=tuple(errors))
 
@@ -321,6 +325,27 @@ def _unique(items: list, key: Callable, report: Callable, errors: list[InputErro
         if len(group) > 1:
             errors.extend(report(item, [o for o in group if o is not item]) for item in group)
     return [item for item in items if len(groups[key(item)]) == 1]
+
+
+def _unique_profiles(profiles: list[Profile], errors: list[InputError]) -> list[Profile]:
+    """One profile per (model, GPU product). A measured profile supersedes estimated ones for its key
+    (a profiler Job measured what the estimate only predicted): the estimates are dropped silently.
+    Two measured profiles, or two estimated ones with none measured, are an error on each of them
+    and none of that key is used."""
+    groups = defaultdict(list)
+    for profile in profiles:
+        groups[profile.key].append(profile)
+    kept = []
+    for profile in profiles:
+        group = groups[profile.key]
+        contenders = [p for p in group if p.source == "measured"] or group
+        if not any(profile is c for c in contenders):
+            continue  # an estimate superseded by a measurement
+        if len(contenders) == 1:
+            kept.append(profile)
+        else:
+            errors.append(_duplicate_profile(profile, [c for c in contenders if c is not profile]))
+    return kept
 
 
 def _where(source: Source | None) -> str:
@@ -338,9 +363,10 @@ def _duplicate_model(model: ElasticModel, others: list[ElasticModel]) -> InputEr
 def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
     elsewhere = "; ".join(str(o.file) for o in others)
     return InputError(str(profile.file), None, "model", reason="DuplicateProfile",
-                      message=(f"a second profile for {profile.model} on {profile.gpu_product} is in {elsewhere}; "
-                               "neither is used"),
-                      fix="keep one profile per (model, gpu.product): delete the stale one")
+                      message=(f"a second {profile.source} profile for {profile.model} on {profile.gpu_product} is in "
+                               f"{elsewhere}; neither is used"),
+                      fix="keep one profile per (model, gpu.product) and source (a measured one supersedes "
+                          "an estimated one): delete the stale one")
 
 
 # ---------------------------------------------------------------- directory readers (the only I/O)
@@ -367,10 +393,21 @@ def load_repo(root: Path) -> Inputs:
     Other trees (rendered/, decisions/, ...) are ignored. Files are read in sorted order.
     """
     root = Path(root)
-    models, errors = _parse_tree(root, MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)))
-    profiles, profile_errors = _parse_tree(root, PROFILES_DIR, parse_profile)
+    models, errors = read_models(root)
+    profiles, profile_errors = read_profiles(root)
     slots, inventory_errors = _parse_inventory_file(root)
     return combine(models, profiles, slots, errors + profile_errors + inventory_errors)
+
+
+def read_models(root: Path) -> tuple[list[ElasticModel], list[InputError]]:
+    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does)."""
+    return _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)))
+
+
+def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:
+    """Every profile under profiles/**, not yet checked for duplicates (`combine` does). Cluster mode adds
+    the profiles it finds in ConfigMaps to these before combining."""
+    return _parse_tree(Path(root), PROFILES_DIR, parse_profile)
 
 
 def _parse_tree(root: Path, sub: str, parse: Callable) -> tuple[list, list[InputError]]:

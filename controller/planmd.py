@@ -77,8 +77,11 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
         f"{len(placed)} placed on {len(slots)} GPU slots · {len(plan.pending)} awaiting a profile · "
         f"{len(refused)} refused · {len(errors)} not rendered.",
     ]
+    on_slot: dict[str | None, list[Decision]] = {}
+    for d in placed:
+        on_slot.setdefault(d.slot, []).append(d)
     for slot in sorted(slots, key=lambda s: (s.node, s.index)):
-        lines += _slot_section(slot, [d for d in placed if d.slot == slot.id], by_key)
+        lines += _slot_section(slot, on_slot.get(slot.id, []), by_key)
     lines += _section("Awaiting a profile", ("model", "model id", "GPU product", "reason"),
                       [(f"{p.namespace}/{p.name}", p.model, p.gpu_product, p.reason)
                        for p in sorted(plan.pending, key=lambda p: p.key)])

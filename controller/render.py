@@ -9,6 +9,7 @@ controller.compose (to render).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import yaml
@@ -33,6 +34,17 @@ class RenderError(Exception):
         self.detail = detail
 
 
+_NEEDS_ESCAPE = re.compile(r'[^ !#-\[\]-~]')  # anything but printable ASCII, and `"` and `\`
+
+
+def _escape(match: re.Match) -> str:
+    ch = match.group()
+    if ch in '"\\':
+        return "\\" + ch
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def yaml_quote(value: object) -> Quoted:
     """A YAML double-quoted scalar that parses back to exactly `str(value)`.
 
@@ -40,19 +52,7 @@ def yaml_quote(value: object) -> Quoted:
     (\\uXXXX, or \\UXXXXXXXX beyond the BMP, which YAML decodes without surrogates),
     so newlines, `{{ }}`, `: `, `#`, `---` and unicode stay inside the string.
     """
-    out = ['"']
-    for ch in str(value):
-        code = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 0x20 <= code <= 0x7E:
-            out.append(ch)
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    out.append('"')
-    return Quoted("".join(out))
+    return Quoted(f'"{_NEEDS_ESCAPE.sub(_escape, str(value))}"')
 
 
 def _finalize(value: object) -> object:
@@ -93,21 +93,3 @@ def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[
         if not isinstance(doc, dict):
             raise RenderError(template, f"a document is a {type(doc).__name__}, not a mapping")
     return docs
-
-
-class _Dumper(yaml.CSafeDumper):
-    """libyaml's safe dumper, writing multi-line strings (an embedded worker.yaml) as literal blocks."""
-
-
-def _represent_str(dumper: yaml.CSafeDumper, value: str) -> yaml.Node:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _represent_str)
-
-
-def dump(doc: object) -> str:
-    """Canonical YAML: sorted keys, block style, unicode kept, no line folding, multi-line text as `|` blocks
-    (PyYAML falls back to a quoted scalar whenever a block could not round-trip the text)."""
-    return yaml.dump(doc, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True, width=10**6)

@@ -35,8 +35,14 @@ def _entry_validator() -> Draft202012Validator:
     return Draft202012Validator(schemas.load("worker-config")["properties"]["models"]["items"])
 
 
+_PROBE_SLOT = {"id": "probe", "product": "probe", "capacityBytes": 1}
+
+
 def entry_problem(entry: dict) -> str | None:
     """Why one model entry breaks the worker-config schema, or None when it is valid."""
+    if schemas.is_valid("worker-config")({"apiVersion": API_VERSION, "kind": "WorkerConfig", "slot": _PROBE_SLOT,
+                                          "models": [entry]}):
+        return None
     errors = sorted(_entry_validator().iter_errors(entry), key=lambda e: list(e.absolute_path))
     if not errors:
         return None
@@ -53,5 +59,6 @@ def worker_config(slot: GpuSlot, entries: Sequence[dict], verdicts: tuple[str, s
         "verdicts": {"configMap": {"namespace": verdicts[0], "name": verdicts[1]}},
         "models": list(entries),
     }
-    schemas.validator("worker-config").validate(doc)
+    if not schemas.is_valid("worker-config")(doc):
+        schemas.validator("worker-config").validate(doc)  # raises, explaining what is wrong
     return doc

@@ -7,10 +7,12 @@ a field.
 """
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 from pathlib import Path
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 
 SCHEMA_DIR = Path(__file__).resolve().parent
@@ -25,3 +27,20 @@ def load(name: str) -> dict:
 @lru_cache(maxsize=None)
 def validator(name: str) -> Draft202012Validator:
     return Draft202012Validator(load(name))
+
+
+@lru_cache(maxsize=None)
+def is_valid(name: str):
+    """A fast yes/no check of the same schema (compiled to Python by fastjsonschema). Callers use it to
+    skip `validator(name)` for valid documents; jsonschema still explains every invalid one."""
+    # A copy (compile may annotate the schema), and no defaults written into the checked document.
+    compiled = fastjsonschema.compile(copy.deepcopy(load(name)), use_default=False)
+
+    def check(doc: object) -> bool:
+        try:
+            compiled(doc)
+        except fastjsonschema.JsonSchemaValueException:
+            return False
+        return True
+
+    return check
