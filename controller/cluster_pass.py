@@ -31,7 +31,7 @@ from controller.estimate import profile_relpath
 from controller.load import (PROFILES_DIR, combine, load_decision_records, load_documents, parse_model,
                              parse_profile, read_models, read_profiles)
 from controller.offline import PLAN_MD
-from controller.reconcile import PassOutput, run_pass
+from controller.reconcile import PassOutput, available_processes, run_pass
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
 from gitops import Change
 from gitops.paths import DEFAULT_OWNED
@@ -110,7 +110,8 @@ def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
         [*model_errors, *(e for e in profile_errors if e.file not in replaced), *facts.errors, *measured.errors])
     plan_md = root / PLAN_MD
     output = run_pass(inputs, load_decision_records(root),
-                      last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None)
+                      last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None,
+                      processes=available_processes())
     new = [path for path, text in measured.files.items() if _differs(root / path, text)]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
     change = Change(files=files, message=_message(output, new, measured.sources), keep=_committed_measured(root))

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import jsonschema
@@ -77,18 +79,20 @@ class _Served:
     entry: dict
 
 
+PARALLEL_MIN_DECISIONS = 2000  # below this, one process renders faster than several start
+
+
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
             previous: Mapping[tuple[str, str], Decision], *,
-            compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = ()) -> Rendered:
+            compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = (),
+            processes: int = 1) -> Rendered:
+    """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
+    slots render in that many forked processes; the result is byte-identical to one process."""
     compositions = load_compositions() if compositions is None else compositions
-    by_key = {m.key: m for m in models}
-    tree, errors = _Tree(), []
-    _profiling_step(plan.pending, by_key, compositions, tree, errors)
-    workers, refused = _group(plan.decisions, by_key, {s.id: s for s in slots}, compositions, errors)
-    served = _serving_step(workers, compositions, tree, errors)
-    for decision in sorted(refused + served, key=lambda d: d.key):
-        _guarded(errors, lambda d: tree.add([_decision_file(d, by_key[d.key])], [f"{d.namespace}/{d.name}"]),
-                 decision)
+    if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
+        tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
+    else:
+        tree, errors = _objects(models, plan, slots, compositions)
     changes = decision_changes(previous, plan)
     tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes)
     return Rendered(
@@ -97,6 +101,58 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         owners={path: tuple(sorted(refs)) for path, refs in sorted(tree.owners.items())},
         changes=changes,
     )
+
+
+def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
+             compositions: Mapping[str, Composition]) -> tuple[_Tree, list[ComposeError]]:
+    """Every generated file but PLAN.md: profiler Jobs, worker objects, Services, decision files."""
+    by_key = {m.key: m for m in models}
+    tree, errors = _Tree(), []
+    _profiling_step(plan.pending, by_key, compositions, tree, errors)
+    workers, refused = _group(plan.decisions, by_key, {s.id: s for s in slots}, compositions, errors)
+    served = _serving_step(workers, compositions, tree, errors)
+    for decision in sorted(refused + served, key=lambda d: d.key):
+        _guarded(errors, lambda d: tree.add([_decision_file(d, by_key[d.key])], [f"{d.namespace}/{d.name}"]),
+                 decision)
+    return tree, errors
+
+
+def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositions, processes: int):
+    """Split the slots into `processes` groups of about equal decision counts (the pending and slot-less
+    decisions go with the first), render each group's objects in a forked process, merge."""
+    on_slot: dict[str | None, list[Decision]] = defaultdict(list)
+    for decision in plan.decisions:
+        on_slot[decision.slot].append(decision)
+    ordered = sorted(slots, key=lambda s: s.id)
+    share = math.ceil(len(plan.decisions) / processes)
+    parts: list[tuple[list[GpuSlot], list[Decision]]] = [([], list(on_slot.get(None, [])))]
+    for slot in ordered:
+        if len(parts[-1][1]) >= share and len(parts) < processes:
+            parts.append(([], []))
+        parts[-1][0].append(slot)
+        parts[-1][1].extend(on_slot.get(slot.id, []))
+    global _FORKED_JOBS
+    _FORKED_JOBS = [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()), part_slots,
+                     compositions) for i, (part_slots, decisions) in enumerate(parts)]
+    try:  # the forked processes inherit the jobs (compositions hold Jinja environments, which do not pickle)
+        with ProcessPoolExecutor(len(parts), mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_objects_job, range(len(parts))))
+    finally:
+        _FORKED_JOBS = []
+    tree, errors = _Tree(), []
+    for files, owners, part_errors in results:
+        for path, text in files.items():
+            tree.add([(path, text)], sorted(owners[path]))  # the groups are disjoint; add() still checks
+        errors.extend(part_errors)
+    return tree, errors
+
+
+_FORKED_JOBS: list[tuple] = []
+
+
+def _objects_job(index: int) -> tuple[dict[str, str], dict[str, set[str]], list[ComposeError]]:
+    tree, errors = _objects(*_FORKED_JOBS[index])
+    return tree.files, dict(tree.owners), errors
 
 
 def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: object) -> bool:

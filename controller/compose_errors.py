@@ -17,6 +17,9 @@ class ComposeError(Exception):
         self.message = message
         self.fix = fix
 
+    def __reduce__(self):  # crosses process boundaries intact (compose renders large passes in parallel)
+        return (type(self), (self.ref, self.message, self.fix))
+
     def for_ref(self, ref: str) -> ComposeError:
         """The same failure reported against another model that shares the failed object."""
         return type(self)(ref, self.message, self.fix)

@@ -453,7 +453,7 @@ def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
     records = {}
     for path in _yaml_files(Path(root), DECISIONS_DIR):
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+            doc = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
             decision = decision_from_dict(doc["status"]["assigned"])
         except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError):
             continue

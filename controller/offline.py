@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.load import load_decision_records, load_repo
-from controller.reconcile import PassOutput, run_pass
+from controller.reconcile import PassOutput, available_processes, run_pass
 from gitops import Change, PublishResult, Target, WorkingCopy, publish
 
 PLAN_MD = Path("rendered") / "PLAN.md"
@@ -27,7 +27,8 @@ def pass_over(root: Path) -> PassOutput:
     """The pass over a checked-out GitOps tree (pure but for reading files)."""
     plan_md = root / PLAN_MD
     return run_pass(load_repo(root), load_decision_records(root),
-                    last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None)
+                    last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None,
+                    processes=available_processes())
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

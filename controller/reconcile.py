@@ -12,6 +12,7 @@ reported. A model whose document is gone is removed.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -42,14 +43,20 @@ class PassOutput:
 
 
 def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
-             compositions: Mapping[str, Composition] | None = None) -> PassOutput:
-    """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md."""
+             compositions: Mapping[str, Composition] | None = None, processes: int = 1) -> PassOutput:
+    """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
+    `processes`: how many processes may render a large pass (see compose)."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
-                       last_changes=last_change_lines(last_plan_md))
+                       last_changes=last_change_lines(last_plan_md), processes=processes)
     return PassOutput(planned, result, rendered, revived, commit_message(rendered.changes, rendered, revived))
+
+
+def available_processes() -> int:
+    """The CPUs this process may run on (at most 4): how many processes render a large pass."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
 def revive_last_good(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord]) -> tuple[Inputs, tuple[str, ...]]:

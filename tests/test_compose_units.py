@@ -209,3 +209,22 @@ def _outcome(check) -> str:
 def test_custom_resources_have_no_built_in_schema():
     with pytest.raises(NoSchema):
         validate_object({"apiVersion": "gpushare.dev/v1alpha1", "kind": "ElasticModel", "metadata": {"name": "x"}})
+
+
+def test_parallel_render_is_byte_identical_to_one_process(monkeypatch):
+    import pickle
+
+    from controller import compose as compose_module
+    from controller.load import load_repo
+    from controller.plan import plan as make_plan
+    from controller.compose_errors import UnknownComposition
+
+    inputs = load_repo(REPO_ROOT / "examples" / "fleet")
+    result = make_plan(inputs)
+    serial = compose_module.compose(inputs.models, result, inputs.slots, {})
+    monkeypatch.setattr(compose_module, "PARALLEL_MIN_DECISIONS", 1)
+    parallel = compose_module.compose(inputs.models, result, inputs.slots, {}, processes=2)
+    assert parallel.files == serial.files and parallel.owners == serial.owners
+    error = pickle.loads(pickle.dumps(UnknownComposition("llm/a", "no such composition", "fix it")))
+    assert (error.reason, error.ref, error.message, error.fix) == ("UnknownComposition", "llm/a",
+                                                                    "no such composition", "fix it")
