@@ -129,11 +129,11 @@ def _cell(text: str) -> str:
 
 
 def _slo(model: ElasticModel | None, d: Decision) -> str:
-    if model is None or not model.has_slo:
-        return "-"
-    terms = [f"{name} ≤ {value:g} ms" for name, value in (("TTFT", model.slo.ttft_ms), ("TPOT", model.slo.tpot_ms))
-             if value is not None]
-    verdict = {True: "met", False: "missed", None: "unknown"}[d.slo_met]
+    targets = (("TTFT", model.slo.ttft_ms), ("TPOT", model.slo.tpot_ms)) if model is not None else ()
+    terms = [f"{name} ≤ {value:g} ms" for name, value in targets if value is not None]
+    if not terms:
+        return "-"  # no latency target set
+    verdict = {True: "met", False: "missed", None: "not predicted"}[d.slo_met]
     return f"{', '.join(terms)} ({verdict})"
 
 
