@@ -5,7 +5,7 @@ release KUBERNETES_VERSION, unknown fields included, using the strict schemas th
 kubernetes-validate ships, as `kubernetes_validate.validate(doc, version, strict=True)`
 does. Two validators per kind, both compiled once per process: a fast one
 (fastjsonschema compiles the kind's schema and the definitions it reaches into
-Python code, ~15× faster) that passes the valid objects, and the reference one
+Python code) that passes the valid objects, and the reference one
 (jsonschema) that explains every object the fast one rejects, so a failure always
 carries jsonschema's path and message. Every object is validated in full.
 Called by controller.compose; tests keep it in agreement with kubernetes_validate.

@@ -2,8 +2,8 @@
 
 Owns the one writer of generated YAML (rendered manifests, decisions). It handles
 exactly the JSON data model (dict, list, str, int, float, bool, None), which is all
-a Kubernetes object holds, and is about 15× faster than PyYAML's representer, which
-dominated a 10,000-model pass. Strings are plain only when they match a conservative
+a Kubernetes object holds, and replaces PyYAML's representer, which dominated a
+10,000-model pass (bench/reconcile_scale.py). Strings are plain only when they match a conservative
 pattern that no YAML 1.1 or 1.2 parser reads as anything but that string; otherwise
 they are double-quoted with every non-ASCII or control character escaped
 (controller.render.yaml_quote), or written as a `|` block when they are multi-line
