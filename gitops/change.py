@@ -1,25 +1,28 @@
-"""The desired generated tree (`Change`) and making the work tree match it.
+"""The desired generated tree (`Change`) and the edit that turns upstream's tree into it.
 
-Owns what a render returns and how it lands on disk: every generated and kept
-path is checked (owned, inside the tree) before anything is written; owned
-files neither generated nor kept are deleted; a generated file whose blob the
-checked-out commit already holds is not touched; nothing is written through a
-symlink. Returns the paths it wrote or deleted, which are exactly what gets
-staged. Called by gitops.writeback.
+Owns what a render returns and the pure rules for landing it in git: every
+generated and kept path is checked (owned, inside the tree) before anything is
+written; owned files neither generated nor kept are removed; a generated file
+whose blob upstream already holds at that path is left as it is (no new
+object, same tree entry); nothing is written through a symlink nor over a
+kept or user file. `plan_edit` turns (Change, upstream's entries) into a
+`TreeEdit`: the index entries to remove and add and the new blobs, which
+gitops.workcopy writes into the object store. No disk, no git: called by
+gitops.writeback.
 """
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from gitops.errors import UnsafePath
 from gitops.git import blob_id
-from gitops.paths import check_generated, check_no_file_dir_clash, check_no_symlink_on_the_way, is_under
+from gitops.paths import check_generated, check_no_file_dir_clash, is_under
 
-_REGULAR_FILE = ("100644", "100755")
+SYMLINK = "120000"
+REGULAR_FILE = ("100644", "100755")
+# path -> (mode, object id), as `git ls-tree -r` lists a commit's files, symlinks and submodules.
+Entries = Mapping[str, tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,19 @@ class Change:
     keep: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True)
+class TreeEdit:
+    """Upstream's tree -> the generated tree: paths to remove, entries to add, blobs to write first."""
+
+    remove: tuple[str, ...] = ()
+    add: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # path -> (mode, blob id)
+    blobs: Mapping[str, bytes] = field(default_factory=dict)  # blob id -> content
+
+    @property
+    def empty(self) -> bool:
+        return not self.remove and not self.add
+
+
 def check_change(change: Change, owned: tuple[str, ...]) -> None:
     """Every generated and kept path is safe and owned; nothing is written before this passes."""
     for path in change.files:
@@ -47,52 +63,56 @@ def check_change(change: Change, owned: tuple[str, ...]) -> None:
     check_no_file_dir_clash(change.files)
 
 
-def _prune_empty_parents(root: Path, path: Path) -> None:
-    parent = path.parent
-    while parent != root and not any(parent.iterdir()):
-        parent.rmdir()
-        parent = parent.parent
+def _parents(path: str) -> list[str]:
+    """The directories `path` lies in, outermost first: 'a/b/c' -> ['a', 'a/b']."""
+    parts = path.split("/")
+    return ["/".join(parts[:depth]) for depth in range(1, len(parts))]
 
 
-def _write(root: Path, path: str, data: bytes, safe_dirs: set[Path]) -> None:
-    """Write one generated file as a regular file, never through a symlink."""
-    target = root / path
-    if target.parent not in safe_dirs:
-        check_no_symlink_on_the_way(root, path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        safe_dirs.add(target.parent)
-    try:
-        mode = os.lstat(target).st_mode
-    except FileNotFoundError:
-        mode = 0
-    if stat.S_ISLNK(mode):
-        target.unlink()
-    elif stat.S_ISDIR(mode):
-        raise UnsafePath(f"refused to write {path!r}: a directory with kept files is in the way",
-                         "stop keeping the files under it, or generate another path")
-    target.write_bytes(data)
-
-
-def apply_change(root: Path, change: Change, index: Mapping[str, tuple[str, str]],
-                 object_format: str = "sha1") -> list[str]:
-    """Make the owned files under `root` what `change` says; the paths written or deleted.
-
-    `index` holds the owned entries (path -> (mode, blob id)) of the commit just
-    checked out, so a generated file whose blob is already there is not touched.
-    """
-    touched = []
-    for path in index:
-        if path not in change.files and not is_under(path, change.keep):
-            check_no_symlink_on_the_way(root, path)
-            (root / path).unlink(missing_ok=True)
-            _prune_empty_parents(root, root / path)
-            touched.append(path)
-    safe_dirs: set[Path] = set()
-    for path in sorted(change.files):
-        data = change.files[path]
-        entry = index.get(path)
-        if entry is not None and entry[0] in _REGULAR_FILE and entry[1] == blob_id(data, object_format):
+def _check_nothing_on_the_way(path: str, surviving: Entries) -> None:
+    """No directory `path` lies in is, upstream, a file or symlink that stays (kept or not owned)."""
+    for parent in _parents(path):
+        entry = surviving.get(parent)
+        if entry is None:
             continue
-        _write(root, path, data, safe_dirs)
-        touched.append(path)
-    return touched
+        if entry[0] == SYMLINK:
+            raise UnsafePath(f"refused to write {path!r}: {parent} is a symlink in the repository "
+                             "and could point outside the work tree",
+                             f"replace the symlink {parent} with a directory in git")
+        raise UnsafePath(f"refused to write {path!r}: {parent} is a kept or user file in the way",
+                         f"stop keeping {parent}, or generate another path")
+
+
+def plan_edit(change: Change, upstream: Entries, owned: tuple[str, ...],
+              object_format: str = "sha1") -> TreeEdit:
+    """The edit that makes upstream's owned paths exactly `change` (checked with `check_change` first).
+
+    `upstream` holds the entries of upstream's commit under the owned prefixes
+    and the directories they lie in (enough to see a symlink or a file on the
+    way). Raises UnsafePath when a generated path would go through a symlink,
+    replace a kept or user file, or replace a directory holding one.
+    """
+    remove = tuple(path for path in upstream if is_under(path, owned)
+                   and path not in change.files and not is_under(path, change.keep))
+    removed = set(remove)
+    surviving = {path: entry for path, entry in upstream.items() if path not in removed}
+    surviving_dirs = {parent for path in surviving for parent in _parents(path)}
+    add: dict[str, tuple[str, str]] = {}
+    blobs: dict[str, bytes] = {}
+    checked_dirs: set[str] = set()
+    for path in sorted(change.files):
+        directory = path.rpartition("/")[0]
+        if directory not in checked_dirs:
+            _check_nothing_on_the_way(path, surviving)
+            checked_dirs.add(directory)
+        if path in surviving_dirs:
+            raise UnsafePath(f"refused to write {path!r}: a directory with kept files is in the way",
+                             "stop keeping the files under it, or generate another path")
+        data = change.files[path]
+        blob = blob_id(data, object_format)
+        mode, current = upstream.get(path, (None, None))
+        if mode in REGULAR_FILE and current == blob:
+            continue
+        add[path] = (mode if mode in REGULAR_FILE else "100644", blob)
+        blobs[blob] = data
+    return TreeEdit(remove, add, blobs)

@@ -153,16 +153,19 @@ class Git:
         return redact(text, self._credentials.secrets() if self._credentials is not None else ())
 
     def run(self, *args: str, ok_codes: tuple[int, ...] = (0,), stdin: bytes | None = None,
-            config: dict[str, str] | None = None) -> Result:
-        """Run git (with `config` as `-c key=value`); an exit code outside `ok_codes` raises the classified error."""
+            config: dict[str, str] | None = None, env: dict[str, str] | None = None) -> Result:
+        """Run git (with `config` as `-c key=value`, `env` added to the clean environment).
+
+        An exit code outside `ok_codes` raises the classified error.
+        """
         argv = ["git"]
         for key, value in {"credential.helper": "", **(config or {})}.items():
             argv += ["-c", f"{key}={value}"]
         argv += ["-C", str(self.cwd), *args]
         if log.isEnabledFor(logging.DEBUG):
             log.debug("git %s", self.redact(" ".join(args)))
-        proc = subprocess.Popen(argv, env=self._env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(argv, env={**self._env, **(env or {})}, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
             stdout, stderr_bytes = proc.communicate(stdin, timeout=self._timeout_s)
         except subprocess.TimeoutExpired:

@@ -3,14 +3,13 @@
 Owns the pure rules: an owned prefix is a relative directory (`rendered/`) or
 file path; a generated path must be relative, normalized, free of `..`, `.` and
 `.git` segments, and under an owned prefix, so the controller never writes
-outside the work tree nor edits a user file (`models/`, `gpus.yaml`). Also the
-on-disk check that no directory on the way is a symlink (a committed symlink
-could otherwise point a write outside the tree). Called by gitops.writeback.
+outside the work tree nor edits a user file (`models/`, `gpus.yaml`). What
+upstream's tree holds on the way (a committed symlink, a kept file) is checked
+by gitops.change. Called by gitops.change and gitops.writeback.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from gitops.errors import InvalidWriteBack, UnsafePath
 
@@ -75,13 +74,3 @@ def check_no_file_dir_clash(paths: Iterable[str]) -> None:
                 raise UnsafePath(f"refused to write {path!r}: {parent!r} is generated as a file too",
                                  "generate each path either as a file or as a directory, not both")
 
-
-def check_no_symlink_on_the_way(root: Path, path: str) -> None:
-    """No existing directory between `root` and `path` may be a symlink."""
-    current = root
-    for segment in path.split("/")[:-1]:
-        current = current / segment
-        if current.is_symlink():
-            raise UnsafePath(f"refused to write {path!r}: {current.relative_to(root)} is a symlink "
-                             "in the repository and could point outside the work tree",
-                             f"replace the symlink {current.relative_to(root)} with a directory in git")

@@ -2,16 +2,20 @@
 
 Owns `publish`, the one write path from the controller into git. Each attempt:
 fetch and hard-reset to the tracked branch's remote head; call the pure
-`render(tree_root) -> Change` on that tree; make the owned paths exactly the
-Change (write what differs, delete owned files that are neither generated nor
-kept); stage them; if the resulting tree equals the previous one, stop with
-"no change"; else create one commit and push it as a fast-forward. A push
-rejected because upstream moved (non-fast-forward, fetch first, lost ref lock)
-is retried from the fetch with a short jittered backoff, up to `max_attempts`:
-the Change is re-rendered on top of the new upstream, never rebased, never
-forced. Any other failure raises a typed gitops error. Given the previous
-pass's result (and no change to the render's inputs outside git), a pass whose
-fetch finds no branch moved stops there: nothing new costs one fetch.
+`render(tree_root) -> Change` on that tree; plan the edit that makes the owned
+paths exactly the Change (gitops.change: add what differs from upstream's
+`ls-tree` by blob id, remove owned files that are neither generated nor kept);
+build the new tree in git's object store (new blobs through `fast-import`, the
+tree from a scratch index), never writing generated files to the work tree,
+which stays at upstream until the next pass's reset; if the tree equals the
+previous one, stop with "no change"; else create one commit and push it as a
+fast-forward. A push rejected because upstream moved (non-fast-forward, fetch
+first, lost ref lock) is retried from the fetch with a short jittered backoff,
+up to `max_attempts`: the Change is re-rendered on top of the new upstream,
+never rebased, never forced. Any other failure raises a typed gitops error.
+Given the previous pass's result (and no change to the render's inputs outside
+git), a pass whose fetch finds no branch moved stops there: nothing new costs
+one fetch.
 
 Write-back targets:
 
@@ -29,8 +33,9 @@ Write-back targets:
 
 Only paths under the owned prefixes are ever written or deleted (user files such
 as `models/` and `gpus.yaml` are never touched); a generated path that is
-absolute, has `..`, `.` or `.git` segments, passes through a symlink, or is not
-owned is refused before anything is written. Called by the reconcile loop.
+absolute, has `..`, `.` or `.git` segments, passes through a symlink committed
+upstream, would replace a kept or user file, or is not owned is refused before
+any object is written. Called by the reconcile loop.
 """
 from __future__ import annotations
 
@@ -41,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitops.change import Change, apply_change, check_change
+from gitops.change import Change, check_change, plan_edit
 from gitops.errors import InvalidWriteBack, PushRejected, PushRetriesExhausted
 from gitops.paths import DEFAULT_OWNED, normalize_owned
 from gitops.workcopy import WorkingCopy, check_branch_name
@@ -98,12 +103,12 @@ def parse_target(value: str | Target) -> Target:
 
 def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...]
                ) -> tuple[str | None, Change]:
-    """Check out `upstream`, render, write the owned files: (new tree, or None if equal to `base`'s; change)."""
+    """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change)."""
     copy.checkout(upstream)
     change = render(copy.root)
     check_change(change, owned)
-    touched = apply_change(copy.root, change, copy.index(owned), copy.object_format)
-    tree = copy.stage(touched)
+    edit = plan_edit(change, copy.entries(upstream, owned), owned, copy.object_format)
+    tree = copy.write_tree(upstream, edit)
     return (None if tree == copy.tree_of(base) else tree), change
 
 

@@ -1,84 +1,121 @@
-"""Making the owned files on disk equal a Change (gitops.change)."""
+"""Planning the tree edit that makes upstream's owned paths equal a Change (gitops.change)."""
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 
+from gitops.change import SYMLINK, Change, TreeEdit, check_change, plan_edit
 from gitops.errors import UnsafePath
 from gitops.git import blob_id
-from gitops.change import Change, apply_change, check_change
 
 OWNED = ("decisions/", "rendered/")
 
 
-def tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def checkout(root: Path, files: dict[str, bytes]) -> dict[str, tuple[str, str]]:
-    """Files on disk as a checkout leaves them, and their index entries."""
-    for path, data in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
+def regular(files: dict[str, bytes]) -> dict[str, tuple[str, str]]:
+    """Upstream entries for regular files, as `git ls-tree -r` lists them."""
     return {path: ("100644", blob_id(data)) for path, data in files.items()}
+
+
+def result(upstream: dict[str, tuple[str, str]], edit: TreeEdit) -> dict[str, tuple[str, str]]:
+    """Upstream's entries with the edit applied, as the new tree holds them."""
+    return {**{p: e for p, e in upstream.items() if p not in edit.remove}, **edit.add}
 
 
 def test_blob_ids_match_git():
     assert blob_id(b"") == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
     assert blob_id(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"
+    assert blob_id(b"", "sha256") == "473a0f4c3be8a93681a267e3b1e9a7dcda1185436fe141f7749120a303721813"
 
 
-def test_owned_files_become_exactly_the_change_and_user_files_stay(tmp_path):
-    index = checkout(tmp_path, {"rendered/old/a.yaml": b"old", "rendered/b.yaml": b"b1", "decisions/x.yaml": b"x"})
-    checkout(tmp_path, {"models/chat.yaml": b"user"})
-    touched = apply_change(tmp_path, Change({"rendered/b.yaml": b"b2", "rendered/new/c.yaml": b"c"}, "m"), index)
-    assert tree(tmp_path) == {"models/chat.yaml": b"user", "rendered/b.yaml": b"b2", "rendered/new/c.yaml": b"c"}
-    assert sorted(touched) == ["decisions/x.yaml", "rendered/b.yaml", "rendered/new/c.yaml", "rendered/old/a.yaml"]
-    assert not (tmp_path / "rendered/old").exists(), "emptied directories are removed"
+def test_owned_files_become_exactly_the_change_and_user_files_stay():
+    upstream = regular({"rendered/old/a.yaml": b"old", "rendered/b.yaml": b"b1", "decisions/x.yaml": b"x",
+                        "models/chat.yaml": b"user"})
+    change = Change({"rendered/b.yaml": b"b2", "rendered/new/c.yaml": b"c"}, "m")
+    edit = plan_edit(change, upstream, OWNED)
+    assert sorted(edit.remove) == ["decisions/x.yaml", "rendered/old/a.yaml"]
+    assert result(upstream, edit) == {"models/chat.yaml": upstream["models/chat.yaml"],
+                                      "rendered/b.yaml": ("100644", blob_id(b"b2")),
+                                      "rendered/new/c.yaml": ("100644", blob_id(b"c"))}
+    assert edit.blobs == {blob_id(b"b2"): b"b2", blob_id(b"c"): b"c"}
 
 
 @pytest.mark.parametrize("keep, survivors", [
-    pytest.param(frozenset({"rendered/broken/"}), {"rendered/broken/a.yaml", "rendered/broken/b.yaml"}, id="dir"),
-    pytest.param(frozenset({"rendered/broken/a.yaml"}), {"rendered/broken/a.yaml"}, id="file"),
+    pytest.param(frozenset({"rendered/broken/"}), {"rendered/broken/a", "rendered/broken/b"}, id="dir"),
+    pytest.param(frozenset({"rendered/broken/a"}), {"rendered/broken/a"}, id="file"),
     pytest.param(frozenset(), set(), id="nothing-kept"),
 ])
-def test_kept_files_are_not_pruned(tmp_path, keep, survivors):
-    index = checkout(tmp_path, {"rendered/broken/a.yaml": b"a", "rendered/broken/b.yaml": b"b"})
-    apply_change(tmp_path, Change({"rendered/good.yaml": b"g"}, "m", keep=keep), index)
-    assert set(tree(tmp_path)) == survivors | {"rendered/good.yaml"}
+def test_kept_files_are_not_pruned(keep, survivors):
+    upstream = regular({"rendered/broken/a": b"a", "rendered/broken/b": b"b"})
+    edit = plan_edit(Change({"rendered/good": b"g"}, "m", keep=keep), upstream, OWNED)
+    assert set(result(upstream, edit)) == survivors | {"rendered/good"}
 
 
-def test_files_whose_blob_is_already_checked_out_are_not_touched(tmp_path):
-    index = checkout(tmp_path, {"rendered/a.yaml": b"same", "rendered/b.yaml": b"old"})
-    os.utime(tmp_path / "rendered/a.yaml", ns=(1, 1))
-    touched = apply_change(tmp_path, Change({"rendered/a.yaml": b"same", "rendered/b.yaml": b"new"}, "m"), index)
-    assert touched == ["rendered/b.yaml"]
-    assert (tmp_path / "rendered/a.yaml").stat().st_mtime_ns == 1
+@pytest.mark.parametrize("upstream_mode, added", [
+    pytest.param("100644", None, id="same-blob-is-not-touched"),
+    pytest.param("100755", None, id="same-blob-keeps-its-executable-bit"),
+    pytest.param("120000", ("100644", blob_id(b"same")), id="a-symlink-with-those-bytes-becomes-a-file"),
+    pytest.param("160000", ("100644", blob_id(b"same")), id="a-submodule-there-becomes-a-file"),
+])
+def test_a_generated_file_already_upstream_is_left_as_it_is(upstream_mode, added):
+    upstream = {"rendered/a": (upstream_mode, blob_id(b"same"))}
+    edit = plan_edit(Change({"rendered/a": b"same"}, "m"), upstream, OWNED)
+    assert edit.add.get("rendered/a") == added and edit.remove == ()
+    assert edit.empty is (added is None)
+    assert edit.blobs == ({} if added is None else {blob_id(b"same"): b"same"})
 
 
-def test_a_symlinked_owned_directory_is_refused_and_nothing_leaves_the_tree(tmp_path):
-    root, outside = tmp_path / "wc", tmp_path / "outside"
-    root.mkdir()
-    outside.mkdir()
-    (root / "rendered").symlink_to(outside)
-    with pytest.raises(UnsafePath, match="rendered is a symlink"):
-        apply_change(root, Change({"rendered/x.yaml": b"escaped"}, "m"), {})
-    assert list(outside.iterdir()) == []
+def test_new_content_keeps_an_executable_file_executable():
+    edit = plan_edit(Change({"rendered/run.sh": b"v2"}, "m"), {"rendered/run.sh": ("100755", blob_id(b"v1"))},
+                     OWNED)
+    assert edit.add == {"rendered/run.sh": ("100755", blob_id(b"v2"))}
 
 
-def test_a_symlinked_owned_file_is_replaced_not_followed(tmp_path):
-    root, victim = tmp_path / "wc", tmp_path / "victim.txt"
-    (root / "rendered").mkdir(parents=True)
-    victim.write_bytes(b"untouched")
-    (root / "rendered/x.yaml").symlink_to(victim)
-    index = {"rendered/x.yaml": ("120000", blob_id(str(victim).encode()))}
-    touched = apply_change(root, Change({"rendered/x.yaml": str(victim).encode()}, "m"), index)
-    assert touched == ["rendered/x.yaml"], "same bytes as the link target, but a link is not a file"
-    assert victim.read_bytes() == b"untouched"
-    assert not (root / "rendered/x.yaml").is_symlink()
-    assert (root / "rendered/x.yaml").read_bytes() == str(victim).encode()
+def test_identical_contents_are_written_once():
+    edit = plan_edit(Change({"rendered/a": b"same", "rendered/b": b"same"}, "m"), {}, OWNED)
+    assert edit.blobs == {blob_id(b"same"): b"same"} and len(edit.add) == 2
+
+
+def test_blob_ids_follow_the_repository_object_format():
+    edit = plan_edit(Change({"rendered/a": b"x"}, "m"), {}, OWNED, "sha256")
+    assert edit.add == {"rendered/a": ("100644", blob_id(b"x", "sha256"))}
+
+
+@pytest.mark.parametrize("upstream, generated", [
+    pytest.param({"rendered/a/x.yaml": b"x"}, {"rendered/a": b"file now"}, id="directory-becomes-file"),
+    pytest.param({"rendered/a": b"file"}, {"rendered/a/x.yaml": b"directory now"}, id="file-becomes-directory"),
+])
+def test_owned_paths_may_change_between_file_and_directory(upstream, generated):
+    edit = plan_edit(Change(generated, "new layout"), regular(upstream), OWNED)
+    assert result(regular(upstream), edit) == regular(generated)
+
+
+# Each row: upstream entries (path -> mode), the Change, and what the refusal names.
+@pytest.mark.parametrize("upstream, change, why", [
+    pytest.param({"rendered": SYMLINK}, Change({"rendered/x.yaml": b""}, "m"),
+                 "rendered is a symlink", id="owned-prefix-is-a-symlink"),
+    pytest.param({"rendered/sub": SYMLINK},
+                 Change({"rendered/sub/x.yaml": b""}, "m", keep=frozenset({"rendered/sub"})),
+                 "rendered/sub is a symlink", id="kept-symlink-on-the-way"),
+    pytest.param({"profiles": SYMLINK}, Change({"profiles/measured/x.yaml": b""}, "m"),
+                 "profiles is a symlink", id="symlink-above-the-owned-prefix"),
+    pytest.param({"profiles": "100644"}, Change({"profiles/measured/x.yaml": b""}, "m"),
+                 "profiles is a kept or user file in the way", id="user-file-above-the-owned-prefix"),
+    pytest.param({"rendered/a": "100644"},
+                 Change({"rendered/a/x.yaml": b""}, "m", keep=frozenset({"rendered/a"})),
+                 "rendered/a is a kept or user file", id="kept-file-on-the-way"),
+    pytest.param({"rendered/a/kept.yaml": "100644"},
+                 Change({"rendered/a": b""}, "m", keep=frozenset({"rendered/a/"})),
+                 "a directory with kept files is in the way", id="kept-directory-in-the-way"),
+])
+def test_writes_through_symlinks_or_over_kept_and_user_files_are_refused(upstream, change, why):
+    owned = (*OWNED, "profiles/measured/")
+    with pytest.raises(UnsafePath, match=why):
+        plan_edit(change, {path: (mode, blob_id(path.encode())) for path, mode in upstream.items()}, owned)
+
+
+def test_an_owned_symlink_that_is_neither_generated_nor_kept_is_replaced_by_a_directory():
+    upstream = {"rendered/sub": (SYMLINK, blob_id(b"/etc"))}
+    edit = plan_edit(Change({"rendered/sub/x.yaml": b"x"}, "m"), upstream, OWNED)
+    assert edit.remove == ("rendered/sub",) and set(edit.add) == {"rendered/sub/x.yaml"}
 
 
 @pytest.mark.parametrize("change", [

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+import gitops.workcopy
 from gitops import NO_CHANGE, Change, WorkingCopy, publish
 from gitops.errors import (BranchNotFound, GitUnreachable, PushRejected, PushRetriesExhausted,
                            RevisionNotFound, UnsafePath, WorkdirInUse)
+from gitops.git import blob_id
 from gitserver import GitServer, git, serving
 
 pytestmark = pytest.mark.integration
@@ -53,6 +55,26 @@ def test_first_publish_commits_and_an_identical_one_commits_nothing(remote, tmp_
     for result in (again, fresh_clone):
         assert (result.commit, result.message, result.attempts) == (None, NO_CHANGE, 1)
     assert remote.head(REPO) == first.commit
+
+
+def test_the_commit_is_built_in_git_and_the_work_tree_stays_at_upstream(remote, tmp_path):
+    wc = copy(remote, tmp_path)
+    result = publish(wc, render_models)
+    assert git("rev-parse", "HEAD", cwd=wc.root) == result.upstream
+    assert git("status", "--porcelain", "--untracked-files=all", cwd=wc.root) == ""
+    assert not (wc.root / "rendered").exists(), "generated files reach disk with the next pass's checkout"
+    publish(wc, render_models)
+    assert (wc.root / "rendered/a.yaml").read_bytes() == b"# from models/a.yaml\nmodel: a\n"
+
+
+def test_blobs_split_over_several_importers_all_land(remote, tmp_path, monkeypatch):
+    monkeypatch.setattr(gitops.workcopy, "_BYTES_PER_IMPORTER", 1)
+    monkeypatch.setattr(gitops.workcopy.os, "sched_getaffinity", lambda _pid: {0, 1, 2})
+    wc = copy(remote, tmp_path)
+    contents = [b"one\n", b"two\n", b"three\n", b"four\n", b""]
+    wc.write_blobs({blob_id(data): data for data in contents})
+    for data in contents:
+        assert git("cat-file", "blob", blob_id(data), cwd=wc.root).encode() == data.strip()
 
 
 def test_owned_files_not_generated_are_pruned_unless_kept_and_user_files_stay(remote, tmp_path):
