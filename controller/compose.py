@@ -28,6 +28,7 @@ from controller.compose_errors import (ComposeError, InvalidName, ManifestInvali
                                        UnknownComposition, UnknownSlot)
 from controller.compositions import Composition, load_compositions
 from controller.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
+from controller.kube_validate import warm as warm_validators
 from controller.names import (dns_label, is_dns_label, is_label_value, profile_configmap_name, profiler_job_name,
                               service_name, worker_name)
 from controller.occupancy import device_bytes
@@ -80,6 +81,10 @@ class _Served:
 
 
 PARALLEL_MIN_DECISIONS = 2000  # below this, one process renders faster than several start
+# What the shipped templates render: their validators are compiled once, before forking.
+SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
+                 ("batch/v1", "Job"), ("rbac.authorization.k8s.io/v1", "Role"),
+                 ("rbac.authorization.k8s.io/v1", "RoleBinding"))
 
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
@@ -132,6 +137,7 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
         parts[-1][0].append(slot)
         parts[-1][1].extend(on_slot.get(slot.id, []))
     global _FORKED_JOBS
+    warm_validators(SHIPPED_KINDS)
     _FORKED_JOBS = [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()), part_slots,
                      compositions) for i, (part_slots, decisions) in enumerate(parts)]
     try:  # the forked processes inherit the jobs (compositions hold Jinja environments, which do not pickle)
@@ -141,8 +147,14 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
         _FORKED_JOBS = []
     tree, errors = _Tree(), []
     for files, owners, part_errors in results:
-        for path, text in files.items():
-            tree.add([(path, text)], sorted(owners[path]))  # the groups are disjoint; add() still checks
+        for path in tree.files.keys() & files.keys():  # the groups are disjoint: a clash is a template bug
+            if tree.files[path] != files[path]:
+                errors.append(OutputConflict(sorted(owners[path])[0], f"{path} is rendered with different "
+                                             f"content by {', '.join(sorted(tree.owners[path] | owners[path]))}",
+                                             "give the objects distinct names in the composition's templates"))
+        tree.files.update(files)
+        for path, refs in owners.items():
+            tree.owners[path].update(refs)
         errors.extend(part_errors)
     return tree, errors
 

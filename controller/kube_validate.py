@@ -39,6 +39,13 @@ def validate_object(doc: dict, version: str = KUBERNETES_VERSION) -> None:
         _reference(*key).validate(doc)  # the reference validator explains the failure
 
 
+def warm(kinds: tuple[tuple[str, str], ...], version: str = KUBERNETES_VERSION) -> None:
+    """Compile the fast validators of these (apiVersion, kind) pairs now, e.g. once before forking
+    processes that would otherwise each compile them."""
+    for api_version, kind in kinds:
+        _fast(version, api_version, kind)
+
+
 def _schema_dir(version: str) -> str:
     release = [v for v in all_versions() if major_minor(v) <= major_minor(version)][-1]
     return f"kubernetes-json-schema/v{release}-local-strict"

@@ -49,10 +49,12 @@ class _UniqueKeyLoader(yaml.CSafeLoader):
 def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
+        scalar = isinstance(key_node, yaml.ScalarNode)  # compare scalars by text: no second construction
+        key = (key_node.tag, key_node.value) if scalar else loader.construct_object(key_node, deep=deep)
         if key in seen:
+            shown = key_node.value if scalar else key
             raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark)
+                "while constructing a mapping", node.start_mark, f"found duplicate key {shown!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
@@ -66,6 +68,11 @@ def load_documents(text: str, file: str) -> tuple[Documents, list[InputError]]:
     Documents are split on `---` lines first, so a broken document does not hide the ones after it.
     Empty documents (a lone `---`) are skipped; indexes count them, as `yaml.safe_load_all` does.
     """
+    try:  # the whole file at once; only a file with a broken document is parsed document by document
+        return [(i, doc) for i, doc in enumerate(yaml.load_all(text, Loader=_UniqueKeyLoader))  # noqa: S506
+                if doc is not None], []
+    except yaml.YAMLError:
+        pass
     documents: Documents = []
     errors: list[InputError] = []
     for index, (first_line, chunk) in enumerate(_split_documents(text)):

@@ -46,11 +46,12 @@ def _block(value: dict | list, indent: int, lines: list[str]) -> None:
         for key in sorted(value):
             if not isinstance(key, str):
                 raise NotData(f"mapping key {key!r} is not a string")
-            item, name = value[key], _scalar(key)
-            if isinstance(item, dict) and item:
+            item, name = value[key], _string(key)
+            kind = type(item)
+            if kind is dict and item:
                 lines.append(f"{pad}{name}:")
                 _block(item, indent + 2, lines)
-            elif isinstance(item, list) and item:
+            elif kind is list and item:
                 lines.append(f"{pad}{name}:")
                 _block(item, indent, lines)  # sequence entries at the key's indentation, as PyYAML writes them
             else:
@@ -67,6 +68,11 @@ def _block(value: dict | list, indent: int, lines: list[str]) -> None:
 
 
 def _inline(value: object, indent: int) -> str:
+    if type(value) is str:  # the common case first
+        if "\n" in value and _literal_ok(value):
+            pad = " " * indent
+            return "|\n" + "\n".join(pad + line if line else "" for line in value[:-1].split("\n"))
+        return _string(value)
     if isinstance(value, dict):
         if value:
             raise NotData("a non-empty mapping cannot be inline")
@@ -75,10 +81,20 @@ def _inline(value: object, indent: int) -> str:
         if value:
             raise NotData("a non-empty sequence cannot be inline")
         return "[]"
-    if isinstance(value, str) and _literal_ok(value):
-        pad = " " * indent
-        return "|\n" + "\n".join(pad + line if line else "" for line in value[:-1].split("\n"))
     return _scalar(value)
+
+
+_STRINGS: dict[str, str] = {}  # text -> its plain or quoted form: names and values recur across objects
+_STRINGS_MAX = 200_000
+
+
+def _string(text: str) -> str:
+    out = _STRINGS.get(text)
+    if out is None:
+        out = text if _PLAIN.match(text) and text not in _RESERVED else yaml_quote(text)
+        if len(_STRINGS) < _STRINGS_MAX:
+            _STRINGS[text] = out
+    return out
 
 
 def _scalar(value: object) -> str:
@@ -93,7 +109,7 @@ def _scalar(value: object) -> str:
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, str):
-        return value if _PLAIN.match(value) and value not in _RESERVED else yaml_quote(value)
+        return _string(str(value))
     raise NotData(f"{type(value).__name__} {value!r} is not JSON data")
 
 
