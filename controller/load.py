@@ -26,6 +26,7 @@ from jsonschema.exceptions import relevance
 
 import schemas
 from controller.quantity import QuantityError, parse_bytes
+from controller.yamlin import parse_documents
 from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
 from controller.types import (API_VERSION, DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
@@ -69,9 +70,8 @@ def load_documents(text: str, file: str) -> tuple[Documents, list[InputError]]:
     Empty documents (a lone `---`) are skipped; indexes count them, as `yaml.safe_load_all` does.
     """
     try:  # the whole file at once; only a file with a broken document is parsed document by document
-        return [(i, doc) for i, doc in enumerate(yaml.load_all(text, Loader=_UniqueKeyLoader))  # noqa: S506
-                if doc is not None], []
-    except yaml.YAMLError:
+        return [(i, doc) for i, doc in enumerate(parse_documents(text, unique_keys=True)) if doc is not None], []
+    except (yaml.YAMLError, RecursionError):
         pass
     documents: Documents = []
     errors: list[InputError] = []

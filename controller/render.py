@@ -16,6 +16,8 @@ import yaml
 from jinja2 import BaseLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
+from controller.yamlin import parse_documents
+
 
 class Quoted(str):
     """Text the `quote` filter produced: a complete YAML double-quoted scalar."""
@@ -86,10 +88,11 @@ def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[
     except TemplateError as exc:
         raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
     try:
-        docs = [doc for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc is not None]
-    except yaml.YAMLError as exc:
+        docs = [doc for doc in parse_documents(text) if doc is not None]
+    except (yaml.YAMLError, RecursionError) as exc:
         raise RenderError(template, f"output is not YAML: {exc}") from exc
     for doc in docs:
         if not isinstance(doc, dict):
             raise RenderError(template, f"a document is a {type(doc).__name__}, not a mapping")
     return docs
+

@@ -42,3 +42,4 @@ def test_injection_attempt_stays_one_string():
 def test_non_data_is_refused():
     with pytest.raises(NotData):
         dump({"when": object()})
+
