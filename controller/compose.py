@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import jsonschema
 
 from controller.compose_errors import (ComposeError, InvalidName, ManifestInvalid, OutputConflict, RenderFailed,
-                                       UnknownComposition, UnknownSlot)
+                                       ServedNameTaken, UnknownComposition, UnknownSlot)
 from controller.compositions import Composition, load_compositions
 from controller.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.kube_validate import warm as warm_validators
@@ -198,8 +198,14 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
         model, composition = _admit(decision, by_key, compositions)
         if decision.mode == "refused":
             refused.append(decision)
-        else:
-            workers[(_slot(decision, slot_by_id), composition.name)].append(_served(model, decision))
+            return
+        members = workers[(_slot(decision, slot_by_id), composition.name)]
+        taken = next((m.model.ref for m in members if m.model.name == model.name), None)
+        if taken is not None:
+            raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
+                                  f"{model.name!r} for {taken} (a worker serves each model name once)",
+                                  "rename one of them, or give one another spec.gpu.product or compositionRef")
+        members.append(_served(model, decision))
 
     for decision in sorted(decisions, key=lambda d: d.key):
         _guarded(errors, place, decision)

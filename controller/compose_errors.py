@@ -39,6 +39,12 @@ class UnknownSlot(ComposeError):
     reason = "UnknownSlot"
 
 
+class ServedNameTaken(ComposeError):
+    """Two ElasticModels of one name (in different namespaces) landed in one worker, which serves by name."""
+
+    reason = "ServedNameTaken"
+
+
 class RenderFailed(ComposeError):
     reason = "RenderFailed"
 

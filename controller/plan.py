@@ -184,12 +184,13 @@ def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = N
         if product is None:
             decisions.append(_no_matching_gpu(model, slots_by_product))
             continue
-        profile = profiles.get((model.model, product))
+        profile = profiles.get((model.model, model.revision, product))
         if profile is None:
             pending.append(Pending(
                 name=model.name, namespace=model.namespace, model=model.model, gpu_product=product,
                 revision=model.revision,
-                reason=f"no profile of {model.model} on {product} yet: a profiler Job measures it first",
+                reason=f"no profile of {model.model}{_at_revision(model.revision)} on {product} yet: "
+                       "a profiler Job measures it first",
             ))
             continue
         asks.append(_resolve(model, profile, largest_usable[product], previous.get(model.key)))
@@ -224,7 +225,7 @@ def _choose_product(model: ElasticModel, largest_usable: dict[str, int],
 
     def preference(product: str) -> tuple:
         usable = largest_usable[product]
-        profile = profiles.get((model.model, product))
+        profile = profiles.get((model.model, model.revision, product))
         fits = profile is not None and cost.need(profile, model.slo).total <= min(model.budget_bytes, usable)
         return (profile is None, not fits, -usable, product)
 
@@ -382,6 +383,10 @@ def _no_matching_gpu(model: ElasticModel, slots_by_product: dict[str, list[GpuSl
                 f"such a node (gpus.yaml, or nvidia.com/gpu.product node labels)"),
         reason_code="NoMatchingGPU",
     )
+
+
+def _at_revision(revision: str) -> str:
+    return "" if revision == "main" else f"@{revision}"
 
 
 def _need_terms(ask: _Ask) -> str:

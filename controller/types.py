@@ -89,8 +89,9 @@ class Profile:
         return self.embedding_bytes + sum(self.layer_bytes) + self.final_norm_bytes + self.head_bytes
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.model, self.gpu_product)
+    def key(self) -> tuple[str, str, str]:
+        """What a profile measures: one model revision on one GPU product."""
+        return (self.model, self.revision, self.gpu_product)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,16 @@ def test_model_without_profile_waits_for_profiling_and_is_not_guessed():
     assert [(p.name, p.gpu_product, p.reason_code) for p in result.pending] == [("a", "NVIDIA-TEST", "AwaitingProfile")]
 
 
+def test_profile_of_another_revision_is_not_used():
+    pinned = replace(toy_model("a", 2000), revision="v2")
+    got, result = run([pinned])
+    assert got == {}
+    assert [(p.name, p.revision) for p in result.pending] == [("a", "v2")]
+    assert "org/toy@v2" in result.pending[0].reason
+    got, _ = run([pinned], profiles=(P, replace(P, revision="v2")))
+    assert got["a"].mode == "resident"
+
+
 def test_refusal_below_minimum_names_missing_bytes_and_the_fix():
     got, _ = run([toy_model("a", 499)])
     assert "1 bytes missing" in got["a"].reason

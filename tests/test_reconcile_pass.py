@@ -121,3 +121,15 @@ def test_spec_mode_is_reported_and_the_others_still_render(repo):
     assert [(e.object, e.reason) for e in out.errors] == [("llm/assistant-8b", "ModeNotAllowed")]
     assert "decisions/llm/chat-small.yaml" in generated(repo)
     assert "decisions/llm/assistant-8b.yaml" not in generated(repo)  # never had a good spec to fall back on
+
+
+def test_same_name_in_two_namespaces_on_one_worker_renders_the_first_only(repo):
+    chat = repo / "models/llm/chat.yaml"
+    twin = chat.read_text().split("---")[0].replace("namespace: llm", "namespace: zeta")
+    (repo / "models/twin.yaml").write_text(twin)
+    out = reconcile_into(repo)
+    assert [(e.ref, e.reason) for e in out.rendered.errors] == [("zeta/chat-small", "ServedNameTaken")]
+    config = yaml.safe_load(yaml.safe_load(generated(repo)[
+        "rendered/gpushare-system/configmap-worker-gpu-node-1-gpu0-default.yaml"])["data"]["worker.yaml"])
+    assert [m["namespace"] for m in config["models"] if m["name"] == "chat-small"] == ["llm"]
+    assert "not rendered: zeta/chat-small: [ServedNameTaken]" in out.message
