@@ -12,8 +12,9 @@ from pathlib import Path
 
 from controller import report
 from controller.explain import ModelNotFound, explain
-from controller.load import load_previous_decisions, load_repo
+from controller.load import load_decision_records, load_previous_decisions, load_repo
 from controller.plan import plan
+from controller.reconcile import revive_last_good
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +55,10 @@ def _require_dir(path: Path) -> None:
     if not path.is_dir():
         print(f"gpushare: {path} is not a directory; pass the root of a GitOps repo (with models/)", file=sys.stderr)
         raise SystemExit(2)
+    if not (path / "models").is_dir():
+        print(f"gpushare: {path} has no models/ directory, so it is not the root of a GitOps repo; pass the "
+              "directory that holds models/ (and gpus.yaml, profiles/)", file=sys.stderr)
+        raise SystemExit(1)
 
 
 def _validate(args) -> int:
@@ -68,9 +73,10 @@ def _validate(args) -> int:
 
 def _plan(args) -> int:
     _require_dir(args.path)
-    inputs = load_repo(args.path)
-    result = plan(inputs, load_previous_decisions(args.path))
-    render = {"table": lambda: report.as_table(result, inputs.slots, inputs.errors),
+    records = load_decision_records(args.path)
+    inputs, revived = revive_last_good(load_repo(args.path), records)  # as a reconcile pass would plan
+    result = plan(inputs, {key: record.decision for key, record in records.items()})
+    render = {"table": lambda: report.as_table(result, inputs.slots, inputs.errors, revived),
               "json": lambda: report.as_json(result, inputs.errors),
               "yaml": lambda: report.as_yaml(result, inputs.errors)}[args.output]
     sys.stdout.write(render())

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Callable
 
@@ -108,20 +110,23 @@ def profile_document(configmap: dict) -> ProfileDocument:
     return ProfileDocument(namespace=meta.get("namespace", ""), name=meta["name"], text=text)
 
 
-def worker_verdicts(configmap: dict) -> dict[tuple[str, str], WorkerVerdict]:
-    """(namespace, name) → verdict, from one worker's WorkerVerdicts document."""
+VerdictKey = tuple[str, str, str]  # (namespace, name) of the ElasticModel, the slot the worker serves
+
+
+def worker_verdicts(configmap: dict) -> dict[VerdictKey, WorkerVerdict]:
+    """(namespace, name, slot) → verdict, from one worker's WorkerVerdicts document."""
     meta = configmap["metadata"]
     where = f"ConfigMap {meta.get('namespace')}/{meta['name']}"
     try:
         doc = yaml.safe_load((configmap.get("data") or {}).get(VERDICTS_DATA_KEY) or "")
-        entries = doc["models"]
-        return {(e["namespace"], e["name"]): WorkerVerdict(
-            mode=e["mode"], verdict=e["verdict"], reason=e.get("reason", ""), message=e.get("message", ""),
+        slot, entries = str(doc["slot"]), doc["models"]
+        return {(e["namespace"], e["name"], slot): WorkerVerdict(
+            mode=e["mode"], verdict=e["verdict"], slot=slot, reason=e.get("reason", ""), message=e.get("message", ""),
             need_bytes=int(e.get("needBytes", 0)), available_bytes=int(e.get("availableBytes", 0)),
             missing_bytes=int(e.get("missingBytes", 0))) for e in entries}
     except (yaml.YAMLError, TypeError, KeyError, ValueError) as exc:
         raise ClusterError("InvalidVerdicts", f"{where} has no readable {VERDICTS_DATA_KEY} "
-                           f"(a WorkerVerdicts document with a models list): {exc!r}") from exc
+                           f"(a WorkerVerdicts document with a slot and a models list): {exc!r}") from exc
 
 
 def app_state(application: dict, contains_commit: Callable[[str], bool]) -> AppState:
@@ -206,7 +211,8 @@ class Cluster:
         return [self._plain(n) for n in result.items]
 
     def profile_documents(self) -> tuple[list[ProfileDocument], list[ClusterError]]:
-        """Profiles published by profiler Jobs in every namespace; broken ConfigMaps are reported apart."""
+        """Profile ConfigMaps in every namespace; broken ones are reported apart. Which of them the pass
+        accepts (only those the controller's profiler Jobs write) is decided by controller.cluster_pass."""
         result = _call("list profile ConfigMaps", lambda: self.core.list_config_map_for_all_namespaces(
             label_selector=f"{PROFILE_LABEL}=true", _request_timeout=self.timeout))
         documents, errors = [], []
@@ -217,17 +223,26 @@ class Cluster:
                 errors.append(exc)
         return documents, errors
 
-    def verdicts(self) -> tuple[dict[tuple[str, str], WorkerVerdict], list[ClusterError]]:
-        """Every worker's verdicts, keyed by (namespace, name) of the ElasticModel."""
-        result = _call("list verdict ConfigMaps", lambda: self.core.list_config_map_for_all_namespaces(
-            label_selector=f"{VERDICTS_LABEL}=true", _request_timeout=self.timeout))
-        verdicts: dict[tuple[str, str], WorkerVerdict] = {}
+    def verdicts(self, sources: Iterable[tuple[str, str]]) -> tuple[dict[VerdictKey, WorkerVerdict],
+                                                                     list[ClusterError]]:
+        """The verdicts of the workers the pass rendered: only the ConfigMaps named in `sources`
+        ((namespace, name) pairs from their worker.yaml), so no other namespace can speak for a worker."""
+        wanted: dict[str, set[str]] = defaultdict(set)
+        for namespace, name in sources:
+            wanted[namespace].add(name)
+        verdicts: dict[VerdictKey, WorkerVerdict] = {}
         errors = []
-        for configmap in result.items:
-            try:
-                verdicts.update(worker_verdicts(self._plain(configmap)))
-            except ClusterError as exc:
-                errors.append(exc)
+        for namespace in sorted(wanted):
+            result = _call(f"list verdict ConfigMaps in {namespace}", lambda: self.core.list_namespaced_config_map(
+                namespace, label_selector=f"{VERDICTS_LABEL}=true", _request_timeout=self.timeout))
+            for configmap in result.items:
+                plain = self._plain(configmap)
+                if plain["metadata"]["name"] not in wanted[namespace]:
+                    continue
+                try:
+                    verdicts.update(worker_verdicts(plain))
+                except ClusterError as exc:
+                    errors.append(exc)
         return verdicts, errors
 
     def elastic_models(self) -> list[dict]:

@@ -23,15 +23,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
 from kubernetes import client, config
 
-from controller.cluster import Cluster, ClusterError, app_state, gpu_slots
+from controller.cluster import Cluster, ClusterError, VerdictKey, app_state, gpu_slots
 from controller.cluster_pass import (OWNED, ClusterFacts, LiveObject, ModelView, application_for, model_views,
-                                     not_in_git, render_in_cluster, status_model)
+                                     not_in_git, render_in_cluster, status_model, verdict_sources)
 from controller.leader import LeaderElection
 from controller.metrics import ControllerMetrics, Health, MetricsServer
 from controller.offline import OfflineResult
@@ -103,7 +103,7 @@ class PassReport:
     status_writes: int = 0
     waiting: list[str] = field(default_factory=list)  # cluster spec differs from git: status left for later
     errors: list[tuple[str, str]] = field(default_factory=list)  # (reason, message): the pass failed
-    warnings: list[tuple[str, str]] = field(default_factory=list)  # broken ConfigMaps: reported, not retried
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # broken or foreign ConfigMaps: reported, not retried
 
     @property
     def ok(self) -> bool:
@@ -115,6 +115,7 @@ class _Last:
     facts: ClusterFacts
     published: PublishResult
     output: PassOutput
+    ignored: tuple[tuple[str, str], ...]  # profile ConfigMaps the render left out
 
 
 class ClusterReconciler:
@@ -201,11 +202,10 @@ class ClusterReconciler:
         facts = self._facts(report)
         objects = self.cluster.elastic_models()
         applications = [a for a in (self.cluster.application(ns, name) for ns, name in self.applications) if a]
-        verdicts, broken = self.cluster.verdicts()
-        report.warnings += [(problem.reason, problem.message) for problem in broken]
-        self._renew()
-        report.published, report.output = self._publish(facts)
+        report.published, report.output = self._publish(facts, report)
         self._count_modes(report.output)
+        verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered.files))
+        report.warnings += [(problem.reason, problem.message) for problem in broken]
         views = model_views(report.output)
         revision = report.published.heads.get(report.published.branch) or report.published.upstream
         targets = [(obj, views.get(_key(obj))) for obj in objects]
@@ -226,12 +226,15 @@ class ClusterReconciler:
         report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
         return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors))
 
-    def _publish(self, facts: ClusterFacts) -> tuple[PublishResult, PassOutput]:
+    def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
+        """Render and push; the Lease is renewed at the end of each render, right before its commit is
+        pushed, so a replica deposed while it rendered never pushes."""
         renders = []
 
         def render(root: Path):
             rendered = render_in_cluster(root, facts)
-            renders.append(rendered.output)
+            renders.append(rendered)
+            self._renew()
             return rendered.change
 
         last = self._last
@@ -246,9 +249,12 @@ class ClusterReconciler:
             self.metrics.commits.inc()
             log.info("committed %s to %s: %s", published.commit[:12], published.branch,
                      published.message.splitlines()[0])
-        output = renders[-1] if renders else last.output  # no render: nothing moved since `last`
-        self._last = _Last(facts, published, output)
-        return published, output
+        if renders:
+            self._last = _Last(facts, published, renders[-1].output, renders[-1].ignored)
+        else:  # no render: nothing moved since `last`
+            self._last = replace(last, published=published)
+        report.warnings += self._last.ignored
+        return published, self._last.output
 
     def _count_modes(self, output: PassOutput) -> None:
         counts = Counter(d.mode for d in output.plan.decisions)
@@ -258,7 +264,7 @@ class ClusterReconciler:
     # ------------------------------------------------------------ observe and write status
 
     def _observe(self, key: tuple[str, str], view: ModelView | None, applications: list[dict],
-                 verdicts: dict[tuple[str, str], WorkerVerdict], revision: str, live: _LiveReads) -> Observed:
+                 verdicts: dict[VerdictKey, WorkerVerdict], revision: str, live: _LiveReads) -> Observed:
         if view is None:
             return Observed()
         commit = self._last_commit(revision, view.paths) if view.paths else None
@@ -273,7 +279,8 @@ class ClusterReconciler:
         if view.pending is not None:
             jobs = [live.job(o) for o in view.objects("Job")]
             job = next((j for j in jobs if j is not None), None)
-        return Observed(commit=commit, app=app, workload=workload, job=job, verdict=verdicts.get(key))
+        verdict = verdicts.get((*key, view.decision.slot)) if view.decision is not None else None
+        return Observed(commit=commit, app=app, workload=workload, job=job, verdict=verdict)
 
     def _last_commit(self, revision: str, paths: tuple[str, ...]) -> str | None:
         """The newest commit at or before `revision` that touched any of `paths` (cached per revision)."""

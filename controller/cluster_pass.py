@@ -5,12 +5,14 @@ Owns what cluster mode adds around the shared pass (controller.reconcile.run_pas
   labels, profile ConfigMaps, the problems found in them);
 - `measured_profiles`: profile ConfigMaps -> profiles filed under `profiles/measured/`
   with the exact text committed there, so a decision can be replayed offline from git;
+  only a ConfigMap our profiler Job writes for a model in git is used (`profile_requests`);
 - `render_in_cluster`: the pass over a checked-out tree with those facts: models and
   decision records from git, profiles = git ∪ cluster (the cluster's copy of a
   `profiles/measured/` file replaces git's; a measured profile supersedes an estimated
   one, see controller.load), slots from the nodes (gpus.yaml is ignored);
 - `ModelView`: for one planned model, its decision or pending entry, its input error,
   the paths rendered for it and the live objects (Deployments, Jobs) it owns;
+- `verdict_sources`: the verdict ConfigMaps of the workers the pass rendered (the only ones read);
 - `application_for`: which Argo CD Application syncs a model's rendered files;
 - `status_model`: the model an ElasticModel object's status is written for (None while the
   object differs from git), and `not_in_git`, the error of an object git does not hold.
@@ -30,6 +32,7 @@ from controller.cluster import ProfileDocument
 from controller.estimate import profile_relpath
 from controller.load import (PROFILES_DIR, combine, load_decision_records, load_documents, parse_model,
                              parse_profile, read_models, read_profiles)
+from controller.names import profile_configmap_name
 from controller.offline import PLAN_MD
 from controller.reconcile import PassOutput, available_processes, run_pass
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
@@ -41,6 +44,7 @@ OWNED = (*DEFAULT_OWNED, MEASURED_DIR)
 MEASURED_HEADER = ("# Published by a gpushare profiler Job as a ConfigMap and committed by the controller; "
                    "do not edit by hand.\n")
 LIVE_KINDS = ("Deployment", "Job")
+WORKER_CONFIG_KEY = "worker.yaml"  # the data key of a worker's ConfigMap (templates/worker-configmap.yaml.j2)
 
 
 @dataclass(frozen=True)
@@ -53,40 +57,93 @@ class ClusterFacts:
 
 
 @dataclass(frozen=True)
+class ProfileRequest:
+    """What the profiler Job the controller renders for a model in git writes into its ConfigMap."""
+
+    model: str
+    revision: str
+    gpu_product: str
+
+
+def profile_requests(models: Sequence[ElasticModel], slots: Sequence[GpuSlot]
+                     ) -> dict[tuple[str, str], ProfileRequest]:
+    """(namespace, ConfigMap name) -> the profile expected there: for each model in git, on its GPU product
+    (or each product the nodes offer), in the model's namespace under controller.names.profile_configmap_name."""
+    products = sorted({slot.product for slot in slots})
+    requests = {}
+    for model in models:
+        for product in [model.gpu_product] if model.gpu_product else products:
+            name = profile_configmap_name(model.model, model.revision, product)
+            requests[(model.namespace, name)] = ProfileRequest(model.model, model.revision, product)
+    return requests
+
+
+@dataclass(frozen=True)
 class MeasuredProfiles:
-    """Cluster profiles as committed: `files` path -> text, `profiles` parsed with `file` = that path."""
+    """Cluster profiles as committed: `files` path -> text, `profiles` parsed with `file` = that path;
+    `ignored`: (reason, message) of each ConfigMap or document no profiler Job of ours wrote."""
 
     files: dict[str, str]
     profiles: tuple[Profile, ...]
     sources: dict[str, str]  # path -> the ConfigMap it came from
     errors: tuple[InputError, ...]
+    ignored: tuple[tuple[str, str], ...] = ()
 
 
-def measured_profiles(documents: Sequence[ProfileDocument]) -> MeasuredProfiles:
-    """Each valid profile of each ConfigMap, filed at profiles/measured/<gpu-product>/<model-slug>.yaml.
+def measured_path(profile: Profile) -> str:
+    """profiles/measured/<gpu-product>/<model-slug>.yaml, with `@<revision>` before .yaml unless it is main,
+    so two revisions of one model do not overwrite each other."""
+    relpath = profile_relpath(profile.model, profile.gpu_product)
+    if profile.revision == "main":
+        return MEASURED_DIR + relpath
+    return f"{MEASURED_DIR}{relpath.removesuffix('.yaml')}@{profile.revision.replace('/', '--')}.yaml"
 
-    Two ConfigMaps with the same (model, GPU product) (two namespaces profiled one hub model): the
-    first by namespace/name is committed, so the choice does not flip between passes.
+
+def measured_profiles(documents: Sequence[ProfileDocument],
+                      requests: Mapping[tuple[str, str], ProfileRequest]) -> MeasuredProfiles:
+    """Each valid profile of each requested ConfigMap, filed at `measured_path`.
+
+    A ConfigMap is used only at a (namespace, name) in `requests` and only for profiles of the requested
+    (model, revision, GPU product); anything else was not written by our profiler Job (anyone may label a
+    ConfigMap) and is ignored with a warning. A profile without a revision gets the requested one, which
+    its ConfigMap's name carries. Two ConfigMaps with the same (model, revision, GPU product) (two
+    namespaces profiled one hub model): the first by namespace/name is committed, so the choice does not
+    flip between passes.
     """
     files: dict[str, str] = {}
     profiles: list[Profile] = []
     sources: dict[str, str] = {}
     errors: list[InputError] = []
+    ignored: list[tuple[str, str]] = []
     for document in sorted(documents, key=lambda d: (d.namespace, d.name)):
+        request = requests.get((document.namespace, document.name))
+        if request is None:
+            ignored.append(("ProfileNotRequested", f"{document.ref} is labelled as a profile but no ElasticModel "
+                            "in git asks for a profile under that namespace and name; ignored (delete it, or "
+                            "let the controller's profiler Job write the profile)"))
+            continue
         docs, problems = load_documents(document.text, document.ref)
         errors += problems
         for index, doc in docs:
+            if isinstance(doc, dict) and "revision" not in doc and request.revision != "main":
+                doc = {**doc, "revision": request.revision}
             profile, problems = parse_profile(doc, document.ref, index)
             errors += problems
             if profile is None:
                 continue
-            path = MEASURED_DIR + profile_relpath(profile.model, profile.gpu_product)
+            found = ProfileRequest(profile.model, profile.revision, profile.gpu_product)
+            if found != request:
+                ignored.append(("ProfileMismatch", f"{document.ref} document {index} profiles {found.model}@"
+                                f"{found.revision} on {found.gpu_product}, but that ConfigMap is where the profile "
+                                f"of {request.model}@{request.revision} on {request.gpu_product} belongs; ignored"))
+                continue
+            path = measured_path(profile)
             if path in files:
                 continue
             files[path] = MEASURED_HEADER + yaml.safe_dump(doc, sort_keys=True, allow_unicode=True, width=4096)
             profiles.append(replace(profile, file=path))
             sources[path] = document.ref
-    return MeasuredProfiles(files, tuple(profiles), sources, tuple(errors))
+    return MeasuredProfiles(files, tuple(profiles), sources, tuple(errors), tuple(ignored))
 
 
 @dataclass(frozen=True)
@@ -95,12 +152,13 @@ class ClusterRender:
 
     output: PassOutput
     change: Change
+    ignored: tuple[tuple[str, str], ...] = ()  # (reason, message) of profile ConfigMaps not used
 
 
 def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
     """The pass over `root` with the cluster's facts; the Change adds the measured profiles to the pass's files."""
-    measured = measured_profiles(facts.profiles)
     models, model_errors = read_models(root)
+    measured = measured_profiles(facts.profiles, profile_requests(models, facts.slots))
     git_profiles, profile_errors = read_profiles(root)
     replaced = set(measured.files)
     inputs = combine(
@@ -115,7 +173,7 @@ def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
     new = [path for path, text in measured.files.items() if _differs(root / path, text)]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
     change = Change(files=files, message=_message(output, new, measured.sources), keep=_committed_measured(root))
-    return ClusterRender(output, change)
+    return ClusterRender(output, change, measured.ignored)
 
 
 def _committed_measured(root: Path) -> frozenset[str]:
@@ -232,6 +290,25 @@ def _live_objects(files: Mapping[str, str]) -> dict[str, tuple[LiveObject, ...]]
                 found.append(LiveObject(doc["kind"], meta.get("namespace", ""), meta.get("name", "")))
         out[path] = tuple(found)
     return out
+
+
+def verdict_sources(files: Mapping[str, str]) -> frozenset[tuple[str, str]]:
+    """(namespace, name) of the verdict ConfigMap of each worker in the rendered tree, from the
+    `verdicts.configMap` of its worker.yaml: the only verdicts the controller reads."""
+    sources = set()
+    for path, text in files.items():
+        if not (path.startswith("rendered/") and path.endswith(".yaml")):
+            continue
+        for doc in yaml.safe_load_all(text):
+            config = (doc.get("data") or {}).get(WORKER_CONFIG_KEY) if _is_configmap(doc) else None
+            if config:
+                where = (yaml.safe_load(config).get("verdicts") or {}).get("configMap") or {}
+                sources.add((where["namespace"], where["name"]))
+    return frozenset(sources)
+
+
+def _is_configmap(doc) -> bool:
+    return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
 
 
 # ---------------------------------------------------------------- Argo CD

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from controller.compose_errors import (ComposeError, InvalidName, ManifestInvalid, OutputConflict, RenderFailed,
-                                       ServedNameTaken, UnknownComposition, UnknownSlot)
+from controller.compose_errors import (ComposeError, InvalidName, ManifestInvalid, MixedCompositions, OutputConflict,
+                                       RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
 from controller.compositions import Composition, load_compositions
 from controller.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.kube_validate import warm as warm_validators
@@ -199,7 +199,15 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
         if decision.mode == "refused":
             refused.append(decision)
             return
-        members = workers[(_slot(decision, slot_by_id), composition.name)]
+        slot = _slot(decision, slot_by_id)
+        other = next((name for (s, name), group in workers.items() if s == slot and name != composition.name and group),
+                     None)
+        if other is not None:
+            raise MixedCompositions(model.ref, f"slot {slot.id} already runs a worker of composition {other!r}; "
+                                    f"one GPU takes one composition's worker (they would claim it twice)",
+                                    f"set spec.compositionRef.name to {other!r}, or give it another "
+                                    "spec.gpu.product")
+        members = workers[(slot, composition.name)]
         taken = next((m.model.ref for m in members if m.model.name == model.name), None)
         if taken is not None:
             raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "

@@ -45,6 +45,12 @@ class ServedNameTaken(ComposeError):
     reason = "ServedNameTaken"
 
 
+class MixedCompositions(ComposeError):
+    """A GPU slot's models must share one composition: each composition's worker claims the GPU."""
+
+    reason = "MixedCompositions"
+
+
 class RenderFailed(ComposeError):
     reason = "RenderFailed"
 

@@ -83,8 +83,13 @@ def _why_not(d: Decision, need_total: int, limit: int, minimum: int) -> list[str
                                     else f"swap needs the whole model on the GPU in turn: {fb(need_total)} > "
                                          f"{fb(limit)}" if not fits else "no slot had room for a swap area"))
     if d.mode != "elastic":
-        out.append("Not elastic: " + (f"need ≤ limit: streaming would only slow it down" if fits
-                                       else f"even the elastic minimum {fb(minimum)} > limit {fb(limit)}"))
+        if d.reason_code == "NoCapacity":
+            why = f"its elastic minimum {fb(minimum)} is more than any slot has free"
+        elif fits:
+            why = "need ≤ limit: streaming would only slow it down"
+        else:
+            why = f"even the elastic minimum {fb(minimum)} > limit {fb(limit)}"
+        out.append("Not elastic: " + why)
     return out
 
 
@@ -93,6 +98,9 @@ def _what_if(d: Decision, profile, model: ElasticModel, need_total: int, minimum
     if d.mode in ("resident", "swap"):
         return [f"- below {fb(need_total)} ({need_total} bytes) it would run elastic, streaming layers",
                 f"- below {fb(minimum)} ({minimum} bytes) it would be refused"]
+    if d.reason_code == "ExceedsFreeSpace":
+        return ["- no budget: it already covers the need; it streams because the slot has no room for it whole",
+                f"- it runs whole once its slot has {fb(need_total)} free for it (fewer or smaller models there)"]
     if d.mode == "elastic":
         out = [f"- each further {fb(layer)} keeps one more of the {d.total_layers - d.resident_layers} "
                f"streamed layers resident"]
@@ -102,6 +110,10 @@ def _what_if(d: Decision, profile, model: ElasticModel, need_total: int, minimum
             out.append(f"- it can never run whole on this GPU (need {fb(need_total)} > usable {fb(usable)})")
         return out
     if d.reason_code == "BudgetBelowElasticMinimum":
-        return [f"- at {fb(minimum)} ({minimum} bytes) or more it runs elastic",
-                f"- at {fb(need_total)} ({need_total} bytes) or more it fits whole"]
+        if minimum > usable:
+            return [f"- no budget: even streaming every layer needs {fb(minimum)}, more than the {fb(usable)} "
+                    f"a {d.gpu_product} has; lower slo.contextTokens/concurrency or choose a larger GPU"]
+        whole = (f"- at {fb(need_total)} ({need_total} bytes) or more it fits whole" if need_total <= usable
+                 else f"- it can never run whole on this GPU (need {fb(need_total)} > usable {fb(usable)})")
+        return [f"- at {fb(minimum)} ({minimum} bytes) or more it runs elastic", whole]
     return ["- no budget alone: the GPUs of its product are full; add capacity or remove a model"]

@@ -250,7 +250,7 @@ def _place_elastic(ask: _Ask, group: _ProductSlots, sticky: _SlotState | None) -
     limit = min(ask.model.budget_bytes, group.largest_usable)
     piece = cost.largest_elastic_slice(ask.profile, ask.model.slo, limit)
     if piece is None:
-        return _refused_below_minimum(ask, limit)
+        return _refused_below_minimum(ask, limit, group.largest_usable)
     target = sticky if sticky is not None and sticky.free >= piece.footprint else group.by_free.best_fit(piece.footprint)
     if target is None:
         return _squeeze_elastic(ask, group)
@@ -327,8 +327,8 @@ def _slot_decisions(state: _SlotState) -> list[Decision]:
         else:
             why = (f"need {_need_terms(ask)} > limit {fb(limit)} (budget {fb(ask.model.budget_bytes)}, "
                    f"slot usable {fb(slot.usable_bytes)})")
-        reason = (f"{why}: keeps {piece.resident_layers}/{piece.total_layers} "
-                  f"layers plus embeddings, head, KV and 2 stream buffers ({fb(piece.buffer_bytes)}) = "
+        reason = (f"{why}: keeps {piece.resident_layers}/{piece.total_layers} layers plus embeddings, head, KV, "
+                  f"activations, overhead and 2 stream buffers ({fb(piece.buffer_bytes)}) = "
                   f"{fb(piece.footprint)}; streams {fb(piece.streamed_bytes)} per pass at "
                   f"{ask.profile.host_to_device_gbps:g} GB/s")
         code = "ExceedsFreeSpace" if ask.model.key in state.squeezed else "ExceedsBudget"
@@ -354,12 +354,17 @@ def _decision(ask: _Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes
     )
 
 
-def _refused_below_minimum(ask: _Ask, limit: int) -> Decision:
+def _refused_below_minimum(ask: _Ask, limit: int, usable: int) -> Decision:
     minimum = cost.elastic_slice_at(ask.profile, ask.model.slo, 0).footprint
+    slo = ask.model.slo
+    if minimum > usable:
+        fix = (f"No budget helps: a {ask.profile.gpu_product} has {fb(usable)} usable. Lower slo.contextTokens or "
+               f"slo.concurrency, or choose a larger GPU (spec.gpu.product)")
+    else:
+        fix = f"Raise memoryBudget to at least {minimum} bytes ({fb(minimum)}) or lower slo.contextTokens/concurrency"
     reason = (f"need {_need_terms(ask)} > limit {fb(limit)}, and even streaming every layer needs "
-              f"{fb(minimum)} on the GPU (embeddings, head, KV cache for {ask.model.slo.context_tokens}×"
-              f"{ask.model.slo.concurrency} tokens, 2 stream buffers): {minimum - limit} bytes missing. "
-              f"Raise memoryBudget to at least {minimum} bytes ({fb(minimum)}) or lower slo.contextTokens/concurrency")
+              f"{fb(minimum)} on the GPU (embeddings, head, KV cache for {slo.context_tokens}×{slo.concurrency} "
+              f"tokens, activations, overhead, 2 stream buffers): {minimum - limit} bytes missing. {fix}")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="BudgetBelowElasticMinimum")
 
 
@@ -367,8 +372,8 @@ def _no_capacity(ask: _Ask, nbytes: int, group: _ProductSlots) -> Decision:
     best = group.by_free.largest()
     free = best.free if best else 0
     reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot has left is {fb(free)} "
-              f"({len(group.states)} slots): {nbytes - free} bytes missing. Add a GPU, lower memoryBudget "
-              f"to run elastic, or remove a model")
+              f"({len(group.states)} slots): {nbytes - free} bytes missing. Add a GPU, make room (remove a "
+              f"model or lower another's memoryBudget), or lower slo.contextTokens/concurrency")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="NoCapacity")
 
 

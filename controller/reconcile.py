@@ -81,7 +81,8 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
     a count and one line per change otherwise. Used only when the generated tree changed."""
     moved = [c for c in changes if c.before is not None and c.after is not None]
-    causes = [cause for ref, cause in _causes(changes) if len(moved) != 1 or ref != moved[0].ref]
+    own = moved[0].ref if len(moved) == 1 else None  # the moved model's own change explains it first
+    causes = [cause for ref, cause in sorted(_causes(changes), key=lambda rc: rc[0] != own)]
     shown = causes[:3] + ([f"{len(causes) - 3} more"] if len(causes) > 3 else [])
     why = f" ({', '.join(shown)})" if causes else ""
     if len(moved) == 1:

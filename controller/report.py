@@ -23,7 +23,9 @@ def as_yaml(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
     return yaml.safe_dump(plan_to_dict(plan, errors), sort_keys=True, allow_unicode=True)
 
 
-def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, ...] = ()) -> str:
+def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, ...] = (),
+             revived: tuple[str, ...] = ()) -> str:
+    """`revived`: namespace/name planned from their last good spec (their document is broken now)."""
     by_slot: dict[str | None, list[Decision]] = {}
     for d in plan.decisions:
         by_slot.setdefault(d.slot, []).append(d)
@@ -32,11 +34,11 @@ def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, .
         rows = by_slot.get(slot.id, [])
         used = _slot_used(rows)
         out.append(f"{slot.id} ({slot.product}): {fb(used)} of {fb(slot.usable_bytes)} usable")
-        out += _table([_row(d) for d in rows]) if rows else ["  (empty)"]
+        out += _table([_row(d, revived) for d in rows]) if rows else ["  (empty)"]
         out.append("")
     if by_slot.get(None):
         out.append("refused:")
-        out += _table([_row(d) for d in by_slot[None]])
+        out += _table([_row(d, revived) for d in by_slot[None]])
         out += [f"  {d.namespace}/{d.name}: {d.reason}" for d in by_slot[None]]
         out.append("")
     if plan.pending:
@@ -63,12 +65,12 @@ def _slot_used(rows: list[Decision]) -> int:
     return sum(d.footprint_bytes for d in rows if d.mode in ("resident", "elastic")) + swap
 
 
-def _row(d: Decision) -> tuple[str, ...]:
+def _row(d: Decision, revived: tuple[str, ...] = ()) -> tuple[str, ...]:
     layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
     tpot = f"{d.predicted.tpot_ms:g}ms" if d.predicted else "-"
     slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met]
-    return (f"{d.namespace}/{d.name}", d.model, fb(d.budget_bytes), fb(d.need_bytes) if d.need_bytes else "-",
-            d.mode, layers, tpot, slo)
+    name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
+    return (name, d.model, fb(d.budget_bytes), fb(d.need_bytes) if d.need_bytes else "-", d.mode, layers, tpot, slo)
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

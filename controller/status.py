@@ -67,6 +67,7 @@ class WorkerVerdict:
 
     mode: str
     verdict: Literal["applied", "refused"]
+    slot: str  # the slot the worker serves; a verdict from another slot than the decision's is stale
     reason: str = ""
     message: str = ""
     need_bytes: int = 0
@@ -192,7 +193,7 @@ def _synced(observed: Observed) -> tuple[_Cond, tuple[_Cond, bool] | None]:
 
 
 def _live_blocker(decision: Decision, observed: Observed) -> tuple[_Cond, bool] | None:
-    verdict = observed.verdict
+    verdict = observed.verdict if observed.verdict is not None and observed.verdict.slot == decision.slot else None
     current = verdict if verdict is not None and verdict.mode == decision.mode else None
     if current is not None and current.verdict == "refused":
         message = (f"the worker on {decision.slot} refused {decision.mode}: needs {format_bytes(current.need_bytes)}, "

@@ -16,8 +16,9 @@ import yaml
 
 from controller.cluster import Cluster
 from controller.cluster_loop import ClusterReconciler
+from controller.cluster_pass import verdict_sources
 from controller.leader import LeaderElection
-from controller.names import dns_label, profile_configmap_name
+from controller.names import profile_configmap_name
 from gitops import WorkingCopy
 from profiler_job.args import ConfigMapTarget
 from profiler_job.publish import configmap_body
@@ -148,13 +149,20 @@ class World:
             names.append(live["metadata"]["name"])
         return names[0]
 
-    def worker_reports(self, *verdicts: Verdict) -> None:
-        worker = self.rendered("Deployment")[0]["metadata"]
+    def verdicts_configmap(self) -> tuple[str, str]:
+        """(namespace, name) where the one rendered worker publishes its verdicts (its worker.yaml says)."""
+        [source] = verdict_sources({path: text.decode() for path, text in self.files().items()})
+        return source
+
+    def worker_reports(self, *verdicts: Verdict, slot: str = SLOT, namespace: str | None = None,
+                       data: str | None = None) -> None:
+        """The worker's verdict ConfigMap with `verdicts` for `slot`; in another `namespace` (a forgery)
+        when given; `data` replaces the document (a broken one)."""
+        home, name = self.verdicts_configmap()
         self.kube.seed("configmaps", {
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": dns_label(worker["name"], "verdicts"), "namespace": worker["namespace"],
-                         "labels": {LABEL: "true"}},
-            "data": {DATA_KEY: render_document(SLOT, list(verdicts))}})
+            "metadata": {"name": name, "namespace": namespace or home, "labels": {LABEL: "true"}},
+            "data": {DATA_KEY: data if data is not None else render_document(slot, list(verdicts))}})
 
     def profiler_fails(self, message: str) -> str:
         """The rendered profiler Job exists and Failed; its pod's termination message is `message`."""

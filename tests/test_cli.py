@@ -124,3 +124,9 @@ def test_the_console_script_runs_the_demo():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "committed" in proc.stdout and "commits nothing" in proc.stdout and "no change" in proc.stdout
+
+
+def test_validate_pointed_at_the_wrong_directory_fails(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(tmp_path)])
+    assert exc.value.code == 1 and "has no models/ directory" in capsys.readouterr().err

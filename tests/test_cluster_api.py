@@ -55,13 +55,20 @@ def test_profile_configmaps_are_listed_across_namespaces(kube):
     assert [e.reason for e in errors] == ["InvalidProfileConfigMap"]
 
 
-def test_worker_verdicts_are_read_from_labelled_configmaps(kube):
-    document = render_document("gpu-1/gpu0", [Verdict("chat", "llm", "elastic", "applied", "Fits", "ok", 1, 2, 0)])
-    kube.seed("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "verdicts-gpu-1-gpu0", "namespace": "gpushare", "labels": {"gpushare.dev/verdicts": "true"}},
-        "data": {"verdicts.yaml": document}})
-    verdicts, errors = _cluster(kube).verdicts()
-    assert verdicts[("llm", "chat")].mode == "elastic" and verdicts[("llm", "chat")].verdict == "applied"
+def test_worker_verdicts_are_read_only_from_the_configmaps_named(kube):
+    def seed(namespace: str, name: str, mode: str) -> None:
+        document = render_document("gpu-1/gpu0", [Verdict("chat", "llm", mode, "applied", "Fits", "ok", 1, 2, 0)])
+        kube.seed("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+            "name": name, "namespace": namespace, "labels": {"gpushare.dev/verdicts": "true"}},
+            "data": {"verdicts.yaml": document}})
+
+    seed("gpushare", "verdicts-gpu-1-gpu0", "elastic")
+    seed("llm", "verdicts-gpu-1-gpu0", "resident")  # same name, another namespace: forged
+    seed("gpushare", "verdicts-other", "swap")  # the worker namespace, but no worker the pass rendered
+    verdicts, errors = _cluster(kube).verdicts([("gpushare", "verdicts-gpu-1-gpu0"), ("gpushare", "gone")])
+    assert list(verdicts) == [("llm", "chat", "gpu-1/gpu0")]
+    found = verdicts[("llm", "chat", "gpu-1/gpu0")]
+    assert (found.mode, found.verdict, found.slot) == ("elastic", "applied", "gpu-1/gpu0")
     assert errors == []
 
 

@@ -86,12 +86,11 @@ def test_push_to_ready_through_profiling(world):
 
 def test_a_broken_verdict_configmap_is_reported_without_failing_the_pass(world):
     world.setup([model_doc()], estimated_profile=True)
-    world.kube.seed("configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-        "name": "junk", "namespace": "gpushare-system", "labels": {"gpushare.dev/verdicts": "true"}},
-        "data": {"verdicts.yaml": "models: [unclosed"}})
     controller = world.reconciler()
+    assert controller.reconcile_once().published.changed
+    world.worker_reports(data="models: [unclosed")
     report = controller.reconcile_once()
-    assert report.ok and report.published.changed
+    assert report.ok
     assert [reason for reason, _ in report.warnings] == ["InvalidVerdicts"]
     assert 'gpushare_reconcile_errors_total{reason="InvalidVerdicts"} 1.0' in controller.metrics.exposition().decode()
 

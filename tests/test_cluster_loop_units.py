@@ -13,10 +13,11 @@ import yaml
 from controller.cli import _parser
 from controller.cluster import ProfileDocument
 from controller.cluster_loop import ClusterReconciler
-from controller.cluster_pass import (MEASURED_DIR, MEASURED_HEADER, ClusterFacts, ModelView, application_for,
-                                     measured_profiles, render_in_cluster, status_model)
+from controller.cluster_pass import (MEASURED_DIR, MEASURED_HEADER, ClusterFacts, ModelView, ProfileRequest,
+                                     application_for, measured_profiles, render_in_cluster, status_model)
 from controller.load import combine, parse_model
 from controller.metrics import ControllerMetrics, Health, MetricsServer
+from controller.names import profile_configmap_name
 from controller.types import GpuSlot, InputError, Source
 from tests.cluster_loop_support import ESTIMATED, PRODUCT, QWEN, measured_profile, model_doc
 from tests.conftest import REPO_ROOT
@@ -24,6 +25,8 @@ from tests.factories import toy_profile
 
 MEASURED_PATH = f"{MEASURED_DIR}{PRODUCT}/qwen--qwen2.5-0.5b-instruct.yaml"
 SLOT = GpuSlot(node="gpu-1", index=0, product=PRODUCT, memory_bytes=23034 << 20)
+PROFILE_CM = profile_configmap_name(QWEN, "main", PRODUCT)
+REQUEST = ProfileRequest(QWEN, "main", PRODUCT)
 
 
 def _profile(source: str, file: str, model: str = "org/toy"):
@@ -61,27 +64,28 @@ def _document(namespace: str, name: str, doc: dict) -> ProfileDocument:
 
 
 def test_a_configmap_profile_is_filed_under_profiles_measured():
-    found = measured_profiles([_document("llm", "profile-qwen", measured_profile())])
+    found = measured_profiles([_document("llm", PROFILE_CM, measured_profile())], {("llm", PROFILE_CM): REQUEST})
     assert list(found.files) == [MEASURED_PATH]
     assert found.files[MEASURED_PATH].startswith(MEASURED_HEADER)
     assert yaml.safe_load(found.files[MEASURED_PATH]) == measured_profile()
     assert [(p.file, p.source, p.model) for p in found.profiles] == [(MEASURED_PATH, "measured", QWEN)]
-    assert found.sources == {MEASURED_PATH: "ConfigMap/llm/profile-qwen"}
-    assert found.errors == ()
+    assert found.sources == {MEASURED_PATH: f"ConfigMap/llm/{PROFILE_CM}"}
+    assert found.errors == () and found.ignored == ()
 
 
 def test_one_model_profiled_in_two_namespaces_keeps_the_first_by_namespace():
     later = {**measured_profile(), "method": "second run"}
-    found = measured_profiles([_document("team-b", "p", later), _document("llm", "p", measured_profile())])
-    assert found.sources == {MEASURED_PATH: "ConfigMap/llm/p"}
+    documents = [_document("team-b", PROFILE_CM, later), _document("llm", PROFILE_CM, measured_profile())]
+    found = measured_profiles(documents, {("llm", PROFILE_CM): REQUEST, ("team-b", PROFILE_CM): REQUEST})
+    assert found.sources == {MEASURED_PATH: f"ConfigMap/llm/{PROFILE_CM}"}
     assert len(found.profiles) == 1 and found.errors == ()
 
 
 def test_a_broken_configmap_profile_is_an_error_that_names_the_configmap():
     broken = {**measured_profile(), "weights": {**measured_profile()["weights"], "totalBytes": 1}}
-    found = measured_profiles([_document("llm", "profile-qwen", broken)])
+    found = measured_profiles([_document("llm", PROFILE_CM, broken)], {("llm", PROFILE_CM): REQUEST})
     assert found.files == {} and found.profiles == ()
-    assert [(e.file, e.reason) for e in found.errors] == [("ConfigMap/llm/profile-qwen", "ProfileTotalMismatch")]
+    assert [(e.file, e.reason) for e in found.errors] == [(f"ConfigMap/llm/{PROFILE_CM}", "ProfileTotalMismatch")]
 
 
 @pytest.fixture
@@ -96,20 +100,21 @@ def tree(tmp_path):
 
 
 def test_cluster_render_plans_on_node_slots_with_the_measured_profile(tree):
-    facts = ClusterFacts(slots=(SLOT,), profiles=(_document("llm", "p", measured_profile()),))
+    facts = ClusterFacts(slots=(SLOT,), profiles=(_document("llm", PROFILE_CM, measured_profile()),))
     rendered = render_in_cluster(tree, facts)
     assert rendered.output.inputs.errors == ()  # gpus.yaml is not read; the estimate is superseded
     assert rendered.output.inputs.slots == (SLOT,)
     assert [p.source for p in rendered.output.inputs.profiles] == ["measured"]
-    assert rendered.change.files[MEASURED_PATH] == measured_profiles(facts.profiles).files[MEASURED_PATH].encode()
+    expected = measured_profiles(facts.profiles, {("llm", PROFILE_CM): REQUEST}).files[MEASURED_PATH]
+    assert rendered.change.files[MEASURED_PATH] == expected.encode()
     assert rendered.output.plan.decisions[0].slot == SLOT.id
-    assert f"profile committed: {MEASURED_PATH} (from ConfigMap/llm/p)" in rendered.change.message
+    assert f"profile committed: {MEASURED_PATH} (from ConfigMap/llm/{PROFILE_CM})" in rendered.change.message
 
 
 def test_a_committed_measured_profile_is_replaced_by_the_cluster_copy_and_kept_without_it(tree):
     (tree / MEASURED_PATH).parent.mkdir(parents=True)
     (tree / MEASURED_PATH).write_text(MEASURED_HEADER + yaml.safe_dump({**measured_profile(), "method": "old run"}))
-    with_configmap = render_in_cluster(tree, ClusterFacts((SLOT,), (_document("llm", "p", measured_profile()),)))
+    with_configmap = render_in_cluster(tree, ClusterFacts((SLOT,), (_document("llm", PROFILE_CM, measured_profile()),)))
     assert with_configmap.output.inputs.errors == ()  # not a duplicate of itself
     assert b"old run" not in with_configmap.change.files[MEASURED_PATH]
 

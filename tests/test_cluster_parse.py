@@ -69,15 +69,18 @@ def test_worker_verdicts_read_what_the_worker_writes():
     ])
     cm = {"metadata": {"name": "verdicts-node-a-gpu0", "namespace": "gpushare"}, "data": {"verdicts.yaml": document}}
     verdicts = worker_verdicts(cm)
-    assert verdicts[("llm", "chat")].verdict == "applied"
-    refused = verdicts[("llm", "big")]
-    assert (refused.mode, refused.verdict, refused.reason) == ("swap", "refused", "InsufficientMemory")
+    assert list(verdicts) == [("llm", "chat", "node-a/gpu0"), ("llm", "big", "node-a/gpu0")]
+    assert verdicts[("llm", "chat", "node-a/gpu0")].verdict == "applied"
+    refused = verdicts[("llm", "big", "node-a/gpu0")]
+    assert (refused.mode, refused.verdict, refused.slot, refused.reason) == (
+        "swap", "refused", "node-a/gpu0", "InsufficientMemory")
     assert (refused.need_bytes, refused.available_bytes, refused.missing_bytes) == (30, 20, 10)
 
 
-@pytest.mark.parametrize("data", [{}, {"verdicts.yaml": "models: 3"}, {"verdicts.yaml": "[unclosed"},
-                                  {"verdicts.yaml": "models: [{name: a}]"}],
-                         ids=["no-key", "models-not-a-list", "not-yaml", "entry-without-fields"])
+@pytest.mark.parametrize("data", [{}, {"verdicts.yaml": "{slot: n/gpu0, models: 3}"}, {"verdicts.yaml": "[unclosed"},
+                                  {"verdicts.yaml": "{slot: n/gpu0, models: [{name: a}]}"},
+                                  {"verdicts.yaml": "models: []"}],
+                         ids=["no-key", "models-not-a-list", "not-yaml", "entry-without-fields", "no-slot"])
 def test_unreadable_verdicts_are_reported(data):
     with pytest.raises(ClusterError) as caught:
         worker_verdicts({"metadata": {"name": "v", "namespace": "gpushare"}, "data": data})

@@ -7,13 +7,14 @@ import math
 import shutil
 from dataclasses import replace
 
+import kubernetes_validate
 import pytest
 import yaml
 
 import schemas
 from controller.compose import compose
 from controller.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
-from controller.compositions import load_compositions
+from controller.compositions import CompositionInvalid, load_compositions
 from controller.names import service_name
 from controller.types import Plan
 from templates import TEMPLATE_DIR
@@ -162,22 +163,116 @@ def test_profiler_job_spec(tree):
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
-def test_profiler_role_is_least_privilege(tree):
-    role = load(tree, "rendered/llm/role-gpushare-profiler.yaml")
+def rules(role: dict) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+    """Each rule as (apiGroups, resources, resourceNames, verbs): a verb or a name more fails an equality."""
+    return [(tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r.get("resourceNames", ())), tuple(r["verbs"]))
+            for r in role["rules"]]
+
+
+def test_profiler_may_create_configmaps_and_patch_only_its_own(tree):
+    (job_path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
+    configmap = load(tree, job_path)["metadata"]["annotations"]["gpushare.dev/profile-configmap"]
+    role = load(tree, f"rendered/llm/role-{configmap}.yaml")
     assert role["kind"] == "Role" and role["metadata"]["namespace"] == "llm"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "create", "update", "patch"]}]
-    binding = load(tree, "rendered/llm/rolebinding-gpushare-profiler.yaml")
+    assert rules(role) == [(("",), ("configmaps",), (), ("create",)),
+                           (("",), ("configmaps",), (configmap,), ("patch",))]
+    binding = load(tree, f"rendered/llm/rolebinding-{configmap}.yaml")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": configmap}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpushare-profiler", "namespace": "llm"}]
 
 
-def test_two_models_awaiting_in_one_namespace_share_the_profiler_identity():
+def test_two_models_awaiting_in_one_namespace_share_the_profiler_identity_not_their_grants():
     other = replace(FRESH, name="fresh-2", model="org/other")
     pending = PLAN.pending + (replace(PLAN.pending[0], name="fresh-2", model="org/other"),)
     result = compose([FRESH, other], Plan(pending=pending), SLOTS, {})
     assert result.errors == ()
-    assert len([p for p in result.files if "/job-" in p]) == 2
-    assert result.owners["rendered/llm/role-gpushare-profiler.yaml"] == ("llm/fresh", "llm/fresh-2")
+    assert result.owners["rendered/llm/serviceaccount-gpushare-profiler.yaml"] == ("llm/fresh", "llm/fresh-2")
+    jobs = [load(result.files, p) for p in result.files if "/job-" in p]
+    configmaps = sorted(j["metadata"]["annotations"]["gpushare.dev/profile-configmap"] for j in jobs)
+    assert len(set(configmaps)) == 2
+    patched = sorted(name for p in result.files if "/role-" in p
+                     for _, _, names, verbs in rules(load(result.files, p)) if verbs == ("patch",) for name in names)
+    assert patched == configmaps
+
+
+def test_worker_may_create_configmaps_and_patch_only_its_verdicts(tree):
+    role = load(tree, f"{WORKERS}/role-worker-node-b-gpu0-kai.yaml")
+    verdicts = worker_yaml(tree, "worker-node-b-gpu0-kai")["verdicts"]["configMap"]
+    assert (role["metadata"]["namespace"], verdicts["namespace"]) == ("gpushare-system", "gpushare-system")
+    assert rules(role) == [(("",), ("configmaps",), (), ("create",)),
+                           (("",), ("configmaps",), (verdicts["name"],), ("patch",))]
+
+
+# --- parameters: the model cache and the hub token ----------------------------------------------------
+
+def with_parameters(template_copy, parameters: str):
+    """The shipped compositions with `parameters` (YAML flow-mapping entries) added to default.yaml."""
+    path = template_copy / "compositions" / "default.yaml"
+    path.write_text(path.read_text().replace("    workerNamespace: gpushare-system\n",
+                                             f"    workerNamespace: gpushare-system\n    {parameters}\n"))
+    return load_compositions(template_copy)
+
+
+def cache_of(spec: dict) -> tuple[dict, dict, dict]:
+    """The pod's cache volume, its mount and the container's env by name."""
+    (container,) = spec["containers"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "cache")
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "cache")
+    return volume, mount, {e["name"]: e for e in container["env"]}
+
+
+def test_model_cache_claim_is_read_write_for_the_profiler_and_read_only_for_the_worker(template_copy):
+    compositions = with_parameters(template_copy, "modelCache: {claimName: hf-models}\n"
+                                                  "    hfTokenSecret: {name: hf-token, key: token}")
+    result = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
+    assert result.errors == ()
+    (job_path,) = [p for p in result.files if p.startswith("rendered/llm/job-")]
+    for path in (job_path, f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"):
+        kubernetes_validate.validate(load(result.files, path), "1.30", strict=True)
+    job = load(result.files, job_path)["spec"]["template"]["spec"]
+    volume, mount, env = cache_of(job)
+    assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models"}}
+    assert mount == {"name": "cache", "mountPath": "/cache"}
+    assert env["HF_HOME"]["value"] == "/cache/hf" and env["HF_HUB_OFFLINE"]["value"] == "0"
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    assert (job["securityContext"]["fsGroup"], job["securityContext"]["fsGroupChangePolicy"]) == (10001,
+                                                                                                   "OnRootMismatch")
+    volume, mount, env = cache_of(pod(result.files, "worker-node-a-gpu0-default")["spec"])
+    assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models", "readOnly": True}}
+    assert mount == {"name": "cache", "mountPath": "/cache", "readOnly": True}
+    assert set(env) == {"HF_HOME"}  # offline, as the image sets it, and no token
+    kai_volume = cache_of(pod(result.files, "worker-node-b-gpu0-kai")["spec"])[0]
+    assert kai_volume == {"name": "cache", "emptyDir": {}}  # parameters are per composition: kai's are unset
+
+
+def test_hub_token_alone_keeps_the_profiler_offline_on_an_empty_cache(template_copy):
+    compositions = with_parameters(template_copy, "hfTokenSecret: {name: hf-token, key: token}")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
+    volume, _, env = cache_of(load(files, job_path)["spec"]["template"]["spec"])
+    assert volume == {"name": "cache", "emptyDir": {}}
+    assert set(env) == {"HF_HOME", "HF_TOKEN"}
+
+
+def test_without_cache_or_token_parameters_pods_get_an_empty_cache_and_no_token(tree):
+    (job_path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
+    job = load(tree, job_path)["spec"]["template"]["spec"]
+    for spec in (job, pod(tree, "worker-node-a-gpu0-default")["spec"]):
+        volume, mount, env = cache_of(spec)
+        assert (volume, mount, set(env)) == ({"name": "cache", "emptyDir": {}}, {"name": "cache", "mountPath": "/cache"},
+                                             {"HF_HOME"})
+    assert "fsGroup" not in job["securityContext"]
+
+
+@pytest.mark.parametrize("parameters, path", [
+    pytest.param("modelCache: {}", "modelCache", id="cache-without-claim-name"),
+    pytest.param("modelCache: {claimName: Bad_Name}", "claimName", id="cache-claim-not-dns-1123"),
+    pytest.param("hfTokenSecret: {name: hf-token}", "hfTokenSecret", id="token-secret-without-key"),
+    pytest.param("hfTokenSecret: {name: hf-token, key: 'a/b'}", "key", id="token-key-with-slash"),
+])
+def test_malformed_cache_or_token_parameters_are_refused(template_copy, parameters, path):
+    with pytest.raises(CompositionInvalid, match=f"spec/parameters/.*{path}"):
+        with_parameters(template_copy, parameters)
 
 
 # --- one bad model never blocks the others ---------------------------------------------------------
@@ -235,12 +330,12 @@ def test_two_models_rendering_the_same_object_differently_conflict(template_copy
         "gpushare.dev/elasticmodel"] == "llm/chat-small"
 
 
-def test_models_of_two_compositions_on_one_slot_get_two_workers():
+def test_a_second_composition_on_one_slot_is_refused_not_a_second_worker():
     shared = replace(model("kai-chat", composition="kai"))
     plan = Plan(decisions=PLAN.decisions[:1] + (decide(shared, "resident", SLOTS[0], need=1, footprint=1),))
-    files = compose([CHAT, shared], plan, SLOTS, {}).files
-    assert [p for p in files if "/deployment-" in p] == [
-        f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml", f"{WORKERS}/deployment-worker-node-a-gpu0-kai.yaml"]
+    rendered = compose([CHAT, shared], plan, SLOTS, {})
+    assert [p for p in rendered.files if "/deployment-" in p] == [f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"]
+    assert [(e.ref, e.reason) for e in rendered.errors] == [("llm/kai-chat", "MixedCompositions")]
 
 
 def test_decision_file_is_status_assigned(tree):

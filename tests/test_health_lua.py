@@ -56,7 +56,8 @@ LIVE_CASES = [
     ("ready", RESIDENT, None, ALL_GOOD, "Healthy", "resident on node-a/gpu0"),
     ("awaiting-worker", RESIDENT, None, dataclasses.replace(ALL_GOOD, verdict=None), "Progressing", "AwaitingWorker:"),
     ("worker-refused", RESIDENT, None, dataclasses.replace(ALL_GOOD, verdict=WorkerVerdict(
-        "resident", "refused", "InsufficientMemory", "", 3 << 30, 2 << 30, 1 << 30)), "Degraded", "1.0Gi missing"),
+        "resident", "refused", "node-a/gpu0", "InsufficientMemory", "", 3 << 30, 2 << 30, 1 << 30)),
+     "Degraded", "1.0Gi missing"),
     ("profile-failed", None, PENDING, Observed(job=JobState("profile-chat", "Failed", "no GPU on this node")),
      "Degraded", "ProfileFailed: profiler Job profile-chat failed: no GPU on this node"),
     ("budget-below-minimum", BELOW_MINIMUM, None, ALL_GOOD, "Degraded", "BudgetBelowElasticMinimum:"),

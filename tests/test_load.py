@@ -249,3 +249,13 @@ def test_previous_decisions_load_and_garbled_ones_are_skipped():
 
 def test_no_decisions_directory_means_no_previous_decisions(tmp_path):
     assert load_previous_decisions(tmp_path) == {}
+
+
+@pytest.mark.parametrize("model_id,ok", [
+    ("Qwen/Qwen2.5-0.5B-Instruct", True), ("/models/qwen2.5", True), ("/mnt/pvc/org/name@v1", True),
+    ("/models/../etc", False), ("org/../x", False), ("../x", False), ("org//x", False), ("a\nhostNetwork: true", False),
+], ids=["hub-id", "absolute-path", "nested-path", "dotdot-in-path", "dotdot-in-id", "relative-parent",
+        "empty-segment", "newline"])
+def test_model_is_a_hub_id_or_an_absolute_path_without_parent_segments(model_id, ok):
+    model, errors = parse_model(_model({"model": model_id, "memoryBudget": "4Gi"}), Source("m.yaml"))
+    assert (model is not None) == ok, errors

@@ -26,6 +26,7 @@ VALID = [
 ]
 
 INVALID = [
+    ("upper-case-kilo-is-not-kubernetes", "4K"),
     ("decimal-unit-with-B", "4GB"),
     ("lower-case-binary-suffix", "4gi"),
     ("suffix-without-number", "Gi"),

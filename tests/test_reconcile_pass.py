@@ -133,3 +133,22 @@ def test_same_name_in_two_namespaces_on_one_worker_renders_the_first_only(repo):
         "rendered/gpushare-system/configmap-worker-gpu-node-1-gpu0-default.yaml"])["data"]["worker.yaml"])
     assert [m["namespace"] for m in config["models"] if m["name"] == "chat-small"] == ["llm"]
     assert "not rendered: zeta/chat-small: [ServedNameTaken]" in out.message
+
+
+def test_a_moved_models_own_budget_change_is_named_first(repo):
+    reconcile_into(repo)
+    chat = repo / "models/llm/chat.yaml"
+    chat.write_text(chat.read_text().replace("memoryBudget: 4Gi", "memoryBudget: 1Gi", 1))
+    out = reconcile_into(repo)
+    assert out.message.splitlines()[0].endswith("(llm/chat-small budget changed)")
+    assert out.message.startswith("llm/chat-small: resident on gpu-node-1/gpu0 → elastic")
+
+
+def test_plan_marks_models_served_from_their_last_good_spec(repo, capsys):
+    from controller.cli import main
+
+    reconcile_into(repo)
+    (repo / "models/llm/chat.yaml").write_text("kind: [unclosed\n")
+    assert main(["plan", str(repo)]) == 0
+    out = capsys.readouterr().out
+    assert "llm/chat-small (last good spec)" in out and "InvalidYAML" in out

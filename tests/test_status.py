@@ -33,7 +33,7 @@ BAD_SPEC = InputError(file="models/chat.yaml", document=0, path="spec.mode", mes
 SYNCED_APP = AppState(name="gpushare-rendered", sync_status="Synced", revision="f00d" * 10, contains_commit=True,
                       health="Healthy", operation_phase="Succeeded")
 AVAILABLE = WorkloadState(name="worker-node-a-gpu0", available=True)
-APPLIED = WorkerVerdict(mode="resident", verdict="applied")
+APPLIED = WorkerVerdict(mode="resident", verdict="applied", slot="node-a/gpu0")
 ALL_GOOD = Observed(commit=COMMIT, app=SYNCED_APP, workload=AVAILABLE, verdict=APPLIED)
 
 
@@ -77,12 +77,19 @@ READY_CASES = [
      ("False", "SyncFailed"), True, ["failed to sync (Failed)", "Deployment.apps is invalid"]),
     ("worker-refused", RESIDENT, None, None,
      dataclasses.replace(ALL_GOOD, verdict=WorkerVerdict(
-         mode="resident", verdict="refused", reason="InsufficientMemory", message="CUDA has 2.0Gi free",
+         mode="resident", verdict="refused", slot="node-a/gpu0", reason="InsufficientMemory",
+         message="CUDA has 2.0Gi free",
          need_bytes=3 << 30, available_bytes=2 << 30, missing_bytes=1 << 30)),
      ("False", "WorkerRefused"), True, ["needs 3.0Gi", "2.0Gi available", "1.0Gi missing", "InsufficientMemory"]),
     ("stale-refusal-for-another-mode-waits", RESIDENT, None, None,
-     dataclasses.replace(ALL_GOOD, verdict=WorkerVerdict(mode="swap", verdict="refused")),
+     dataclasses.replace(ALL_GOOD, verdict=WorkerVerdict(mode="swap", verdict="refused", slot="node-a/gpu0")),
      ("False", "AwaitingWorker"), False, ["it reports swap"]),
+    ("applied-on-the-previous-slot-is-no-verdict", RESIDENT, None, None,
+     dataclasses.replace(ALL_GOOD, verdict=dataclasses.replace(APPLIED, slot="node-b/gpu1")),
+     ("False", "AwaitingWorker"), False, ["no verdict yet"]),
+    ("refused-on-the-previous-slot-is-no-verdict", RESIDENT, None, None,
+     dataclasses.replace(ALL_GOOD, verdict=WorkerVerdict(mode="resident", verdict="refused", slot="node-b/gpu1")),
+     ("False", "AwaitingWorker"), False, ["no verdict yet"]),
     ("deployment-not-available", RESIDENT, None, None,
      dataclasses.replace(ALL_GOOD, workload=WorkloadState(name="worker-node-a-gpu0", available=False,
                                                           message="0/1 replicas available")),
