@@ -11,15 +11,17 @@ How one pass places models:
    product -> Pending (a profiler Job is needed); no such product -> refused.
 2. need > min(budget, slot usable) -> elastic: the largest slice that fits; below
    the elastic minimum -> refused (BudgetBelowElasticMinimum).
-3. Models are placed in a stable order: elastic slices first (the others pack around
-   them), then models whose SLO a swap-in would break, then the rest; within a tier,
-   models keeping their previous slot with unchanged inputs first, then larger first,
-   then by namespace/name.
+3. Models are placed in a stable order: those whose SLO a swap-in would break first,
+   then the rest; within a tier, models keeping their previous slot with unchanged
+   inputs first, then larger need first, then by namespace/name. The budget never
+   changes a model's place in this order, so a larger budget can only widen what is
+   left for it when its turn comes: it never gets a worse mode.
 4. A model that fits alone goes resident in the slot with the least free space that
    holds it (its previous slot first). Where none does, it joins the swap group of a
    slot (one full model on the GPU at a time; the group's area is its largest need),
    re-packing that slot's members: SLO-sensitive and previously resident models stay
-   resident first. Nothing that fits nowhere is overcommitted: it is refused (NoCapacity).
+   resident first. Where no slot can take it whole, it streams (elastic) in the largest
+   free space. Nothing that fits nowhere is overcommitted: it is refused (NoCapacity).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from controller import cost
 from controller.quantity import format_bytes as fb
 from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Pending, Plan, Profile
 
-TIER_ELASTIC, TIER_SLO_SENSITIVE, TIER_OTHER = 0, 1, 2
+TIER_SLO_SENSITIVE, TIER_OTHER = 0, 1
 
 
 @dataclass
@@ -238,7 +240,7 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
     resident_pred = cost.predict_resident(profile, model.slo)
     swap_pred = cost.predict_swap(profile, model.slo)
     slo_sensitive = not cost.slo_misses(model.slo, resident_pred) and bool(cost.slo_misses(model.slo, swap_pred))
-    tier = TIER_ELASTIC if elastic else TIER_SLO_SENSITIVE if slo_sensitive else TIER_OTHER
+    tier = TIER_SLO_SENSITIVE if slo_sensitive and not elastic else TIER_OTHER
     unchanged = (prev is not None and prev.slot is not None and prev.model == model.model
                  and prev.budget_bytes == model.budget_bytes and prev.need_bytes == need.total)
     return _Ask(model, profile, need, elastic, tier,

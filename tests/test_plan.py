@@ -213,3 +213,17 @@ def test_larger_budget_never_gives_a_worse_mode(budget, extra, context, usable):
     assert RANK[after["a"].mode] <= RANK[before["a"].mode]
     if before["a"].mode == after["a"].mode == "elastic":
         assert after["a"].resident_layers >= before["a"].resident_layers
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(300, 3000), st.integers(1, 300)), min_size=2, max_size=5),
+       st.lists(st.integers(500, 5000), min_size=1, max_size=2), st.integers(1, 2000))
+def test_larger_budget_never_gives_a_worse_mode_beside_other_models(specs, sizes, extra):
+    slots = [toy_slot(f"node-{i}", s) for i, s in enumerate(sizes)]
+    models = [toy_model(f"m{i}", b, context=c) for i, (b, c) in enumerate(specs)]
+    before, _ = run(models, slots)
+    grown = [replace(models[0], budget_bytes=models[0].budget_bytes + extra)] + models[1:]
+    after, _ = run(grown, slots)
+    assert RANK[after["m0"].mode] <= RANK[before["m0"].mode], (before["m0"].reason, after["m0"].reason)
+    if before["m0"].mode == after["m0"].mode == "elastic":
+        assert after["m0"].resident_layers >= before["m0"].resident_layers
