@@ -12,15 +12,17 @@ How one pass places models:
 2. need > min(budget, slot usable) -> elastic: the largest slice that fits; below
    the elastic minimum -> refused (BudgetBelowElasticMinimum).
 3. Models are placed in a stable order: those whose SLO a swap-in would break first,
-   then the rest; within a tier, models keeping their previous slot with unchanged
-   inputs first, then larger need first, then by namespace/name. The budget never
-   changes a model's place in this order, so a larger budget can only widen what is
-   left for it when its turn comes: it never gets a worse mode.
+   then the rest; within a tier, larger need first, then by namespace/name. Neither
+   the budget nor the last decisions change a model's place in this order: a larger
+   budget can only widen what is left for it when its turn comes (it never gets a
+   worse mode), and re-planning unchanged inputs reproduces the same plan (a pass with
+   nothing new commits nothing). A model whose inputs are unchanged prefers its
+   previous slot wherever that slot would take it.
 4. A model that fits alone goes resident in the slot with the least free space that
-   holds it (its previous slot first). Where none does, it joins the swap group of a
+   holds it. Where none does, it joins the swap group of a
    slot (one full model on the GPU at a time; the group's area is its largest need),
-   re-packing that slot's members: SLO-sensitive and previously resident models stay
-   resident first. Where no slot can take it whole, it streams (elastic) in the largest
+   re-packing that slot's members: SLO-sensitive and then larger models stay resident
+   first. Where no slot can take it whole, it streams (elastic) in the largest
    free space. Nothing that fits nowhere is overcommitted: it is refused (NoCapacity).
 """
 from __future__ import annotations
@@ -47,18 +49,18 @@ class _Ask:
     elastic: bool
     tier: int
     sticky_slot: str | None
-    was_resident: bool
 
     @property
     def need_bytes(self) -> int:
         return self.need.total
 
     def order(self) -> tuple:
-        return (self.tier, self.sticky_slot is None, -self.need_bytes, self.model.namespace, self.model.name)
+        return (self.tier, -self.need_bytes, self.model.namespace, self.model.name)
 
     def pack_priority(self) -> tuple:
-        return (self.tier != TIER_SLO_SENSITIVE, not self.was_resident, -self.need_bytes,
-                self.model.namespace, self.model.name)
+        """Who stays resident when a slot re-packs: SLO-sensitive first, then larger, then by name. It does
+        not look at last pass's modes, so re-planning unchanged inputs reproduces the same plan."""
+        return (self.tier != TIER_SLO_SENSITIVE, -self.need_bytes, self.model.namespace, self.model.name)
 
 
 @dataclass
@@ -243,9 +245,7 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
     tier = TIER_SLO_SENSITIVE if slo_sensitive and not elastic else TIER_OTHER
     unchanged = (prev is not None and prev.slot is not None and prev.model == model.model
                  and prev.budget_bytes == model.budget_bytes and prev.need_bytes == need.total)
-    return _Ask(model, profile, need, elastic, tier,
-                sticky_slot=prev.slot if unchanged else None,
-                was_resident=prev is not None and prev.mode == "resident")
+    return _Ask(model, profile, need, elastic, tier, sticky_slot=prev.slot if unchanged else None)
 
 
 def _place_elastic(ask: _Ask, group: _ProductSlots, sticky: _SlotState | None) -> Decision | None:

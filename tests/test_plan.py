@@ -227,3 +227,13 @@ def test_larger_budget_never_gives_a_worse_mode_beside_other_models(specs, sizes
     assert RANK[after["m0"].mode] <= RANK[before["m0"].mode], (before["m0"].reason, after["m0"].reason)
     if before["m0"].mode == after["m0"].mode == "elastic":
         assert after["m0"].resident_layers >= before["m0"].resident_layers
+
+
+@settings(max_examples=300, deadline=None)
+@given(fleet, slot_sizes)
+def test_replanning_with_its_own_decisions_changes_nothing(specs, sizes):
+    """A pass with nothing new must commit nothing: the plan is a fixed point of its own stickiness."""
+    inputs = _inputs(specs, sizes)
+    first = plan(inputs)
+    again = plan(inputs, {d.key: d for d in first.decisions})
+    assert again == first
