@@ -193,6 +193,8 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
     """Placed models grouped by (slot, composition), the valid refused decisions apart."""
     workers: dict[tuple[GpuSlot, str], list[_Served]] = defaultdict(list)
     refused: list[Decision] = []
+    composition_on: dict[str, str] = {}  # slot id -> the composition whose worker runs there
+    served_by: dict[tuple[str, str], str] = {}  # (slot id, model name) -> the ElasticModel served under it
 
     def place(decision: Decision) -> None:
         model, composition = _admit(decision, by_key, compositions)
@@ -200,20 +202,21 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
             refused.append(decision)
             return
         slot = _slot(decision, slot_by_id)
-        other = next((name for (s, name), group in workers.items() if s == slot and name != composition.name and group),
-                     None)
-        if other is not None:
+        other = composition_on.get(slot.id, composition.name)
+        if other != composition.name:
             raise MixedCompositions(model.ref, f"slot {slot.id} already runs a worker of composition {other!r}; "
                                     f"one GPU takes one composition's worker (they would claim it twice)",
                                     f"set spec.compositionRef.name to {other!r}, or give it another "
                                     "spec.gpu.product")
-        members = workers[(slot, composition.name)]
-        taken = next((m.model.ref for m in members if m.model.name == model.name), None)
+        taken = served_by.get((slot.id, model.name))
         if taken is not None:
             raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
                                   f"{model.name!r} for {taken} (a worker serves each model name once)",
                                   "rename one of them, or give one another spec.gpu.product or compositionRef")
-        members.append(_served(model, decision))
+        served = _served(model, decision)
+        composition_on[slot.id] = composition.name
+        served_by[(slot.id, model.name)] = model.ref
+        workers[(slot, composition.name)].append(served)
 
     for decision in sorted(decisions, key=lambda d: d.key):
         _guarded(errors, place, decision)

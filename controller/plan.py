@@ -311,11 +311,11 @@ def _slot_decisions(state: _SlotState) -> list[Decision]:
                   f"holds it beside the others")
         out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes,
                              pred=pred, reason=reason, code="FitsResident"))
-    group = ", ".join(a.model.name for a in sorted(state.swap, key=lambda a: a.model.key))
     for ask in state.swap:
         pred = cost.predict_swap(ask.profile, ask.model.slo)
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
-                  f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with [{group}]; "
+                  f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with "
+                  f"{len(state.swap) - 1} other model(s) (PLAN.md lists them); "
                   f"swap-in {pred.swap_in_ms:g} ms = {fb(ask.profile.weight_bytes)} ÷ "
                   f"{ask.profile.host_to_device_gbps:g} GB/s")
         out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes,
