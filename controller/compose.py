@@ -26,7 +26,7 @@ import jsonschema
 
 from controller.compose_errors import (ComposeError, InvalidName, ManifestInvalid, MixedCompositions, OutputConflict,
                                        RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
-from controller.compositions import Composition, load_compositions
+from controller.compositions import Composition, shipped_compositions
 from controller.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.kube_validate import warm as warm_validators
 from controller.names import (dns_label, is_dns_label, is_label_value, profile_configmap_name, profiler_job_name,
@@ -93,7 +93,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
             processes: int = 1) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process."""
-    compositions = load_compositions() if compositions is None else compositions
+    compositions = shipped_compositions() if compositions is None else compositions
     if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
@@ -35,6 +36,12 @@ class Composition:
     per_worker: tuple[str, ...]
     per_model: tuple[str, ...]
     env: SandboxedEnvironment = field(compare=False, repr=False)
+
+
+@lru_cache(maxsize=1)
+def shipped_compositions() -> Mapping[str, Composition]:
+    """The compositions this package ships, read and compiled once per process (templates are code)."""
+    return MappingProxyType(load_compositions())
 
 
 def load_compositions(root: Path = TEMPLATE_DIR) -> dict[str, Composition]:
