@@ -445,3 +445,8 @@ def kube() -> Iterator[RunningDouble]:
     """A fresh API server double per test (import this fixture into a test module to use it)."""
     with serve() as running:
         yield running
+
+
+def stored_after_merge_patch(patch: Any) -> Any:
+    """What the API server keeps when `patch` is merge-patched onto nothing: no nulls."""
+    return merge_patch({}, patch)

@@ -12,6 +12,7 @@ import schemas
 from controller import crd
 from controller.status import Observed, conditions_for, status_patch
 from controller.types import SLO, Decision, ElasticModel, Predicted
+from tests.kubedouble import stored_after_merge_patch as stored
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_DOC = yaml.safe_load(crd.CRD_PATH.read_text())
@@ -117,15 +118,6 @@ def test_spec_mode_is_declared_so_that_the_cel_rule_rejects_it_instead_of_prunin
     assert not schemas.validator("elasticmodel").is_valid(_em({"model": "m", "memoryBudget": 1, "mode": "swap"}))
 
 
-def _stored(value):
-    """What the API server keeps of a merge patch: no nulls."""
-    if isinstance(value, dict):
-        return {k: _stored(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_stored(v) for v in value]
-    return value
-
-
 @pytest.mark.parametrize("mode,predicted", [("elastic", Predicted(900.0, 80.0)), ("refused", None),
                                             ("swap", Predicted(900.0, 20.0, 700.0))])
 def test_the_status_the_controller_writes_fits_the_status_schema(mode, predicted):
@@ -137,6 +129,6 @@ def test_the_status_the_controller_writes_fits_the_status_schema(mode, predicted
                         slo_met=None if predicted is None else False, reason="numbers", reason_code="ExceedsBudget",
                         profile="org/chat@NVIDIA-H200")
     conditions = conditions_for(model, decision, None, None, Observed(), [], "2026-01-01T00:00:00Z")
-    status = _stored(status_patch(model, conditions, decision))["status"]
+    status = stored(status_patch(model, conditions, decision))["status"]
     jsonschema.Draft4Validator(OPENAPI["properties"]["status"]).validate(status)
     assert len({c["type"] for c in status["conditions"]}) == len(status["conditions"])  # list-map key: type

@@ -9,6 +9,7 @@ from controller.status import (
     AppState, JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write, status_patch,
 )
 from controller.types import SLO, Decision, ElasticModel, InputError, Pending, Predicted
+from tests.kubedouble import stored_after_merge_patch as stored
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 COMMIT = "c0ffee1234567890"
@@ -194,15 +195,6 @@ def test_status_patch_body_and_assigned_removal():
     assert status_patch(MODEL, conditions, None)["status"]["assigned"] is None
 
 
-def _stored(value):
-    """What the API server keeps of a merge patch: no nulls."""
-    if isinstance(value, dict):
-        return {k: _stored(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_stored(v) for v in value]
-    return value
-
-
 def _desired(observed=ALL_GOOD, decision=RESIDENT, previous=()):
     return status_patch(MODEL, conditions_for(MODEL, decision, None, None, observed, list(previous), T1),
                         decision)["status"]
@@ -233,14 +225,14 @@ def test_needs_write(make_current, expected):
     elif make_current == "stored-without-nulls":  # the API server stores no nulls from a merge patch
         desired = _desired(decision=BELOW_MINIMUM)
         assert desired["assigned"]["predicted"] is None
-        current = _stored(desired)
+        current = stored(desired)
     else:
         desired = _desired()
-        current = make_current(_stored(desired))
+        current = make_current(stored(desired))
     assert needs_write(current, desired) is expected
 
 
 def test_a_second_pass_with_nothing_new_writes_nothing():
     first = _desired()
     second = _desired(previous=first["conditions"])
-    assert not needs_write(_stored(first), second)
+    assert not needs_write(stored(first), second)
