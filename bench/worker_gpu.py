@@ -236,7 +236,8 @@ class Bench:
 
 
 def new_generation(prompt: list[int], tokens: int):
-    from worker.engine import Generation, SamplingParams
+    from worker.engine import Generation
+    from worker.sampling import SamplingParams
 
     return Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=tokens, temperature=0),
                       eos_ids=frozenset(), decode=lambda ids: "")

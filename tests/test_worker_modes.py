@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from worker.engine import Generation, SamplingParams
+from worker.engine import Generation
+from worker.sampling import SamplingParams
 from worker.errors import BudgetExceeded
 from worker.memory import DeviceLedger
 from worker.residency import decoder_layers, make_residency

@@ -1,7 +1,6 @@
 """One request's generation: chunked prefill, then one token per step, against a KV cache.
 
-Owns sampling (greedy at temperature 0, else temperature + top-p with a seeded
-generator), stop conditions (end-of-text tokens, stop strings, max_tokens) and
+Owns stop conditions (end-of-text tokens, stop strings, max_tokens) and
 incremental detokenisation. The scheduler calls `Generation.step` from its single
 executor thread; the model it is given is already on the device in its mode.
 """
@@ -15,6 +14,7 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from .sampling import Sampler, SamplingParams
 from .shape import PREFILL_CHUNK_TOKENS
 
 
@@ -22,15 +22,6 @@ from .shape import PREFILL_CHUNK_TOKENS
 def _cache_argument(model_class: type) -> str:
     """transformers >= 5.24 names the KV cache argument `cache`; earlier releases `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
 
 
 @dataclass
@@ -45,7 +36,7 @@ class Generation:
     _fed: int = 0
     _emitted: int = 0
     _cache: DynamicCache | None = None
-    _generator: torch.Generator | None = None
+    _sampler: Sampler | None = None
 
     @property
     def done(self) -> bool:
@@ -89,21 +80,9 @@ class Generation:
         return out.logits[0, -1].float()
 
     def _sample(self, logits: torch.Tensor) -> int:
-        if self.params.temperature == 0:
-            return int(logits.argmax())
-        if self._generator is None:
-            self._generator = torch.Generator()
-            if self.params.seed is not None:
-                self._generator.manual_seed(self.params.seed)
-            else:
-                self._generator.seed()
-        probs = torch.softmax(logits.cpu() / self.params.temperature, dim=-1)
-        if self.params.top_p < 1.0:
-            sorted_probs, order = probs.sort(descending=True)
-            outside = sorted_probs.cumsum(0) - sorted_probs > self.params.top_p
-            sorted_probs[outside] = 0
-            probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-        return int(torch.multinomial(probs, 1, generator=self._generator))
+        if self._sampler is None:
+            self._sampler = Sampler(self.params)
+        return self._sampler.choose(logits, self.output_ids).token
 
     def _text_delta(self) -> str:
         """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string."""

@@ -18,7 +18,8 @@ import torch
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation, SamplingParams
+from .engine import Generation
+from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
