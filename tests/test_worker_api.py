@@ -110,7 +110,7 @@ def test_refused_model_is_503_with_its_reason(client):
     ("temperature-text", "/v1/completions", {"model": "chat-resident", "prompt": "a", "temperature": "hot"},
      "temperature"),
     ("max-tokens-zero", "/v1/completions", {"model": "chat-resident", "prompt": "a", "max_tokens": 0}, "max_tokens"),
-    ("n-unsupported", "/v1/completions", {"model": "chat-resident", "prompt": "a", "n": 2}, "n"),
+    ("n-zero", "/v1/completions", {"model": "chat-resident", "prompt": "a", "n": 0}, "n"),
     ("prompt-plus-max-tokens-over-context", "/v1/completions",
      {"model": "chat-resident", "prompt": "a" * 200, "max_tokens": 100}, "max_tokens"),
     ("prompt-over-context", "/v1/completions", {"model": "chat-resident", "prompt": "a" * 300}, "prompt"),

@@ -3,7 +3,9 @@
 Loads and validates the config, builds the Worker (admission, verdict publishing
 through the kubernetes client when `verdicts.configMap` is set), and serves the
 API with uvicorn. A bad config exits 2 with the reason; a refused model does not
-stop the worker.
+stop the worker. On SIGTERM uvicorn stops accepting connections, gives running
+requests `server.shutdownGraceSeconds` to finish, cancels the rest, and the worker
+stops its executor before the process exits.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
     worker.start()
     try:
-        uvicorn.run(create_app(worker), host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(create_app(worker), host=args.host, port=args.port, log_level=args.log_level,
+                    timeout_graceful_shutdown=config.shutdown_grace_s, lifespan="off")
     finally:
         worker.stop()
     return 0

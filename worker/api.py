@@ -1,47 +1,71 @@
 """The HTTP API: OpenAI-compatible completions and chat (with SSE streaming), model listing,
 health, readiness, status and Prometheus metrics.
 
-Thin shell over worker.runtime.Worker: parse (protocol.py), tokenize, submit a Job,
-relay its events. Errors leave in OpenAI's shape {"error": {message, type, param,
-code}} where `code` is the worker's PascalCase reason. Called by `python -m worker`
-(uvicorn) and tests.
+Thin shell over worker.runtime.Worker: bound the body (BodyLimit), decode JSON and
+tokenise in a worker thread (never on the event loop), parse (protocol.py), submit
+one Job per requested choice (`n`), relay their events, and shape them as OpenAI
+objects (responses.py). Every error leaves in OpenAI's shape {"error": {message,
+type, param, code}} where `code` is the worker's PascalCase reason: client mistakes
+are 4xx, unknown routes 404 and wrong methods 405 in that shape too. Called by
+`python -m worker` (uvicorn) and tests.
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
 from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .errors import InvalidRequest, WorkerError
-from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, parse_chat, parse_completion
+from .errors import InvalidRequest, RequestTooLarge, WorkerError
+from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, Sampling, parse_chat, parse_completion
+from .responses import ChatShape, CompletionShape
 from .runtime import ServedModel, Worker
 from .scheduler import ErrorEvent, Event, FinishEvent, TokenEvent
 
+MAX_JSON_DEPTH = 64  # nested objects/arrays in a request body; OpenAI bodies need fewer than 10
+_HTTP_REASONS = {404: "NotFound", 405: "MethodNotAllowed"}
 
-def error_response(error: WorkerError) -> JSONResponse:
-    headers = {}
+
+def error_body(error: WorkerError) -> dict:
+    return {"error": {"message": error.message, "type": error.error_type, "param": error.param, "code": error.reason}}
+
+
+def error_response(error: WorkerError, headers: dict | None = None) -> JSONResponse:
+    headers = dict(headers or {})
     retry_after = getattr(error, "retry_after_s", None)
     if retry_after is not None:
         headers["Retry-After"] = str(retry_after)
-    body = {"error": {"message": error.message, "type": error.error_type, "param": error.param,
-                      "code": error.reason}}
-    return JSONResponse(body, status_code=error.status, headers=headers)
+    return JSONResponse(error_body(error), status_code=error.status, headers=headers)
 
 
-def create_app(worker: Worker) -> FastAPI:
-    app = FastAPI(title="gpushare worker", docs_url=None, redoc_url=None)
+def create_app(worker: Worker) -> ASGIApp:
+    app = FastAPI(title="gpushare worker", docs_url=None, redoc_url=None, openapi_url=None)
+    keepalive_s = worker.config.sse_keepalive_ms / 1000
 
     @app.exception_handler(WorkerError)
     async def _worker_error(request: Request, error: WorkerError) -> JSONResponse:
         model = getattr(request.state, "model", "")
         worker.metrics.rejected.labels(model, str(error.status), error.reason).inc()
         return error_response(error)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        reason = _HTTP_REASONS.get(exc.status_code, "HTTPError")
+        message = {404: f"no route {request.url.path}; the worker serves /v1/models, /v1/completions, "
+                        "/v1/chat/completions, /healthz, /readyz, /status and /metrics",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
+        error = WorkerError(reason, message)
+        error.status, error.error_type = exc.status_code, "invalid_request_error"
+        return error_response(error, exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:  # a bug: still OpenAI's shape
+        return error_response(WorkerError("InternalError", f"the worker failed: {type(exc).__name__}; see its log"))
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -64,7 +88,7 @@ def create_app(worker: Worker) -> FastAPI:
     async def models() -> dict:
         return {"object": "list", "data": [_model_card(worker, name) for name in sorted(worker.served)]}
 
-    @app.get("/v1/models/{name}")
+    @app.get("/v1/models/{name:path}")
     async def model(name: str) -> dict:
         worker.lookup(name)
         return _model_card(worker, name)
@@ -74,38 +98,144 @@ def create_app(worker: Worker) -> FastAPI:
         parsed = parse_completion(await _json(request))
         request.state.model = parsed.model
         served = worker.lookup(parsed.model)
-        prompt_ids = served.encode(parsed.prompt) if isinstance(parsed.prompt, str) else list(parsed.prompt)
-        generation = worker.generation(served, prompt_ids, max_tokens=parsed.sampling.max_tokens,
-                                       default_max_tokens=COMPLETION_DEFAULT_MAX_TOKENS, prompt_param="prompt",
-                                       **parsed.sampling.as_kwargs())
-        relay = _Relay(worker, served, generation)
-        shape = _CompletionShape(parsed.model)
-        if parsed.stream:
-            return _sse(relay, shape, parsed.include_usage)
-        return JSONResponse(await _collect(relay, shape))
+        _check_fanout(worker, served, parsed.n, parsed.sampling)
+        if isinstance(parsed.prompt, str):
+            prompt_ids = await asyncio.to_thread(served.prompts.encode, parsed.prompt)
+        else:
+            await asyncio.to_thread(served.prompts.check_ids, parsed.prompt, "prompt")
+            prompt_ids = list(parsed.prompt)
+        generations = [worker.generation(served, prompt_ids, max_tokens=parsed.sampling.max_tokens,
+                                         default_max_tokens=COMPLETION_DEFAULT_MAX_TOKENS, prompt_param="prompt",
+                                         **parsed.sampling.as_kwargs(i)) for i in range(parsed.n)]
+        shape = CompletionShape(parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
+        return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
+                              parsed.include_usage, keepalive_s)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         parsed = parse_chat(await _json(request))
         request.state.model = parsed.model
         served = worker.lookup(parsed.model)
-        generation = worker.generation(served, served.chat_prompt(parsed.messages),
-                                       max_tokens=parsed.sampling.max_tokens, default_max_tokens=None,
-                                       prompt_param="messages", **parsed.sampling.as_kwargs())
-        relay = _Relay(worker, served, generation)
-        shape = _ChatShape(parsed.model)
-        if parsed.stream:
-            return _sse(relay, shape, parsed.include_usage)
-        return JSONResponse(await _collect(relay, shape))
+        _check_fanout(worker, served, parsed.n, parsed.sampling)
+        prompt_ids = await asyncio.to_thread(served.prompts.chat, parsed.messages, parsed.tools)
+        generations = [worker.generation(served, prompt_ids, max_tokens=parsed.sampling.max_tokens,
+                                         default_max_tokens=None, prompt_param="messages",
+                                         **parsed.sampling.as_kwargs(i)) for i in range(parsed.n)]
+        shape = ChatShape(parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
+        return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
+                              parsed.include_usage, keepalive_s)
 
-    return app
+    return BodyLimit(app, worker.config.max_request_bytes)
+
+
+class BodyLimit:
+    """ASGI middleware: reads a request's body up to `max_bytes` before the app sees it, and answers 413
+    (OpenAI's error shape) as soon as the declared or received size passes the limit; nothing is parsed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(scope, send, int(declared))
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left while sending: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await self._refuse(scope, send, size)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body: list[Message] = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Message:
+            return body.pop() if body else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, send: Send, size: int) -> None:
+        error = RequestTooLarge("RequestTooLarge", f"the request body has {'at least ' if size else ''}{size} bytes; "
+                                f"this worker accepts at most {self.max_bytes} (server.maxRequestBytes): shorten "
+                                "the prompt or raise the limit")
+        response = error_response(error, {"Connection": "close"})
+        await response(scope, _no_receive, send)
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}
 
 
 async def _json(request: Request) -> object:
+    return await asyncio.to_thread(decode_json, await request.body())
+
+
+def decode_json(raw: bytes) -> object:
+    """The JSON document in `raw`, or InvalidRequest: not JSON, NaN/Infinity, text that is not valid UTF-8
+    (lone surrogates), or nesting deeper than MAX_JSON_DEPTH."""
     try:
-        return json.loads(await request.body())
-    except ValueError as exc:
-        raise InvalidRequest("InvalidJSON", f"the request body is not valid JSON: {exc}") from exc
+        document = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise _too_deep() from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
+        raise InvalidRequest("InvalidJSON", f"the request body is not valid JSON: {str(exc)[:200]}") from exc
+    _check_nesting(document)
+    return document
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest("JSONTooDeep", f"the request body nests objects and arrays more than {MAX_JSON_DEPTH} deep; "
+                          "OpenAI request bodies need far fewer levels")
+
+
+def _check_nesting(document: object) -> None:
+    if isinstance(document, str):
+        _check_text(document)
+    stack = [(document, 1)] if isinstance(document, dict | list) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise _too_deep()
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str):
+                _check_text(key)
+            if isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+            elif isinstance(item, str):
+                _check_text(item)
+
+
+def _check_text(text: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest("InvalidJSON", "the request body holds a string with a lone UTF-16 surrogate "
+                                 f"(\\u{ord(text[exc.start]):04x}), which is not text; send valid UTF-8") from exc
+
+
+def _check_fanout(worker: Worker, served: ServedModel, n: int, sampling: Sampling) -> None:
+    if n > worker.config.max_queued_requests:
+        raise InvalidRequest("TooManyChoices", f"n={n} exceeds server.maxQueuedRequests "
+                             f"({worker.config.max_queued_requests}): each choice is a request of its own; lower n",
+                             param="n")
+    served.prompts.check_ids([token for token, _ in sampling.logit_bias], "logit_bias")
+
+
+def _token_texts(served: ServedModel):
+    """What each token id decodes to (for logprobs), with the executor's tokenizer: held only briefly."""
+    return lambda ids: [served.decode([token]) for token in ids]
 
 
 def _model_card(worker: Worker, name: str) -> dict:
@@ -115,103 +245,86 @@ def _model_card(worker: Worker, name: str) -> dict:
 
 
 class _Relay:
-    """Submits a generation and yields its events on the event loop (the executor thread pushes them)."""
+    """Submits one job per choice and yields (choice index, event) on the event loop as the executor
+    thread pushes them; None when nothing came for `idle_s` seconds."""
 
-    def __init__(self, worker: Worker, served: ServedModel, generation):
-        self.loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[Event] = asyncio.Queue()
-        self.job = worker.submit(served.config.name, generation,
-                                 lambda event: self.loop.call_soon_threadsafe(self.queue.put_nowait, event))
-
-    async def events(self) -> AsyncIterator[Event]:
+    def __init__(self, worker: Worker, served: ServedModel, generations: list):
+        loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+        self.jobs = []
         try:
-            while True:
-                event = await self.queue.get()
-                yield event
+            for index, generation in enumerate(generations):
+                self.jobs.append(worker.submit(
+                    served.config.name, generation,
+                    lambda event, index=index: loop.call_soon_threadsafe(self.queue.put_nowait, (index, event))))
+        except WorkerError:  # the queue filled part way: the choices already queued are dropped with it
+            self.cancel()
+            raise
+
+    async def events(self, idle_s: float) -> AsyncIterator[tuple[int, Event] | None]:
+        running = len(self.jobs)
+        try:
+            while running:
+                try:
+                    index, event = await asyncio.wait_for(self.queue.get(), idle_s)
+                except TimeoutError:
+                    yield None
+                    continue
+                yield index, event
                 if not isinstance(event, TokenEvent):
-                    return
+                    running -= 1
         finally:
-            self.job.cancelled = True  # a client that went away stops costing device time
+            self.cancel()  # a client that went away stops costing device time
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancelled = True
 
 
-class _CompletionShape:
-    """/v1/completions objects."""
-
-    chunk_kind = "text_completion"
-
-    def __init__(self, model: str):
-        self.id, self.model, self.created = f"cmpl-{uuid.uuid4().hex}", model, int(time.time())
-
-    def chunk(self, text: str, finish: str | None, first: bool) -> dict:
-        return self._wrap(self.chunk_kind, [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}])
-
-    def usage_chunk(self, usage: dict) -> dict:
-        return {**self._wrap(self.chunk_kind, []), "usage": usage}
-
-    def final(self, text: str, finish: str, usage: dict) -> dict:
-        body = self._wrap("text_completion",
-                          [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}])
-        return {**body, "usage": usage}
-
-    def _wrap(self, kind: str, choices: list) -> dict:
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}
-
-
-class _ChatShape(_CompletionShape):
-    """/v1/chat/completions objects."""
-
-    chunk_kind = "chat.completion.chunk"
-
-    def __init__(self, model: str):
-        super().__init__(model)
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
-
-    def chunk(self, text: str, finish: str | None, first: bool) -> dict:
-        delta = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
-        return self._wrap(self.chunk_kind, [{"index": 0, "delta": delta, "logprobs": None,
-                                                     "finish_reason": finish}])
-
-    def final(self, text: str, finish: str, usage: dict) -> dict:
-        body = self._wrap("chat.completion", [{"index": 0, "message": {"role": "assistant", "content": text},
-                                               "logprobs": None, "finish_reason": finish}])
-        return {**body, "usage": usage}
-
-
-def _usage(finish: FinishEvent) -> dict:
-    return {"prompt_tokens": finish.prompt_tokens, "completion_tokens": finish.completion_tokens,
-            "total_tokens": finish.prompt_tokens + finish.completion_tokens}
-
-
-async def _collect(relay: _Relay, shape: _CompletionShape) -> dict:
-    parts = []
-    async for event in relay.events():
+async def _respond(request: Request, relay: _Relay, shape: CompletionShape, stream: bool, include_usage: bool,
+                   keepalive_s: float) -> Response:
+    if stream:
+        return StreamingResponse(_sse(relay, shape, include_usage, keepalive_s), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+    texts: dict[int, list[str]] = {i: [] for i in range(len(relay.jobs))}
+    reported: dict[int, list] = {i: [] for i in range(len(relay.jobs))}
+    finished: dict[int, FinishEvent] = {}
+    async for item in relay.events(keepalive_s):
+        if item is None:
+            if await request.is_disconnected():
+                return Response(status_code=499)  # nobody reads it; the jobs were cancelled
+            continue
+        index, event = item
         if isinstance(event, TokenEvent):
-            parts.append(event.text)
+            texts[index].append(event.text)
+            reported[index].extend(event.choices)
         elif isinstance(event, ErrorEvent):
             raise event.error
         else:
-            return shape.final("".join(parts), event.reason, _usage(event))
-    raise AssertionError("the event stream ended without a finish event")
+            finished[index] = event
+    return JSONResponse(shape.final({i: "".join(parts) for i, parts in texts.items()}, reported, finished))
 
 
-def _sse(relay: _Relay, shape: _CompletionShape, include_usage: bool) -> StreamingResponse:
+async def _sse(relay: _Relay, shape: CompletionShape, include_usage: bool, keepalive_s: float) -> AsyncIterator[str]:
     def frame(payload: dict | str) -> str:
         return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
 
-    async def body() -> AsyncIterator[str]:
-        first = True
-        async for event in relay.events():
-            if isinstance(event, TokenEvent):
-                yield frame(shape.chunk(event.text, None, first))
-                first = False
-            elif isinstance(event, ErrorEvent):
-                error = event.error
-                yield frame({"error": {"message": error.message, "type": error.error_type, "param": None,
-                                       "code": error.reason}})
-            else:
-                yield frame(shape.chunk("", event.reason, first))
-                if include_usage:
-                    yield frame(shape.usage_chunk(_usage(event)))
-        yield frame("[DONE]")
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    started: set[int] = set()
+    finished: dict[int, FinishEvent] = {}
+    async for item in relay.events(keepalive_s):
+        if item is None:
+            yield ": keep-alive\n\n"  # an SSE comment: clients ignore it, proxies see a live stream
+            continue
+        index, event = item
+        if isinstance(event, TokenEvent):
+            yield frame(shape.chunk(index, event.text, event.choices, None, index not in started))
+            started.add(index)
+        elif isinstance(event, ErrorEvent):
+            yield frame(error_body(event.error))
+        else:
+            finished[index] = event
+            yield frame(shape.chunk(index, "", (), event.reason, index not in started))
+            started.add(index)
+    if include_usage:
+        yield frame(shape.usage_chunk(finished))
+    yield frame("[DONE]")

@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from .sampling import Sampler, SamplingParams
+from .sampling import Choice, Sampler, SamplingParams
 from .shape import PREFILL_CHUNK_TOKENS
 
 
@@ -37,6 +37,7 @@ class Generation:
     _emitted: int = 0
     _cache: DynamicCache | None = None
     _sampler: Sampler | None = None
+    _reported: list[Choice] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -64,10 +65,17 @@ class Generation:
         self.output_ids.append(token)
         if token in self.eos_ids:
             self.output_ids.pop()
+            if self._reported:
+                self._reported.pop()  # the end-of-text token is not part of the answer
             self.finish_reason = "stop"
         elif len(self.output_ids) >= self.params.max_tokens:
             self.finish_reason = "length"
         return self._text_delta()
+
+    def take_reported(self) -> tuple[Choice, ...]:
+        """The log-probabilities of the tokens sampled since the last call (empty unless the request asked)."""
+        reported, self._reported = tuple(self._reported), []
+        return reported
 
     def release(self) -> None:
         """Drop the KV cache (the request finished or was cancelled)."""
@@ -82,7 +90,10 @@ class Generation:
     def _sample(self, logits: torch.Tensor) -> int:
         if self._sampler is None:
             self._sampler = Sampler(self.params)
-        return self._sampler.choose(logits, self.output_ids).token
+        choice = self._sampler.choose(logits, self.output_ids)
+        if self.params.logprobs is not None:
+            self._reported.append(choice)
+        return choice.token
 
     def _text_delta(self) -> str:
         """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string."""

@@ -66,3 +66,10 @@ class QueueFull(WorkerError):
     def __init__(self, reason: str, message: str, *, retry_after_s: int):
         super().__init__(reason, message)
         self.retry_after_s = retry_after_s
+
+
+class RequestTooLarge(WorkerError):
+    """The request body is larger than server.maxRequestBytes (HTTP 413); refused before it is parsed."""
+
+    status = 413
+    error_type = "invalid_request_error"

@@ -1,32 +1,56 @@
 """OpenAI request bodies, parsed and checked: pure functions that name the bad field.
 
-Owns which fields of /v1/completions and /v1/chat/completions the worker accepts
-and their defaults. api.py calls `parse_completion` / `parse_chat`; a problem
-raises InvalidRequest with `param` set to the offending field.
+Owns which fields of /v1/completions and /v1/chat/completions the worker accepts,
+their types, ranges and defaults. Nothing is silently dropped: a field the worker
+does not know, or cannot honour at the value sent, is a 400 that names it.
+api.py calls `parse_completion` / `parse_chat` on the decoded JSON body; checks that
+need the model (token ids and logit_bias keys inside its vocabulary, `n` against the
+queue) happen in api.py once the model is known. A problem raises InvalidRequest
+with `param` set to the offending field.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .errors import InvalidRequest
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # as OpenAI's legacy completions endpoint
+MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator seed can hold
 _ROLES = {"system", "user", "assistant", "developer", "tool"}
-# Options a single-sequence server cannot honour: accepted only at their neutral value.
-_NEUTRAL = {"n": 1, "best_of": 1, "echo": False, "logprobs": None, "suffix": None, "tools": None,
-            "tool_choice": None, "top_logprobs": None, "response_format": None}
+# Accepted and without effect on a self-hosted worker (OpenAI account features).
+_NO_EFFECT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+_COMMON = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+           "n", "presence_penalty", "frequency_penalty", "logit_bias", *_NO_EFFECT}
+_COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of"}
+_CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
+                          "tools", "tool_choice"}
+_MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "annotations"}
 
 
 @dataclass(frozen=True)
 class Sampling:
-    max_tokens: int | None
-    temperature: float
-    top_p: float
-    seed: int | None
-    stop: tuple[str, ...]
+    """The sampling fields of a request (worker.sampling.SamplingParams minus max_tokens)."""
 
-    def as_kwargs(self) -> dict:
-        return {"temperature": self.temperature, "top_p": self.top_p, "seed": self.seed, "stop": self.stop}
+    max_tokens: int | None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    top_k: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None
+
+    def as_kwargs(self, index: int = 0) -> dict:
+        """SamplingParams keyword arguments for the `index`-th of n sequences (each its own seed)."""
+        seed = None if self.seed is None else (self.seed + index) % (1 << 64)
+        return {"temperature": self.temperature, "top_p": self.top_p, "seed": seed, "stop": self.stop,
+                "top_k": self.top_k, "presence_penalty": self.presence_penalty,
+                "frequency_penalty": self.frequency_penalty, "logit_bias": self.logit_bias,
+                "logprobs": self.logprobs}
 
 
 @dataclass(frozen=True)
@@ -34,6 +58,7 @@ class CompletionRequest:
     model: str
     prompt: str | list[int]
     sampling: Sampling
+    n: int
     stream: bool
     include_usage: bool
 
@@ -43,47 +68,68 @@ class ChatRequest:
     model: str
     messages: list[dict]
     sampling: Sampling
+    n: int
     stream: bool
     include_usage: bool
+    tools: list[dict] | None = None
 
 
 def parse_completion(body: object) -> CompletionRequest:
-    body = _object(body)
+    body = _object(body, _COMPLETION_FIELDS, "/v1/completions")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if not (isinstance(prompt, str) or (isinstance(prompt, list) and all(_is_int(t) for t in prompt))):
         raise InvalidRequest("InvalidField", "prompt must be a string or a list of token ids (one prompt per "
-                             "request)", param="prompt")
-    return CompletionRequest(model=_model(body), prompt=prompt, sampling=_sampling(body, "max_tokens"),
-                             stream=_stream(body), include_usage=_include_usage(body))
+                             "request; send several requests, or n for several completions of one prompt)",
+                             param="prompt")
+    _neutral(body, "echo", False, "the prompt is not echoed; prepend it yourself")
+    _neutral(body, "suffix", None, "insertion (suffix) is not supported")
+    n = _count(body, "n")
+    best_of = body.get("best_of")
+    if best_of is not None and (not _is_int(best_of) or best_of != n):
+        raise InvalidRequest("UnsupportedField", f"best_of={best_of!r} is not supported: the worker returns every "
+                             "sequence it generates; omit best_of or set it equal to n", param="best_of")
+    logprobs = _optional_int(body, "logprobs", 0, MAX_LOGPROBS)
+    return CompletionRequest(model=_model(body), prompt=prompt, sampling=_sampling(body, "max_tokens", logprobs),
+                             n=n, stream=_stream(body), include_usage=_include_usage(body))
 
 
 def parse_chat(body: object) -> ChatRequest:
-    body = _object(body)
+    body = _object(body, _CHAT_FIELDS, "/v1/chat/completions")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("InvalidField", "messages must be a non-empty list of {role, content}",
                              param="messages")
-    parsed = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in _ROLES:
-            raise InvalidRequest("InvalidField", f"messages[{i}].role must be one of {sorted(_ROLES)}",
-                                 param=f"messages[{i}].role")
-        parsed.append({"role": message["role"], "content": _content(message.get("content"), i)})
+    parsed = [_message(message, i) for i, message in enumerate(messages)]
     limit_field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    return ChatRequest(model=_model(body), messages=parsed, sampling=_sampling(body, limit_field),
-                       stream=_stream(body), include_usage=_include_usage(body))
+    _response_format(body.get("response_format"))
+    logprobs = body.get("logprobs")
+    if logprobs is not None and not isinstance(logprobs, bool):
+        raise InvalidRequest("InvalidField", "logprobs must be true or false", param="logprobs")
+    top = _optional_int(body, "top_logprobs", 0, MAX_LOGPROBS)
+    if top is not None and not logprobs:
+        raise InvalidRequest("InvalidField", "top_logprobs needs logprobs: true", param="top_logprobs")
+    reported = (top or 0) if logprobs else None
+    return ChatRequest(model=_model(body), messages=parsed, sampling=_sampling(body, limit_field, reported),
+                       n=_count(body, "n"), stream=_stream(body), include_usage=_include_usage(body),
+                       tools=_tools(body))
 
 
-def _object(body: object) -> dict:
+def _object(body: object, fields: set[str], route: str) -> dict:
     if not isinstance(body, dict):
         raise InvalidRequest("InvalidBody", "the request body must be a JSON object", param=None)
-    for key, neutral in _NEUTRAL.items():
-        if body.get(key) not in (None, False, neutral):
-            raise InvalidRequest("UnsupportedField", f"{key}={body[key]!r} is not supported by this worker; "
-                                 f"omit it or send {neutral!r}", param=key)
+    unknown = sorted(set(body) - fields)
+    if unknown:
+        raise InvalidRequest("UnsupportedField", f"{unknown[0]!r} is not a field this worker supports on {route}; "
+                             f"remove it (supported: {', '.join(sorted(fields))})", param=unknown[0])
     return body
+
+
+def _neutral(body: dict, key: str, neutral: object, why: str) -> None:
+    if body.get(key) not in (None, neutral):
+        raise InvalidRequest("UnsupportedField", f"{key}={body[key]!r} is not supported by this worker ({why}); "
+                             f"omit it or send {neutral!r}", param=key)
 
 
 def _model(body: dict) -> str:
@@ -94,42 +140,158 @@ def _model(body: dict) -> str:
     return model
 
 
+def _message(message: object, i: int) -> dict:
+    if not isinstance(message, dict) or message.get("role") not in _ROLES:
+        raise InvalidRequest("InvalidField", f"messages[{i}].role must be one of {sorted(_ROLES)}",
+                             param=f"messages[{i}].role")
+    unknown = sorted(set(message) - _MESSAGE_FIELDS)
+    if unknown:
+        raise InvalidRequest("UnsupportedField", f"messages[{i}].{unknown[0]} is not supported (audio, function "
+                             "calls and other non-text parts are not served here); remove it",
+                             param=f"messages[{i}].{unknown[0]}")
+    parsed: dict = {"role": message["role"]}
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None:
+        parsed["tool_calls"] = _tool_calls(tool_calls, i)
+    content = message.get("content")
+    parsed["content"] = "" if content is None and tool_calls is not None else _content(content, i)
+    for key in ("name", "tool_call_id"):
+        value = message.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise InvalidRequest("InvalidField", f"messages[{i}].{key} must be a string",
+                                     param=f"messages[{i}].{key}")
+            parsed[key] = value
+    return parsed
+
+
 def _content(content: object, i: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
                                          and isinstance(p.get("text"), str) for p in content):
         return "".join(p["text"] for p in content)
-    raise InvalidRequest("InvalidField", f"messages[{i}].content must be a string or a list of text parts",
-                         param=f"messages[{i}].content")
+    raise InvalidRequest("InvalidField", f"messages[{i}].content must be a string or a list of text parts "
+                         "(images and audio are not served here)", param=f"messages[{i}].content")
 
 
-def _sampling(body: dict, limit_field: str) -> Sampling:
+def _tool_calls(calls: object, i: int) -> list[dict]:
+    """An assistant message's tool calls, with arguments as objects (what chat templates expect)."""
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise InvalidRequest("InvalidField", f"{where} must be a list", param=where)
+    parsed = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not (isinstance(function, dict) and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", "{}"), str)):
+            raise InvalidRequest("InvalidField", f"{where}[{j}] must be {{id, type: function, function: {{name, "
+                                 "arguments (a JSON string)}}}}", param=f"{where}[{j}]")
+        try:
+            arguments = json.loads(function.get("arguments", "{}"))
+        except ValueError:
+            arguments = function.get("arguments")  # the model wrote invalid JSON: hand it back as it was
+        parsed.append({"id": call.get("id"), "type": "function",
+                       "function": {"name": function["name"], "arguments": arguments}})
+    return parsed
+
+
+def _tools(body: dict) -> list[dict] | None:
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise InvalidRequest("UnsupportedField", f"tool_choice={choice!r} is not supported: the worker cannot force "
+                             "a tool call; send tool_choice \"auto\" or \"none\"", param="tool_choice")
+    if tools is None:
+        return None
+    if not isinstance(tools, list) or not all(
+            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str) and isinstance(t["function"].get("parameters", {}), dict)
+            for t in tools):
+        raise InvalidRequest("InvalidField", "tools must be a list of {type: function, function: {name, "
+                             "description, parameters (an object)}}", param="tools")
+    return None if choice == "none" or not tools else tools
+
+
+def _response_format(value: object) -> None:
+    kind = value.get("type") if isinstance(value, dict) else None
+    if value is None or kind == "text":
+        return
+    if kind in ("json_object", "json_schema"):
+        raise InvalidRequest("UnsupportedResponseFormat", f"response_format {kind} is not supported: this worker "
+                             "has no constrained decoding; send {\"type\": \"text\"} and ask for JSON in the prompt",
+                             param="response_format")
+    raise InvalidRequest("InvalidField", "response_format must be {\"type\": \"text\"}", param="response_format")
+
+
+def _sampling(body: dict, limit_field: str, logprobs: int | None) -> Sampling:
     max_tokens = body.get(limit_field)
     if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
         raise InvalidRequest("InvalidField", f"{limit_field} must be an integer >= 1", param=limit_field)
-    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0:
         raise InvalidRequest("InvalidField", "top_p must be > 0", param="top_p")
-    seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise InvalidRequest("InvalidField", "seed must be an integer", param="seed")
-    stop = body.get("stop")
-    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    if not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
+    seed = _optional_int(body, "seed", *SEED_RANGE)
+    top_k = _optional_int(body, "top_k", -1, None)
+    return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=top_p,
+                    seed=seed, stop=_stop(body.get("stop")), top_k=max(top_k or 0, 0),
+                    presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+                    frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+                    logit_bias=_logit_bias(body.get("logit_bias")), logprobs=logprobs)
+
+
+def _stop(stop: object) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    stops = (stop,) if isinstance(stop, str) else stop
+    if not isinstance(stops, list | tuple) or len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
         raise InvalidRequest("InvalidField", "stop must be a string or a list of up to 4 non-empty strings",
                              param="stop")
-    return Sampling(max_tokens, temperature, top_p, seed, stops)
+    return tuple(stops)
+
+
+def _logit_bias(bias: object) -> tuple[tuple[int, float], ...]:
+    """(token id, bias) pairs; the ids are checked against the model's vocabulary by the caller."""
+    if bias is None:
+        return ()
+    message = "logit_bias must map token ids (decimal strings) to numbers in [-100, 100]"
+    if not isinstance(bias, dict):
+        raise InvalidRequest("InvalidField", message, param="logit_bias")
+    pairs = []
+    for key, value in bias.items():
+        if not (key.isascii() and key.lstrip("-").isdigit() and len(key) <= 20) or not _in_range(value, -100, 100):
+            raise InvalidRequest("InvalidField", f"{message}; got {key[:40]!r}: {str(value)[:40]}",
+                                 param="logit_bias")
+        pairs.append((int(key), float(value)))
+    return tuple(sorted(pairs))
 
 
 def _number(body: dict, key: str, default: float, low: float, high: float) -> float:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+    if not _in_range(value, low, high):
         raise InvalidRequest("InvalidField", f"{key} must be a number in [{low}, {high}]", param=key)
     return float(value)
+
+
+def _in_range(value: object, low: float, high: float) -> bool:
+    """A JSON number (not a boolean) inside [low, high]; NaN is never inside."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and low <= value <= high
+
+
+def _optional_int(body: dict, key: str, low: int, high: int | None) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not _is_int(value) or value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise InvalidRequest("InvalidField", f"{key} must be an integer {bound}", param=key)
+    return value
+
+
+def _count(body: dict, key: str) -> int:
+    value = _optional_int(body, key, 1, None)
+    return 1 if value is None else value
 
 
 def _stream(body: dict) -> bool:
@@ -140,10 +302,14 @@ def _stream(body: dict) -> bool:
 
 
 def _include_usage(body: dict) -> bool:
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise InvalidRequest("InvalidField", "stream_options must be an object", param="stream_options")
-    return bool(options.get("include_usage", False))
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    include = options.get("include_usage") if isinstance(options, dict) else "not an object"
+    if not isinstance(include, bool | None):
+        raise InvalidRequest("InvalidField", "stream_options must be an object {include_usage: true|false}",
+                             param="stream_options")
+    return bool(include)
 
 
 def _is_int(value: object) -> bool:

@@ -24,6 +24,7 @@ from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, 
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
 from .metrics import WorkerMetrics
+from .prompts import PromptEncoder
 from .residency import Residency, make_residency
 from .scheduler import Event, Job, Scheduler
 from .shape import ModelShape, read_shape
@@ -34,30 +35,23 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ServedModel:
-    """A loaded model: its tokenizer (guarded: the executor decodes while handlers encode) and residency."""
+    """A loaded model: its tokenizer (guarded: the executor decodes while handlers encode with their own
+    copy, `prompts`), its vocabulary size and its residency."""
 
     config: ModelConfig
     tokenizer: object
     residency: Residency
     eos_ids: frozenset[int]
+    vocab_size: int
     lock: threading.Lock = field(default_factory=threading.Lock)
+    prompts: PromptEncoder = field(init=False)
 
-    def encode(self, text: str) -> list[int]:
-        with self.lock:
-            return self.tokenizer.encode(text, add_special_tokens=True)
+    def __post_init__(self) -> None:
+        self.prompts = PromptEncoder(self.tokenizer, self.config.name, self.vocab_size)
 
     def decode(self, ids: list[int]) -> str:
         with self.lock:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def chat_prompt(self, messages: list[dict]) -> list[int]:
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise InvalidRequest("NoChatTemplate", f"model {self.config.name} has no chat template; "
-                                 "use /v1/completions or serve a model whose tokenizer defines one",
-                                 param="messages")
-        with self.lock:
-            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            return self.tokenizer.encode(text, add_special_tokens=False)
 
 
 class Worker:
@@ -213,7 +207,7 @@ class Worker:
         eos = host_model.generation_config.eos_token_id if host_model.generation_config else None
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or [])) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
-        served = ServedModel(model, tokenizer, residency, eos_ids)
+        served = ServedModel(model, tokenizer, residency, eos_ids, host_model.get_input_embeddings().num_embeddings)
         self.scheduler.add_model(model.name, residency, concurrency=model.concurrency)
         with self._lock:
             self.served[model.name] = served

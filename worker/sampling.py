@@ -1,10 +1,12 @@
 """Sampling: one sequence's next token from one row of logits.
 
-Owns the request's sampling parameters and the rule that turns logits into a
-token: greedy at temperature 0, else temperature + top-p with a seeded generator.
-The engine calls `Sampler.choose` once per sequence per step, with the row of the
-batch that belongs to that sequence and the tokens it produced so far (the
-history penalties look at). Pure torch on CPU tensors; no model, no device.
+Owns the request's sampling parameters and every rule that turns logits into a
+token: frequency/presence penalties over the tokens produced so far, `logit_bias`,
+then greedy at temperature 0, else temperature, top-k and top-p with a seeded
+generator; and, when asked, the log-probabilities the API reports. The engine
+calls `Sampler.choose` once per sequence per step, with the row of the batch that
+belongs to that sequence and the tokens it produced so far (the history the
+penalties look at). Pure torch; no model, no device of its own.
 """
 from __future__ import annotations
 
@@ -16,16 +18,32 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """One request's sampling fields, already checked by worker.protocol (OpenAI semantics).
+
+    `top_k` 0 keeps every token; `logit_bias` holds (token id, bias) pairs, ids inside the
+    vocabulary; `logprobs` None reports nothing, k >= 0 reports the chosen token's
+    log-probability and the k most likely alternatives.
+    """
+
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    top_k: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    logprobs: int | None = None
 
 
 @dataclass(frozen=True)
 class Choice:
-    """The chosen token (and, when asked for, its log-probability and the top alternatives)."""
+    """The chosen token and, when asked for, its log-probability and the top alternatives.
+
+    Log-probabilities are the model's own (log-softmax of the raw logits, before penalties,
+    bias and temperature), as OpenAI and vLLM report them; `top` is most likely first.
+    """
 
     token: int
     logprob: float | None = None
@@ -41,16 +59,54 @@ class Sampler:
 
     def choose(self, logits: torch.Tensor, history: Sequence[int] = ()) -> Choice:
         """The next token from `logits` (shape [vocab], any float dtype, any device)."""
-        logits = logits.float()
+        raw = logits.float()
+        adjusted = self._adjusted(raw, history)
         if self.params.temperature == 0:
-            return Choice(int(logits.argmax()))
-        probs = torch.softmax(logits.cpu() / self.params.temperature, dim=-1)
+            token = int(adjusted.argmax())
+        else:
+            token = int(torch.multinomial(self._distribution(adjusted), 1, generator=self._seeded()))
+        return self._reported(raw, token)
+
+    def _adjusted(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
+        """Penalties (OpenAI: logit - count * frequency - [count > 0] * presence) and logit_bias."""
+        params = self.params
+        penalised = history and (params.presence_penalty or params.frequency_penalty)
+        if not penalised and not params.logit_bias:
+            return logits
+        logits = logits.clone()
+        if penalised:
+            ids = torch.tensor(list(history), dtype=torch.long, device=logits.device)
+            counts = torch.bincount(ids, minlength=logits.shape[0])[: logits.shape[0]].to(logits.dtype)
+            logits -= counts * params.frequency_penalty + (counts > 0).to(logits.dtype) * params.presence_penalty
+        if params.logit_bias:
+            ids = torch.tensor([i for i, _ in params.logit_bias], dtype=torch.long, device=logits.device)
+            bias = torch.tensor([b for _, b in params.logit_bias], dtype=logits.dtype, device=logits.device)
+            logits.index_add_(0, ids, bias)
+        return logits
+
+    def _distribution(self, logits: torch.Tensor) -> torch.Tensor:
+        """Probabilities on the CPU (the seeded generator's device) after temperature, top-k and top-p."""
+        scaled = logits.cpu() / self.params.temperature
+        if 0 < self.params.top_k < scaled.shape[0]:
+            kth = scaled.topk(self.params.top_k).values[-1]
+            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+        probs = torch.softmax(scaled, dim=-1)
         if self.params.top_p < 1.0:
             sorted_probs, order = probs.sort(descending=True)
             outside = sorted_probs.cumsum(0) - sorted_probs > self.params.top_p
             sorted_probs[outside] = 0
             probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-        return Choice(int(torch.multinomial(probs, 1, generator=self._seeded())))
+        return probs
+
+    def _reported(self, raw: torch.Tensor, token: int) -> Choice:
+        if self.params.logprobs is None:
+            return Choice(token)
+        logprobs = torch.log_softmax(raw, dim=-1)
+        top: tuple[tuple[int, float], ...] = ()
+        if self.params.logprobs > 0:
+            values, ids = logprobs.topk(min(self.params.logprobs, logprobs.shape[0]))
+            top = tuple(zip(ids.tolist(), values.tolist()))
+        return Choice(token, float(logprobs[token]), top)
 
     def _seeded(self) -> torch.Generator:
         if self._generator is None:

@@ -19,13 +19,18 @@ from .errors import QueueFull, WorkerError
 from .metrics import WorkerMetrics
 from .policy import Idle, QueuePolicy, Step, SwapIn
 from .residency import Residency
+from .sampling import Choice
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class TokenEvent:
+    """Text that became final, and the sampler's Choices (with log-probabilities) of the tokens sampled
+    since the previous TokenEvent, when the request asked for logprobs."""
+
     text: str
+    choices: tuple[Choice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,8 +169,9 @@ class Scheduler:
             else:
                 if delta is not None:
                     self._observe_token(job)
-                    if delta:
-                        events.append(TokenEvent(delta))
+                    reported = job.generation.take_reported()
+                    if delta or reported:
+                        events.append(TokenEvent(delta, reported))
                 if job.generation.done:
                     events.append(FinishEvent(job.generation.finish_reason, len(job.generation.prompt_ids),
                                               len(job.generation.output_ids)))
