@@ -81,7 +81,9 @@ class ServerThread:
     def __init__(self, app):
         import uvicorn
 
-        self.sock = socket.socket()
+        # proto IPPROTO_TCP: asyncio sets TCP_NODELAY only then; without it every response waits ~40 ms
+        # for a delayed ACK (uvicorn writes headers and body separately)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",

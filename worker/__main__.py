@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     worker.start()
     try:
         uvicorn.run(create_app(worker), host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=config.shutdown_grace_s, lifespan="off")
+                    timeout_graceful_shutdown=config.shutdown_grace_s)
     finally:
         worker.stop()
     return 0

@@ -140,7 +140,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._refuse(scope, send, int(declared))
+            return await self._refuse(scope, send, f"declares {int(declared)} bytes")
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -149,7 +149,7 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                return await self._refuse(scope, send, size)
+                return await self._refuse(scope, send, f"passed {self.max_bytes} bytes")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -160,10 +160,10 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, send: Send, size: int) -> None:
-        error = RequestTooLarge("RequestTooLarge", f"the request body has {'at least ' if size else ''}{size} bytes; "
-                                f"this worker accepts at most {self.max_bytes} (server.maxRequestBytes): shorten "
-                                "the prompt or raise the limit")
+    async def _refuse(self, scope: Scope, send: Send, what: str) -> None:
+        error = RequestTooLarge("RequestTooLarge", f"the request body {what}; this worker accepts at most "
+                                f"{self.max_bytes} bytes (server.maxRequestBytes): shorten the prompt or raise "
+                                "the limit")
         response = error_response(error, {"Connection": "close"})
         await response(scope, _no_receive, send)
 

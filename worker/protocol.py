@@ -141,7 +141,7 @@ def _model(body: dict) -> str:
 
 
 def _message(message: object, i: int) -> dict:
-    if not isinstance(message, dict) or message.get("role") not in _ROLES:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str) or message["role"] not in _ROLES:
         raise InvalidRequest("InvalidField", f"messages[{i}].role must be one of {sorted(_ROLES)}",
                              param=f"messages[{i}].role")
     unknown = sorted(set(message) - _MESSAGE_FIELDS)
