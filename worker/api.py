@@ -130,7 +130,13 @@ def create_app(worker: Worker) -> ASGIApp:
 
 class BodyLimit:
     """ASGI middleware: reads a request's body up to `max_bytes` before the app sees it, and answers 413
-    (OpenAI's error shape) as soon as the declared or received size passes the limit; nothing is parsed."""
+    (OpenAI's error shape) once the declared or received size passes the limit; nothing is parsed.
+
+    The rest of an oversized body (up to DRAIN_BYTES) is read and dropped before answering: a server
+    that closes a socket with unread data makes the kernel reset it, and the client never sees the 413.
+    """
+
+    DRAIN_BYTES = 64 << 20
 
     def __init__(self, app: ASGIApp, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -140,7 +146,7 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._refuse(scope, send, f"declares {int(declared)} bytes")
+            return await self._refuse(scope, receive, send, f"declares {int(declared)} bytes", 0)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -149,7 +155,9 @@ class BodyLimit:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                return await self._refuse(scope, send, f"passed {self.max_bytes} bytes")
+                if not message.get("more_body", False):
+                    return await self._refuse(scope, receive, send, f"has {size} bytes", None)
+                return await self._refuse(scope, receive, send, f"passed {self.max_bytes} bytes", size)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -160,12 +168,17 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, send: Send, what: str) -> None:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, what: str, drained: int | None) -> None:
+        """Answer 413 after reading the rest of the body (`drained` bytes read so far; None: all of it)."""
+        while drained is not None and drained <= self.DRAIN_BYTES:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            drained = drained + len(message.get("body", b"")) if message.get("more_body", False) else None
         error = RequestTooLarge("RequestTooLarge", f"the request body {what}; this worker accepts at most "
                                 f"{self.max_bytes} bytes (server.maxRequestBytes): shorten the prompt or raise "
                                 "the limit")
-        response = error_response(error, {"Connection": "close"})
-        await response(scope, _no_receive, send)
+        await error_response(error, {"Connection": "close"})(scope, _no_receive, send)
 
 
 async def _no_receive() -> Message:
