@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import httpx
 import openai
@@ -238,3 +239,21 @@ def test_a_slow_first_token_gets_keep_alive_comments_and_the_client_still_reads_
     request = dict(model="hot", prompt="same", max_tokens=4, temperature=0)
     streamed = "".join(c.choices[0].text for c in client.completions.create(**request, stream=True) if c.choices)
     assert streamed == client.completions.create(**request).choices[0].text
+
+
+def test_a_client_that_gives_up_on_a_whole_answer_has_its_request_cancelled(server, client):
+    def cancelled_requests() -> float:
+        for line in httpx.get(server.base_url + "/metrics", timeout=10).text.splitlines():
+            if line.startswith('gpushare_worker_requests_total{model="cold",outcome="cancelled"}'):
+                return float(line.split()[-1])
+        return 0.0
+
+    before = cancelled_requests()
+    client.completions.create(model="hot", prompt="a", max_tokens=1)  # cold now waits for hot's residency
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(server.base_url + "/v1/completions", timeout=0.3,
+                   json={"model": "cold", "prompt": "never read", "max_tokens": 50})
+    deadline = time.monotonic() + 3 * SWAP_RESIDENCY_MS / 1000
+    while cancelled_requests() == before:
+        assert time.monotonic() < deadline, "the abandoned request was not cancelled"
+        time.sleep(0.05)
