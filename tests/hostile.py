@@ -7,7 +7,8 @@ from __future__ import annotations
 
 # Values of every JSON type and edge: each field gets each of them (fuzz-ish, by construction).
 HOSTILE = [None, True, False, 0, 1, -1, 2, 7, 21, 1.5, -0.5, 100.5, 1e308, 2 ** 63, 2 ** 64, -(2 ** 64), 2 ** 200,
-           "", "x", "auto", "none", "text", [], [1], [-1], [258], [2 ** 70], [None], ["a", "b"], [[1], [2]], [1.5], [True],
+           "", "x", "auto", "none", "text", [], [1], [-1], [258], [2 ** 70], [None], ["a", "b"], [[1], [2]], [1.5],
+           [True],
            {}, {"type": "text"}, {"type": "json_object"}, {"type": "json_schema"}, {"1": 1}, {"x": 1},
            {"-5": 1}, {"1": 1000}, {"include_usage": "yes"}, [{"role": "user"}], [{"type": "function"}],
            [{"type": "function", "function": {"name": 3}}], "x" * 5000]

@@ -27,8 +27,9 @@ TOOLS_TEMPLATE = (
     "{% for c in m.get('tool_calls') or [] %}[{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }}]"
     "{% endfor %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-WEATHER = {"type": "function", "function": {"name": "weather", "description": "the weather in a city",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+WEATHER = {"type": "function", "function": {
+    "name": "weather", "description": "the weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 SWAP_RESIDENCY_MS = 1500  # how long `hot` and `cold` hold the device: the slow first token of the other
 KEEPALIVE_MS = 50
 

@@ -7,6 +7,7 @@ import pytest
 from worker.api import MAX_JSON_DEPTH, decode_json
 from worker.errors import InvalidRequest
 from worker.protocol import parse_chat, parse_completion
+from worker.sampling import SamplingParams
 from hostile import CHAT_FIELDS, COMPLETION_FIELDS, HOSTILE, MESSAGE_FIELDS
 
 COMPLETION = {"model": "m", "prompt": "hi"}
@@ -116,6 +117,7 @@ def test_supported_fields_reach_the_sampling_parameters():
     assert kwargs[0] | {"seed": None} == {"temperature": 1.0, "top_p": 1.0, "seed": None, "stop": ("\n",), "top_k": 5,
                                           "presence_penalty": 0.5, "frequency_penalty": -1.0,
                                           "logit_bias": ((3, 2.0), (7, -100.0)), "logprobs": 2}
+    assert SamplingParams(max_tokens=4, **kwargs[1]).seed == 0  # the fields are the sampler's, one for one
 
 
 @pytest.mark.parametrize("case,extra,logprobs", [

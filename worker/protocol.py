@@ -31,26 +31,23 @@ _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "ref
 
 @dataclass(frozen=True)
 class Sampling:
-    """The sampling fields of a request (worker.sampling.SamplingParams minus max_tokens)."""
+    """A request's completion limit (None: the model's default) and its worker.sampling.SamplingParams fields."""
 
     max_tokens: int | None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    top_k: int = 0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    logprobs: int | None = None
+    fields: dict
+
+    @property
+    def logprobs(self) -> int | None:
+        return self.fields["logprobs"]
+
+    @property
+    def logit_bias(self) -> tuple[tuple[int, float], ...]:
+        return self.fields["logit_bias"]
 
     def as_kwargs(self, index: int = 0) -> dict:
         """SamplingParams keyword arguments for the `index`-th of n sequences (each its own seed)."""
-        seed = None if self.seed is None else (self.seed + index) % (1 << 64)
-        return {"temperature": self.temperature, "top_p": self.top_p, "seed": seed, "stop": self.stop,
-                "top_k": self.top_k, "presence_penalty": self.presence_penalty,
-                "frequency_penalty": self.frequency_penalty, "logit_bias": self.logit_bias,
-                "logprobs": self.logprobs}
+        seed = self.fields["seed"]
+        return {**self.fields, "seed": None if seed is None else (seed + index) % (1 << 64)}
 
 
 @dataclass(frozen=True)
@@ -230,13 +227,14 @@ def _sampling(body: dict, limit_field: str, logprobs: int | None) -> Sampling:
     top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
     if top_p == 0:
         raise InvalidRequest("InvalidField", "top_p must be > 0", param="top_p")
-    seed = _optional_int(body, "seed", *SEED_RANGE)
     top_k = _optional_int(body, "top_k", -1, None)
-    return Sampling(max_tokens=max_tokens, temperature=_number(body, "temperature", 1.0, 0.0, 2.0), top_p=top_p,
-                    seed=seed, stop=_stop(body.get("stop")), top_k=max(top_k or 0, 0),
-                    presence_penalty=_number(body, "presence_penalty", 0.0, -2.0, 2.0),
-                    frequency_penalty=_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-                    logit_bias=_logit_bias(body.get("logit_bias")), logprobs=logprobs)
+    return Sampling(max_tokens, {
+        "temperature": _number(body, "temperature", 1.0, 0.0, 2.0), "top_p": top_p,
+        "seed": _optional_int(body, "seed", *SEED_RANGE), "stop": _stop(body.get("stop")),
+        "top_k": max(top_k or 0, 0),
+        "presence_penalty": _number(body, "presence_penalty", 0.0, -2.0, 2.0),
+        "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+        "logit_bias": _logit_bias(body.get("logit_bias")), "logprobs": logprobs})
 
 
 def _stop(stop: object) -> tuple[str, ...]:
