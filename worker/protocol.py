@@ -17,6 +17,8 @@ from .errors import InvalidRequest
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # as OpenAI's legacy completions endpoint
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
+MAX_LOGIT_BIAS = 1024  # biased tokens per request: each costs the engine work on every step
+MAX_MODEL_NAME = 253  # a Kubernetes object name, which the served names are
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator seed can hold
 _ROLES = {"system", "user", "assistant", "developer", "tool"}
 # Accepted and without effect on a self-hosted worker (OpenAI account features).
@@ -131,9 +133,9 @@ def _neutral(body: dict, key: str, neutral: object, why: str) -> None:
 
 def _model(body: dict) -> str:
     model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequest("InvalidField", "model is required: one of the names GET /v1/models lists",
-                             param="model")
+    if not isinstance(model, str) or not 0 < len(model) <= MAX_MODEL_NAME:
+        raise InvalidRequest("InvalidField", "model is required: one of the names GET /v1/models lists "
+                             f"(at most {MAX_MODEL_NAME} characters)", param="model")
     return model
 
 
@@ -252,8 +254,8 @@ def _logit_bias(bias: object) -> tuple[tuple[int, float], ...]:
     if bias is None:
         return ()
     message = "logit_bias must map token ids (decimal strings) to numbers in [-100, 100]"
-    if not isinstance(bias, dict):
-        raise InvalidRequest("InvalidField", message, param="logit_bias")
+    if not isinstance(bias, dict) or len(bias) > MAX_LOGIT_BIAS:
+        raise InvalidRequest("InvalidField", f"{message}, at most {MAX_LOGIT_BIAS} of them", param="logit_bias")
     pairs = []
     for key, value in bias.items():
         if not (key.isascii() and key.lstrip("-").isdigit() and len(key) <= 20) or not _in_range(value, -100, 100):
