@@ -4,7 +4,7 @@ Loads and validates the config, builds the Worker (admission, verdict publishing
 through the kubernetes client when `verdicts.configMap` is set), and serves the
 API with uvicorn. A bad config exits 2 with the reason; a refused model does not
 stop the worker. On SIGTERM uvicorn stops accepting connections, gives running
-requests `server.shutdownGraceSeconds` to finish, cancels the rest, and the worker
+requests most of `--grace-seconds` to finish, cancels the rest, and the worker
 stops its executor before the process exits.
 """
 from __future__ import annotations
@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--grace-seconds", type=float, default=25.0,
+                        help="on SIGTERM, exit within this many seconds (keep it below the pod's "
+                             "terminationGracePeriodSeconds)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     worker.start()
     try:
         uvicorn.run(create_app(worker), host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=config.shutdown_grace_s)
+                    timeout_graceful_shutdown=0.9 * args.grace_seconds)
     finally:
         worker.stop()
     return 0

@@ -53,7 +53,6 @@ class WorkerConfig:
     min_residency_ms: int = 2000
     max_request_bytes: int = 4 << 20
     sse_keepalive_ms: int = 10_000
-    shutdown_grace_s: int = 20
     verdicts: VerdictTarget | None = None
     models: tuple[ModelConfig, ...] = field(default_factory=tuple)
 
@@ -91,7 +90,6 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
         min_residency_ms=server.get("minResidencyMs", 2000),
         max_request_bytes=server.get("maxRequestBytes", 4 << 20),
         sse_keepalive_ms=server.get("sseKeepAliveMs", 10_000),
-        shutdown_grace_s=server.get("shutdownGraceSeconds", 20),
         verdicts=VerdictTarget(target["namespace"], target["name"]) if target else None,
         models=tuple(
             ModelConfig(
