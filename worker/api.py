@@ -56,9 +56,10 @@ def create_app(worker: Worker) -> ASGIApp:
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         reason = _HTTP_REASONS.get(exc.status_code, "HTTPError")
-        message = {404: f"no route {request.url.path}; the worker serves /v1/models, /v1/completions, "
-                        "/v1/chat/completions, /healthz, /readyz, /status and /metrics",
-                   405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, exc.detail)
+        path = request.url.path[:200]
+        message = {404: f"no route {path}; the worker serves /v1/models, /v1/completions, /v1/chat/completions, "
+                        "/healthz, /readyz, /status and /metrics",
+                   405: f"{request.method} is not allowed on {path}"}.get(exc.status_code, exc.detail)
         error = WorkerError(reason, message)
         error.status, error.error_type = exc.status_code, "invalid_request_error"
         return error_response(error, exc.headers)
