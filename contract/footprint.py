@@ -149,6 +149,11 @@ def default_overhead_bytes(weight_bytes: int) -> int:
     return OVERHEAD_BASE_BYTES + math.ceil(weight_bytes / OVERHEAD_WEIGHT_DIVISOR)
 
 
+def kv_bytes_per_token(*, layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """One sequence's KV cache per token: 2 (K and V) × layers × KV heads × head dim × dtype bytes."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
+
+
 def prefill_activation_per_token(*, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int,
                                  mlp_tensors: int, dtype_bytes: int) -> int:
     """Every tensor one decoder layer materialises per prompt token: residual + normed input (2·h), q, k, v
