@@ -250,7 +250,8 @@ def test_a_client_that_gives_up_on_a_whole_answer_has_its_request_cancelled(serv
         return 0.0
 
     before = cancelled_requests()
-    client.completions.create(model="hot", prompt="a", max_tokens=1)  # cold now waits for hot's residency
+    client.completions.create(model="cold", prompt="a", max_tokens=1)
+    client.completions.create(model="hot", prompt="a", max_tokens=1)  # swapped in now: cold waits its residency
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(server.base_url + "/v1/completions", timeout=0.3,
                    json={"model": "cold", "prompt": "never read", "max_tokens": 50})
