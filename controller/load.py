@@ -14,9 +14,10 @@ PascalCase reason, a message that says what is wrong and a fix.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -26,63 +27,52 @@ from jsonschema.exceptions import relevance
 
 import schemas
 from controller.quantity import QuantityError, parse_bytes
-from controller.yamlin import parse_documents
+from controller.repofiles import RepoFileError, is_file, read_optional, read_text, yaml_files
+from controller.yamlin import YamlLimits, parse_documents
 from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
 from controller.types import (API_VERSION, DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
 MODELS_DIR, PROFILES_DIR, DECISIONS_DIR, INVENTORY_FILE = "models", "profiles", "decisions", "gpus.yaml"
-YAML_SUFFIXES = (".yaml", ".yml")
+LAST_GOOD_DIR = f"{DECISIONS_DIR}/_last-good"  # `_` keeps it apart from every namespace directory
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?$", re.MULTILINE)
 _DNS_LABEL = schemas.load("elasticmodel")["$defs"]["dns1123Label"]
 _QUANTITY_PATTERN = schemas.load("elasticmodel")["$defs"]["quantity"]["oneOf"][1]["pattern"]
 _SHOWN_CHARS = 40
+INT64_MAX = 2**63 - 1
 
 Documents = list[tuple[int, Any]]
 
 
 # ---------------------------------------------------------------- YAML text -> documents
 
-class _UniqueKeyLoader(yaml.CSafeLoader):
-    """libyaml's safe loader, refusing a mapping with the same key twice (PyYAML silently keeps the last)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        scalar = isinstance(key_node, yaml.ScalarNode)  # compare scalars by text: no second construction
-        key = (key_node.tag, key_node.value) if scalar else loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            shown = key_node.value if scalar else key
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {shown!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def load_documents(text: str, file: str) -> tuple[Documents, list[InputError]]:
+def load_documents(text: str, file: str, limits: YamlLimits | None = None) -> tuple[Documents, list[InputError]]:
     """Each non-empty YAML document of `text` with its 0-based index; one InputError per unparseable document.
 
     Documents are split on `---` lines first, so a broken document does not hide the ones after it.
     Empty documents (a lone `---`) are skipped; indexes count them, as `yaml.safe_load_all` does.
+    Every document is held to `limits` (default: `YamlLimits.from_env()`): alias expansion, depth, string keys.
     """
+    limits = limits or YamlLimits.from_env()
     try:  # the whole file at once; only a file with a broken document is parsed document by document
-        return [(i, doc) for i, doc in enumerate(parse_documents(text, unique_keys=True)) if doc is not None], []
-    except (yaml.YAMLError, RecursionError):
+        docs = parse_documents(text, unique_keys=True, limits=limits)
+        return [(i, doc) for i, doc in enumerate(docs) if doc is not None], []
+    except (yaml.YAMLError, RecursionError, ValueError, OverflowError):
         pass
     documents: Documents = []
     errors: list[InputError] = []
     for index, (first_line, chunk) in enumerate(_split_documents(text)):
         try:
-            doc = yaml.load(chunk, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            found = [doc for doc in parse_documents(chunk, unique_keys=True, limits=limits) if doc is not None]
         except yaml.YAMLError as exc:
             errors.append(_yaml_error(exc, file, index, first_line))
             continue
-        if doc is not None:
-            documents.append((index, doc))
+        except (RecursionError, ValueError, OverflowError) as exc:  # a scalar PyYAML cannot construct
+            errors.append(InputError(file=file, document=index, path="", reason="InvalidYAML",
+                                     message=f"a value cannot be read ({type(exc).__name__}); the document is not read",
+                                     fix="check the document's numbers, dates and tags"))
+            continue
+        documents += [(index, doc) for doc in found[:1]]
     return documents, errors
 
 
@@ -103,7 +93,7 @@ def _has_content(chunk: str) -> bool:
 def _yaml_error(exc: yaml.YAMLError, file: str, index: int, first_line: int) -> InputError:
     mark = getattr(exc, "problem_mark", None)
     where = f"line {first_line + mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    problem = getattr(exc, "problem", None) or str(exc)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
     return InputError(file=file, document=index, path="", reason="InvalidYAML",
                       message=f"{where}{problem}; the document cannot be parsed",
                       fix="fix the YAML syntax there (indentation, quoting, a missing ':' or a repeated key)")
@@ -119,12 +109,18 @@ def _json_path(parts: Iterable[Any]) -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, (dict, list)):  # the offending token only, never a structure's content
+        return f"a {'mapping' if isinstance(value, dict) else 'sequence'} of {len(value)} item(s)"
     text = repr(value)
     return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}… ({len(str(value))} characters)"
 
 
 def _schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
-    """One InputError per offending JSON path (the most relevant violation there), in path order."""
+    """One InputError per offending JSON path (the most relevant violation there), in path order; numbers
+    that are not finite or beyond 64 bits first (the schema cannot see them)."""
+    numbers = _number_errors(doc, file, document, obj)
+    if numbers:
+        return numbers
     if schemas.is_valid(schema)(doc):
         return []
     best: dict[str, InputError] = {}
@@ -186,11 +182,40 @@ def _quantity_problem(at: str, value: Any) -> tuple[str, str]:
     if isinstance(value, float):
         return (f"{at} is the YAML number {value!r}; a quantity is a whole number of bytes or a string",
                 "quote it with a suffix, e.g. '1.5Gi' or '500M'")
+    if not isinstance(value, (int, str)) or isinstance(value, bool):
+        return f"{at} is a {type(value).__name__}, not a quantity", "write a quantity such as 4Gi or 500M"
     try:
         amount = parse_bytes(value)
     except QuantityError as exc:
         return f"{at}: {exc}", "write a quantity such as 4Gi, 4096Mi, 1.5Gi, 16G or 500M"
-    return f"{at} is {amount} bytes; it must be at least 1 byte", "write a positive quantity such as 4Gi"
+    if amount < 1:
+        return f"{at} is {amount} bytes; it must be at least 1 byte", "write a positive quantity such as 4Gi"
+    return (f"{at}: {_show(value)} is not written as a Kubernetes quantity",
+            "write a number with an optional suffix, e.g. 4Gi, 4096Mi, 1.5Gi, 16G or 500M")
+
+
+def _number_errors(doc: Any, file: str, document: int | None, obj: str | None) -> list[InputError]:
+    """One InputError per number that is not finite (.nan, .inf) or lies beyond the 64-bit range: the schema
+    cannot say so (JSON has no NaN), and such a number would turn every sum it enters into nonsense."""
+    errors = []
+    stack: list[tuple[list, Any]] = [([], doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack += [([*path, key], item) for key, item in value.items()]
+        elif isinstance(value, list):
+            stack += [([*path, i], item) for i, item in enumerate(value)]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            at = _json_path(path) or "the document"
+            if isinstance(value, float) and not math.isfinite(value):
+                errors.append(InputError(file, document, _json_path(path), reason="InvalidNumber", object=obj,
+                                         message=f"{at} is {value!r}, not a finite number",
+                                         fix=f"write {at} as an ordinary number (not .nan or .inf)"))
+            elif abs(value) > INT64_MAX:
+                errors.append(InputError(file, document, _json_path(path), reason="InvalidNumber", object=obj,
+                                         message=f"{at} is {_show(value)}, beyond the 64-bit range (±{INT64_MAX})",
+                                         fix=f"write {at} as a realistic number"))
+    return sorted(errors, key=lambda e: e.path)
 
 
 # ---------------------------------------------------------------- documents -> typed values
@@ -198,13 +223,19 @@ def _quantity_problem(at: str, value: Any) -> tuple[str, str]:
 def _kind_error(doc: Any, kind: str, file: str, document: int | None) -> InputError | None:
     if not isinstance(doc, dict):
         return InputError(file=file, document=document, path="", reason="NotAnObject",
-                          message=f"expected a {kind} mapping, found {type(doc).__name__} {_show(doc)}",
+                          message=f"expected a {kind} mapping, found a YAML {_yaml_type(doc)}",
                           fix=f"write the document as a YAML mapping with apiVersion: {API_VERSION} and kind: {kind}")
     if doc.get("kind") != kind:
         return InputError(file=file, document=document, path="kind", reason="WrongKind",
                           message=f"expected kind {kind} ({API_VERSION}) here, found {_show(doc.get('kind'))}",
                           fix=f"only {kind} documents belong here: move this one elsewhere or correct its kind")
     return None
+
+
+def _yaml_type(value: Any) -> str:
+    """The kind of a value, never its content (a file's text must not reach a log)."""
+    return {str: "string", list: "sequence", int: "integer", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__)
 
 
 def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[InputError]]:
@@ -378,66 +409,125 @@ def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
 
 # ---------------------------------------------------------------- directory readers (the only I/O)
 
-def _yaml_files(root: Path, sub: str) -> list[Path]:
-    base = root / sub
-    return sorted((p for p in base.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file()),
-                  key=lambda p: p.relative_to(root).as_posix()) if base.is_dir() else []
+def _file_error(rel: str, exc: RepoFileError) -> InputError:
+    return InputError(rel, None, "", reason=exc.reason, message=exc.message, fix=exc.fix)
 
 
-def _read(root: Path, path: Path) -> tuple[str, Documents, list[InputError]]:
-    rel = path.relative_to(root).as_posix()
+@dataclass
+class TreeRead:
+    """What one input tree (or file) gave: the parsed values, the errors, and its last good copies.
+
+    `last_good`: decisions/_last-good/<path> -> the text of each file that parses cleanly now (or whose
+    last good copy was used); the pass writes them so a later pass can fall back on them. `held`: the
+    files that are broken now and were read from their last good copy instead."""
+
+    values: list = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    last_good: dict[str, str] = field(default_factory=dict)
+    held: list[str] = field(default_factory=list)
+
+    def add(self, other: TreeRead) -> TreeRead:
+        self.values += other.values
+        self.errors += other.errors
+        self.last_good.update(other.last_good)
+        self.held += other.held
+        return self
+
+
+def last_good_path(rel: str) -> str:
+    """Where a pass keeps the last copy of input file `rel` that parsed without an error."""
+    return f"{LAST_GOOD_DIR}/{rel}"
+
+
+def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list, list[InputError]]],
+                    *, last_good: bool = True) -> TreeRead:
+    """One input file through `parse(text, rel) -> (values, errors)`. A file with any error is read from
+    its last good copy instead, when there is one and `last_good` is set; its errors are still reported."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return rel, [], [InputError(rel, None, "", reason="UnreadableFile", message=f"cannot read the file: {exc}",
-                                    fix="save it as UTF-8 text and check its permissions")]
-    return rel, *load_documents(text, rel)
+        text = read_text(root, rel)
+        values, errors = parse(text, rel)
+    except RepoFileError as exc:
+        values, errors = [], [_file_error(rel, exc)]
+    if not errors:
+        return TreeRead(values, [], {last_good_path(rel): text} if last_good else {})
+    old = read_optional(root, last_good_path(rel)) if last_good else None
+    if old is not None:
+        old_values, old_errors = parse(old, rel)
+        if not old_errors:
+            return TreeRead(old_values, errors, {last_good_path(rel): old}, [rel])
+    return TreeRead(values, errors)
+
+
+def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]]
+                     ) -> Callable[[str, str], tuple[list, list[InputError]]]:
+    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors."""
+    def parse_text(text: str, rel: str) -> tuple[list, list[InputError]]:
+        docs, errors = load_documents(text, rel)
+        values = []
+        for index, doc in docs:
+            value, problems = parse(doc, rel, index)
+            values += [value] if value else []
+            errors += problems
+        return values, errors
+
+    return parse_text
 
 
 def load_repo(root: Path) -> Inputs:
-    """Everything a pass reads from a GitOps directory: models/**, gpus.yaml (optional), profiles/**.
+    """The models, profiles and GPU slots of a GitOps directory: models/**, gpus.yaml (optional),
+    profiles/**, each broken gpus.yaml or profile file read from its last good copy (see `read_input_file`).
 
-    Other trees (rendered/, decisions/, ...) are ignored. Files are read in sorted order.
+    Other trees (rendered/, decisions/, ...) are not inputs. Files are read in sorted order.
+    Compositions and cross-checks: controller.repo.read_repo, which every command goes through.
     """
     root = Path(root)
     models, errors = read_models(root)
-    profiles, profile_errors = read_profiles(root)
-    slots, inventory_errors = _parse_inventory_file(root)
-    return combine(models, profiles, slots, errors + profile_errors + inventory_errors)
+    profiles = read_profile_tree(root)
+    inventory = read_inventory(root)
+    return combine(models, profiles.values, inventory.values, errors + profiles.errors + inventory.errors)
 
 
 def read_models(root: Path) -> tuple[list[ElasticModel], list[InputError]]:
-    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does)."""
-    return _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)))
+    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does). A broken model
+    keeps its last good spec through its decision file (controller.reconcile.revive_last_good)."""
+    found = _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)),
+                        last_good=False)
+    return found.values, found.errors
 
 
 def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:
     """Every profile under profiles/**, not yet checked for duplicates (`combine` does). Cluster mode adds
     the profiles it finds in ConfigMaps to these before combining."""
+    found = read_profile_tree(root)
+    return found.values, found.errors
+
+
+def read_profile_tree(root: Path) -> TreeRead:
+    """profiles/**, each broken file read from its last good copy."""
     return _parse_tree(Path(root), PROFILES_DIR, parse_profile)
 
 
-def _parse_tree(root: Path, sub: str, parse: Callable) -> tuple[list, list[InputError]]:
-    values, errors = [], []
-    for path in _yaml_files(root, sub):
-        rel, docs, errors_here = _read(root, path)
-        errors += errors_here
-        for index, doc in docs:
-            value, errors_here = parse(doc, rel, index)
-            values += [value] if value else []
-            errors += errors_here
-    return values, errors
+def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True) -> TreeRead:
+    found, parse_text = TreeRead(), documents_parser(parse)
+    for rel in yaml_files(root, sub):
+        found.add(read_input_file(root, rel, parse_text, last_good=last_good))
+    return found
 
 
-def _parse_inventory_file(root: Path) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
-    if not (root / INVENTORY_FILE).is_file():
-        return (), []
-    rel, docs, errors = _read(root, root / INVENTORY_FILE)
+def read_inventory(root: Path) -> TreeRead:
+    """gpus.yaml's GPU slots (none when it is absent), from its last good copy while it is broken."""
+    if not is_file(root, INVENTORY_FILE):
+        return TreeRead()
+    return read_input_file(Path(root), INVENTORY_FILE, _parse_inventory_text)
+
+
+def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[InputError]]:
+    docs, errors = load_documents(text, rel)
     if not docs:
-        return (), errors
+        return [], errors
     (first, doc), extra = docs[0], docs[1:]
     slots, errors_here = parse_inventory(doc, rel, first)
-    return slots, errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
+    return list(slots), errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
 
 
 def _extra_inventory(file: str, document: int) -> InputError:
@@ -458,15 +548,17 @@ def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them; unreadable or garbled files are skipped
     (the controller owns them and rewrites them on its next pass)."""
     records = {}
-    for path in _yaml_files(Path(root), DECISIONS_DIR):
+    for rel in yaml_files(Path(root), DECISIONS_DIR):
+        if rel.startswith(LAST_GOOD_DIR + "/"):
+            continue
         try:
-            doc = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
+            (_, doc), = load_documents(read_text(root, rel), rel)[0]
             decision = decision_from_dict(doc["status"]["assigned"])
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        except (RepoFileError, KeyError, TypeError, ValueError, AttributeError):
             continue
         spec_doc = {k: v for k, v in doc.items() if k != "status"}
         source = ((doc.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION, "")
-        model, problems = parse_model(spec_doc, Source(source or path.relative_to(root).as_posix()))
+        model, problems = parse_model(spec_doc, Source(source or rel))
         records[decision.key] = DecisionRecord(decision, None if problems else model)
     return records
 
