@@ -1,12 +1,18 @@
 """Compositions: which templates compose an ElasticModel, and with which parameters.
 
-Owns reading `compositions/*.yaml` beside the templates, validating each against
-schemas/composition.schema.json, filling unset parameters from the schema's
-defaults, and compiling the templates once into a sandboxed environment.
-Called by controller.compose (and by whoever passes custom compositions in).
+Owns reading `compositions/*.yaml` beside the templates (the shipped ones) and in the
+user's GitOps repository (`read_repo_compositions`), validating each against
+schemas/composition.schema.json, filling unset parameters from the schema's defaults,
+and compiling the templates once into a sandboxed environment. A repository
+composition adds a name or replaces the shipped composition of the same name; it
+names shipped templates only, so the repository configures (image, model cache,
+worker namespace, scheduling parameters) but never injects template code. A broken
+repository composition file is read from its last good copy (controller.load's
+`read_input_file`). Called by controller.repo and controller.compose.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -18,8 +24,14 @@ from jinja2 import DictLoader
 from jinja2.sandbox import SandboxedEnvironment
 
 import schemas
+from controller.load import TreeRead, documents_parser, kind_error, read_input_file, schema_errors
 from controller.render import environment
+from controller.repofiles import yaml_files
+from controller.types import InputError
 from templates import TEMPLATE_DIR
+
+
+COMPOSITIONS_DIR = "compositions"
 
 
 class CompositionInvalid(Exception):
@@ -36,6 +48,7 @@ class Composition:
     per_worker: tuple[str, ...]
     per_model: tuple[str, ...]
     env: SandboxedEnvironment = field(compare=False, repr=False)
+    source: str | None = field(default=None, compare=False)  # the repository file; None when shipped
 
 
 @lru_cache(maxsize=1)
@@ -47,7 +60,7 @@ def shipped_compositions() -> Mapping[str, Composition]:
 def load_compositions(root: Path = TEMPLATE_DIR) -> dict[str, Composition]:
     """Every composition under `root/compositions/`, its templates read from `root/*.j2`."""
     sources = {path.name: path.read_text(encoding="utf-8") for path in sorted(root.glob("*.j2"))}
-    env = environment(DictLoader(sources))
+    env = _environment(root, tuple(sorted(sources.items())))
     found: dict[str, Composition] = {}
     for path in sorted((root / "compositions").glob("*.yaml")):
         composition = _parse(path, set(sources), env)
@@ -86,6 +99,83 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         per_model=tuple(lists[2]),
         env=env,
     )
+
+
+@lru_cache(maxsize=4)
+def _environment(root: Path, sources: tuple[tuple[str, str], ...]) -> SandboxedEnvironment:
+    return environment(DictLoader(dict(sources)))
+
+
+def _shipped_environment() -> SandboxedEnvironment:
+    return next(iter(shipped_compositions().values())).env
+
+
+def shipped_templates() -> frozenset[str]:
+    """The template files a composition may name."""
+    return frozenset(path.name for path in TEMPLATE_DIR.glob("*.j2"))
+
+
+def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple[Composition | None, list[InputError]]:
+    """A repository composition from one document, or the errors that prevent it (one per JSON path)."""
+    wrong = kind_error(doc, "Composition", file, document)
+    if wrong:
+        return None, [wrong]
+    errors = schema_errors(doc, "composition", file, document, None)
+    if errors:
+        return None, errors
+    steps = doc["spec"]["steps"]
+    lists = {"spec.steps.profiling.perModel": steps["profiling"]["perModel"],
+             "spec.steps.serving.perWorker": steps["serving"]["perWorker"],
+             "spec.steps.serving.perModel": steps["serving"]["perModel"]}
+    available = shipped_templates()
+    for path, names in lists.items():
+        for index, name in enumerate(names):
+            if name not in available:
+                errors.append(InputError(file, document, f"{path}[{index}]", reason="UnknownTemplate",
+                                         message=f"{path}[{index}] names template {name!r}, which gpushare does "
+                                                 "not ship",
+                                         fix=f"use one of: {', '.join(sorted(available))}"))
+    if errors:
+        return None, errors
+    return Composition(
+        name=doc["metadata"]["name"],
+        parameters=MappingProxyType(_with_defaults(doc["spec"].get("parameters", {}))),
+        profiling=tuple(lists["spec.steps.profiling.perModel"]),
+        per_worker=tuple(lists["spec.steps.serving.perWorker"]),
+        per_model=tuple(lists["spec.steps.serving.perModel"]),
+        env=_shipped_environment(),
+        source=file,
+    ), []
+
+
+@dataclass(frozen=True)
+class RepoCompositions:
+    """The compositions a pass uses (shipped, then the repository's by name) and what reading them gave."""
+
+    compositions: Mapping[str, Composition]
+    read: TreeRead
+
+
+def read_repo_compositions(root: Path) -> RepoCompositions:
+    """compositions/*.yaml of the GitOps repository over the shipped ones. Two repository files naming one
+    composition are an error on each, and neither is used (the shipped one of that name stays)."""
+    read = TreeRead()
+    for rel in yaml_files(Path(root), COMPOSITIONS_DIR):
+        read.add(read_input_file(Path(root), rel, documents_parser(parse_composition)))
+    by_name: dict[str, list[Composition]] = defaultdict(list)
+    for composition in read.values:
+        by_name[composition.name].append(composition)
+    found = dict(shipped_compositions())
+    for name, group in sorted(by_name.items()):
+        if len(group) == 1:
+            found[name] = group[0]
+            continue
+        where = sorted(str(c.source) for c in group)
+        read.errors += [InputError(rel, None, "metadata.name", reason="DuplicateComposition",
+                                   message=f"composition {name!r} is defined in {', '.join(where)}; none of them "
+                                           "is used", fix="keep one file per composition name")
+                        for rel in where]
+    return RepoCompositions(MappingProxyType(found), read)
 
 
 def _with_defaults(given: Mapping[str, object]) -> dict[str, object]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -26,6 +26,7 @@ from jsonschema import ValidationError
 from jsonschema.exceptions import relevance
 
 import schemas
+from controller.profilecheck import profile_problem
 from controller.quantity import QuantityError, parse_bytes
 from controller.repofiles import RepoFileError, is_file, read_optional, read_text, yaml_files
 from controller.yamlin import YamlLimits, parse_documents
@@ -115,7 +116,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}… ({len(str(value))} characters)"
 
 
-def _schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
+def schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
     """One InputError per offending JSON path (the most relevant violation there), in path order; numbers
     that are not finite or beyond 64 bits first (the schema cannot see them)."""
     numbers = _number_errors(doc, file, document, obj)
@@ -220,7 +221,7 @@ def _number_errors(doc: Any, file: str, document: int | None, obj: str | None) -
 
 # ---------------------------------------------------------------- documents -> typed values
 
-def _kind_error(doc: Any, kind: str, file: str, document: int | None) -> InputError | None:
+def kind_error(doc: Any, kind: str, file: str, document: int | None) -> InputError | None:
     if not isinstance(doc, dict):
         return InputError(file=file, document=document, path="", reason="NotAnObject",
                           message=f"expected a {kind} mapping, found a YAML {_yaml_type(doc)}",
@@ -240,12 +241,12 @@ def _yaml_type(value: Any) -> str:
 
 def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[InputError]]:
     """An ElasticModel from one document (a file's or a custom resource's), or the errors that prevent it."""
-    wrong = _kind_error(doc, "ElasticModel", source.file, source.document)
+    wrong = kind_error(doc, "ElasticModel", source.file, source.document)
     if wrong:
         return None, [wrong]
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     ref = f"{meta.get('namespace') or DEFAULT_NAMESPACE}/{meta.get('name')}" if meta.get("name") else None
-    errors = _schema_errors(doc, "elasticmodel", source.file, source.document, ref)
+    errors = schema_errors(doc, "elasticmodel", source.file, source.document, ref)
     if errors:
         return None, errors
     spec = doc["spec"]
@@ -275,11 +276,12 @@ _SLO_FIELDS = {"contextTokens": "context_tokens", "concurrency": "concurrency", 
 
 
 def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profile | None, list[InputError]]:
-    """A Profile from one ModelProfile document (a file's or a ConfigMap's), or the errors that prevent it."""
-    wrong = _kind_error(doc, "ModelProfile", file, document)
+    """A Profile from one ModelProfile document (a file's or a ConfigMap's), or the errors that prevent it;
+    a profile that disagrees with its model's known architecture is refused (controller.profilecheck)."""
+    wrong = kind_error(doc, "ModelProfile", file, document)
     if wrong:
         return None, [wrong]
-    errors = _schema_errors(doc, "profile", file, document, None)
+    errors = schema_errors(doc, "profile", file, document, None)
     if errors:
         return None, errors
     w, act = doc["weights"], doc["activation"]
@@ -290,7 +292,7 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
             message=(f"weights.totalBytes is {w['totalBytes']} but embeddingBytes + sum(layerBytes) + "
                      f"finalNormBytes + headBytes = {parts} (off by {w['totalBytes'] - parts})"),
             fix="regenerate the profile (profiler Job or `python -m controller.estimate`) or correct the numbers")]
-    return Profile(
+    profile = Profile(
         model=doc["model"], gpu_product=doc["gpu"]["product"], dtype=doc["dtype"], source=doc["source"],
         method=doc["method"], embedding_bytes=w["embeddingBytes"], layer_bytes=tuple(w["layerBytes"]),
         final_norm_bytes=w["finalNormBytes"], head_bytes=w["headBytes"], tied_embeddings=w["tiedEmbeddings"],
@@ -302,15 +304,17 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
         decode_ms_per_token=float(doc["latency"]["decodeMsPerToken"]),
         prefill_ms_per_1k_tokens=float(doc["latency"]["prefillMsPer1kTokens"]),
         host_to_device_gbps=float(doc["hostToDeviceGBps"]), revision=doc.get("revision", "main"), file=file,
-    ), []
+    )
+    disagrees = profile_problem(profile)
+    return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
 
 
 def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
     """The GPU slots of a GPUInventory (gpus.yaml): one per GPU of each node. Bad nodes are reported and skipped."""
-    wrong = _kind_error(doc, "GPUInventory", file, document)
+    wrong = kind_error(doc, "GPUInventory", file, document)
     if wrong:
         return (), [wrong]
-    errors = _schema_errors(doc, "gpus", file, document, None)
+    errors = schema_errors(doc, "gpus", file, document, None)
     if any(not e.path.startswith("nodes[") for e in errors):
         return (), errors  # the document itself is broken, not just some of its nodes
     bad_nodes = {e.path.split("]")[0] + "]" for e in errors}

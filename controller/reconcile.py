@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
-from controller.compose import Rendered, compose
+from controller.compose import PLAN_FILE, RENDERED, Rendered, compose
 from controller.compose_errors import ComposeError
 from controller.compositions import Composition
 from controller.load import DecisionRecord
 from controller.plan import plan
 from controller.planmd import Change, last_change_lines
-from controller.types import InputError, Inputs, Plan
+from controller.quantity import format_bytes as fb
+from controller.types import ElasticModel, InputError, Inputs, Plan
 
 
 @dataclass(frozen=True)
@@ -32,10 +34,13 @@ class PassOutput:
     rendered: Rendered
     revived: tuple[str, ...]  # namespace/name served from their last good spec
     message: str
+    last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<input file> -> its text
+    held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
 
     @property
     def files(self) -> dict[str, bytes]:
-        return {path: text.encode() for path, text in self.rendered.files.items()}
+        files = {**self.rendered.files, **self.last_good}
+        return {path: text.encode() for path, text in sorted(files.items())}
 
     @property
     def errors(self) -> tuple[InputError | ComposeError, ...]:
@@ -43,15 +48,47 @@ class PassOutput:
 
 
 def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
-             compositions: Mapping[str, Composition] | None = None, processes: int = 1) -> PassOutput:
+             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
+             last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = ()) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
-    `processes`: how many processes may render a large pass (see compose)."""
+    `processes`: how many processes may render a large pass (see compose); `last_good` and `held`: the input
+    files' last good copies and the files read from them (controller.repo.read_repo)."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last_changes=last_change_lines(last_plan_md), processes=processes)
-    return PassOutput(planned, result, rendered, revived, commit_message(rendered.changes, rendered, revived))
+    quiet = quiet_changes(records, planned.models, result)
+    return PassOutput(planned, result, rendered, revived,
+                      commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held),
+                      dict(last_good or {}), held)
+
+
+def quiet_changes(records: Mapping[tuple[str, str], DecisionRecord], models: Sequence[ElasticModel],
+                  result: Plan) -> tuple[str, ...]:
+    """What changed for models whose placement did not move: their spec fields and planned bytes, one line each
+    (`llm/chat: memoryBudget 4.0Gi → 6.0Gi`), so a commit without a decision change still says why."""
+    decisions = {d.key: d for d in result.decisions}
+    lines = []
+    for model in sorted(models, key=lambda m: m.key):
+        record = records.get(model.key)
+        if record is None:
+            continue
+        before, after = record.model, model
+        moved = []
+        if before is not None:
+            for label, old, new in (("memoryBudget", fb(before.budget_bytes), fb(after.budget_bytes)),
+                                    ("model", before.model, after.model), ("revision", before.revision, after.revision),
+                                    ("slo", before.slo, after.slo), ("gpu", before.gpu_product, after.gpu_product),
+                                    ("compositionRef", before.composition, after.composition)):
+                if old != new:
+                    moved.append(f"{label} changed" if label == "slo" else f"{label} {old} → {new}")
+        decision, last = decisions.get(model.key), record.decision
+        if not moved and decision is not None and decision.need_bytes != last.need_bytes:
+            moved.append(f"need {fb(last.need_bytes)} → {fb(decision.need_bytes)}")
+        if moved:
+            lines.append(f"{model.ref}: {', '.join(moved)}")
+    return tuple(lines)
 
 
 def available_processes() -> int:
@@ -77,9 +114,11 @@ def revive_last_good(inputs: Inputs, records: Mapping[tuple[str, str], DecisionR
     return replace(inputs, models=(*inputs.models, *revived)), tuple(m.ref for m in revived)
 
 
-def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...]) -> str:
+def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...], *,
+                   quiet: tuple[str, ...] = (), held: tuple[str, ...] = ()) -> str:
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
-    a count and one line per change otherwise. Used only when the generated tree changed."""
+    a count and one line per change otherwise; with no decision moved, the `quiet` spec changes. Used only
+    when the generated tree changed."""
     moved = [c for c in changes if c.before is not None and c.after is not None]
     own = moved[0].ref if len(moved) == 1 else None  # the moved model's own change explains it first
     causes = [cause for ref, cause in sorted(_causes(changes), key=lambda rc: rc[0] != own)]
@@ -91,10 +130,16 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
         subject = changes[0].summary
     elif changes:
         subject = f"gpushare: {len(changes)} decisions changed{why}"
+    elif len(quiet) == 1:
+        subject = f"gpushare: re-render {quiet[0]} (no decision moved)"
+    elif quiet:
+        subject = f"gpushare: re-render {len(quiet)} models whose spec or need changed (no decision moved)"
     else:
         subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
     body = [c.summary for c in changes] if len(changes) > 1 else []
+    body += list(quiet) if len(quiet) > 1 or (quiet and changes) else []
     body += [f"served from its last good spec (its document is broken): {ref}" for ref in revived]
+    body += [f"read from its last good copy (the file is broken): {file}" for file in held]
     body += [f"not rendered: {e.ref}: [{e.reason}] {e.message}" for e in rendered.errors]
     return subject + ("\n\n" + "\n".join(body) if body else "") + "\n"
 
@@ -113,3 +158,45 @@ def _causes(changes: tuple[Change, ...]) -> list[tuple[str, str]]:
             elif c.before.need_bytes != c.after.need_bytes:
                 causes.append((c.ref, f"{c.ref} need changed"))
     return causes
+
+
+PRUNE_SHARE_DEFAULT = 0.5
+
+
+@dataclass(frozen=True)
+class PruneHold:
+    """A pass held back because it would remove too large a share of the rendered objects."""
+
+    removed: int
+    rendered: int
+    max_share: float
+
+    @property
+    def message(self) -> str:
+        return (f"this pass would remove {self.removed} of the {self.rendered} rendered objects "
+                f"({self.removed / self.rendered:.0%}), more than the allowed {self.max_share:.0%}; nothing is "
+                "committed (an Argo CD prune would take those workloads down)")
+
+    fix = ("check gpus.yaml, profiles/ and compositions/ for a mistake; if the removal is intended, run one "
+           "pass with --max-prune-share 1 (or GPUSHARE_MAX_PRUNE_SHARE=1)")
+
+
+def prune_hold(before: Sequence[str], after: Mapping[str, object] | Sequence[str], max_share: float
+               ) -> PruneHold | None:
+    """The hold when more than `max_share` of the rendered objects upstream holds (`before`: repository paths)
+    are missing from `after`; None otherwise. rendered/PLAN.md is not an object."""
+    objects = [p for p in before if p.startswith(f"{RENDERED}/") and p != PLAN_FILE]
+    kept = set(after)
+    removed = sum(1 for p in objects if p not in kept)
+    if objects and removed > max_share * len(objects):
+        return PruneHold(removed, len(objects), max_share)
+    return None
+
+
+def prune_share_setting(environ=os.environ) -> float:
+    """GPUSHARE_MAX_PRUNE_SHARE (0 to 1), else PRUNE_SHARE_DEFAULT."""
+    try:
+        share = float(environ.get("GPUSHARE_MAX_PRUNE_SHARE", PRUNE_SHARE_DEFAULT))
+    except ValueError:
+        return PRUNE_SHARE_DEFAULT
+    return share if 0 <= share <= 1 else PRUNE_SHARE_DEFAULT
