@@ -12,9 +12,11 @@ from pathlib import Path
 
 from controller import report
 from controller.explain import ModelNotFound, explain
-from controller.load import load_decision_records, load_previous_decisions, load_repo
+from controller.load import load_decision_records, load_previous_decisions
+from controller.offline import pass_over
 from controller.plan import plan
 from controller.reconcile import revive_last_good
+from controller.repo import read_repo
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,19 +64,27 @@ def _require_dir(path: Path) -> None:
 
 
 def _validate(args) -> int:
+    """The whole pass a reconcile would run (inputs, plan, compose), without git: every error it would report."""
     _require_dir(args.path)
-    inputs = load_repo(args.path)
+    output = pass_over(args.path, processes=1)
+    inputs, refused = output.inputs, output.rendered.errors
     for line in report.error_lines(inputs.errors):
         print(line)
-    print(f"{len(inputs.models)} ElasticModel(s), {len(inputs.profiles)} profile(s), {len(inputs.slots)} GPU slot(s); "
-          f"{len(inputs.errors)} error(s)")
-    return 1 if inputs.errors else 0
+    for error in refused:
+        print(f"{error.ref}: [{error.reason}] {error.message} Fix: {error.fix}")
+    for file in output.held:
+        print(f"{file}: a reconcile would read its last good copy until it is fixed")
+    total = len(inputs.errors) + len(refused)
+    models = len(inputs.models) - len(output.revived)
+    print(f"{models} ElasticModel(s), {len(inputs.profiles)} profile(s), {len(inputs.slots)} GPU slot(s); "
+          f"{total} error(s)")
+    return 1 if total else 0
 
 
 def _plan(args) -> int:
     _require_dir(args.path)
     records = load_decision_records(args.path)
-    inputs, revived = revive_last_good(load_repo(args.path), records)  # as a reconcile pass would plan
+    inputs, revived = revive_last_good(read_repo(args.path).inputs, records)  # as a reconcile pass would plan
     result = plan(inputs, {key: record.decision for key, record in records.items()})
     render = {"table": lambda: report.as_table(result, inputs.slots, inputs.errors, revived),
               "json": lambda: report.as_json(result, inputs.errors),
@@ -85,7 +95,7 @@ def _plan(args) -> int:
 
 def _explain(args) -> int:
     _require_dir(args.repo)
-    inputs = load_repo(args.repo)
+    inputs = read_repo(args.repo).inputs
     try:
         sys.stdout.write(explain(inputs, plan(inputs, load_previous_decisions(args.repo)), args.name, args.namespace))
     except ModelNotFound as exc:

@@ -6,10 +6,11 @@ Owns what cluster mode adds around the shared pass (controller.reconcile.run_pas
 - `measured_profiles`: profile ConfigMaps -> profiles filed under `profiles/measured/`
   with the exact text committed there, so a decision can be replayed offline from git;
   only a ConfigMap our profiler Job writes for a model in git is used (`profile_requests`);
-- `render_in_cluster`: the pass over a checked-out tree with those facts: models and
-  decision records from git, profiles = git ∪ cluster (the cluster's copy of a
-  `profiles/measured/` file replaces git's; a measured profile supersedes an estimated
-  one, see controller.load), slots from the nodes (gpus.yaml is ignored);
+- `render_in_cluster`: the pass over a checked-out tree with those facts (controller.repo.read_repo,
+  as offline): models, compositions and decision records from git, profiles = git ∪ cluster (the
+  cluster's copy of a `profiles/measured/` file replaces git's; a measured profile supersedes an
+  estimated one, see controller.load), slots from the nodes (gpus.yaml is ignored); held back
+  when it would prune too much;
 - `ModelView`: for one planned model, its decision or pending entry, its input error,
   the paths rendered for it and the live objects (Deployments, Jobs) it owns;
 - `verdict_sources`: the verdict ConfigMaps of the workers the pass rendered (the only ones read);
@@ -30,11 +31,12 @@ import yaml
 
 from controller.cluster import ProfileDocument
 from controller.estimate import profile_relpath
-from controller.load import (PROFILES_DIR, combine, load_decision_records, load_documents, parse_model,
-                             parse_profile, read_models, read_profiles)
+from controller.load import PROFILES_DIR, load_decision_records, load_documents, parse_model, parse_profile, read_models
 from controller.names import profile_configmap_name
-from controller.offline import PLAN_MD
-from controller.reconcile import PassOutput, available_processes, run_pass
+from controller.offline import PLAN_MD, guarded_change
+from controller.reconcile import PassOutput, PruneHold, available_processes, run_pass
+from controller.repo import read_repo
+from controller.repofiles import files_under, read_optional
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
 from gitops import Change
 from gitops.paths import DEFAULT_OWNED
@@ -153,38 +155,33 @@ class ClusterRender:
     output: PassOutput
     change: Change
     ignored: tuple[tuple[str, str], ...] = ()  # (reason, message) of profile ConfigMaps not used
+    hold: PruneHold | None = None  # too much would be pruned: the Change keeps upstream's tree
 
 
-def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
-    """The pass over `root` with the cluster's facts; the Change adds the measured profiles to the pass's files."""
-    models, model_errors = read_models(root)
+def render_in_cluster(root: Path, facts: ClusterFacts, max_prune_share: float = 1.0) -> ClusterRender:
+    """The pass over `root` with the cluster's facts; the Change adds the measured profiles to the pass's files.
+    A pass that would remove more than `max_prune_share` of the rendered objects keeps upstream's tree (`hold`)."""
+    models, _ = read_models(root)
     measured = measured_profiles(facts.profiles, profile_requests(models, facts.slots))
-    git_profiles, profile_errors = read_profiles(root)
-    replaced = set(measured.files)
-    inputs = combine(
-        models,
-        [*(p for p in git_profiles if p.file not in replaced), *measured.profiles],
-        facts.slots,
-        [*model_errors, *(e for e in profile_errors if e.file not in replaced), *facts.errors, *measured.errors])
-    plan_md = root / PLAN_MD
-    output = run_pass(inputs, load_decision_records(root),
-                      last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None,
-                      processes=available_processes())
-    new = [path for path, text in measured.files.items() if _differs(root / path, text)]
+    repo = read_repo(root, slots=facts.slots, measured=measured.profiles, replaced=frozenset(measured.files),
+                     errors=[*facts.errors, *measured.errors])
+    output = run_pass(repo.inputs, load_decision_records(root),
+                      last_plan_md=read_optional(root, PLAN_MD.as_posix()), compositions=repo.compositions,
+                      processes=available_processes(), last_good=repo.last_good, held=repo.held)
+    new = [path for path, text in measured.files.items() if _differs(root, path, text)]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
-    change = Change(files=files, message=_message(output, new, measured.sources), keep=_committed_measured(root))
-    return ClusterRender(output, change, measured.ignored)
+    change, hold = guarded_change(root, files, _message(output, new, measured.sources), max_prune_share, OWNED,
+                                  keep=_committed_measured(root))
+    return ClusterRender(output, change, measured.ignored, hold)
 
 
 def _committed_measured(root: Path) -> frozenset[str]:
     """Measured profiles already in git stay there when their ConfigMap is gone (git is the record)."""
-    base = root / MEASURED_DIR
-    return frozenset(p.relative_to(root).as_posix() for p in base.rglob("*") if p.is_file()) if base.is_dir() \
-        else frozenset()
+    return frozenset(files_under(root, MEASURED_DIR.rstrip("/")))
 
 
-def _differs(path: Path, text: str) -> bool:
-    return not path.is_file() or path.read_text(encoding="utf-8") != text
+def _differs(root: Path, path: str, text: str) -> bool:
+    return read_optional(root, path) != text
 
 
 def _message(output: PassOutput, new_profiles: list[str], sources: Mapping[str, str]) -> str:

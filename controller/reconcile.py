@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from controller.compose import PLAN_FILE, RENDERED, Rendered, compose
@@ -165,31 +165,31 @@ PRUNE_SHARE_DEFAULT = 0.5
 
 @dataclass(frozen=True)
 class PruneHold:
-    """A pass held back because it would remove too large a share of the rendered objects."""
+    """A pass held back because it would leave too small a share of the rendered objects."""
 
-    removed: int
-    rendered: int
+    before: int
+    after: int
     max_share: float
 
     @property
     def message(self) -> str:
-        return (f"this pass would remove {self.removed} of the {self.rendered} rendered objects "
-                f"({self.removed / self.rendered:.0%}), more than the allowed {self.max_share:.0%}; nothing is "
-                "committed (an Argo CD prune would take those workloads down)")
+        gone = self.before - self.after
+        return (f"this pass would shrink the rendered objects from {self.before} to {self.after} ({gone / self.before:.0%}"
+                f" fewer), more than the allowed {self.max_share:.0%}; nothing is committed (an Argo CD prune would "
+                "take those workloads down)")
 
     fix = ("check gpus.yaml, profiles/ and compositions/ for a mistake; if the removal is intended, run one "
            "pass with --max-prune-share 1 (or GPUSHARE_MAX_PRUNE_SHARE=1)")
 
 
-def prune_hold(before: Sequence[str], after: Mapping[str, object] | Sequence[str], max_share: float
-               ) -> PruneHold | None:
-    """The hold when more than `max_share` of the rendered objects upstream holds (`before`: repository paths)
-    are missing from `after`; None otherwise. rendered/PLAN.md is not an object."""
-    objects = [p for p in before if p.startswith(f"{RENDERED}/") and p != PLAN_FILE]
-    kept = set(after)
-    removed = sum(1 for p in objects if p not in kept)
-    if objects and removed > max_share * len(objects):
-        return PruneHold(removed, len(objects), max_share)
+def prune_hold(before: Iterable[str], after: Iterable[str], max_share: float) -> PruneHold | None:
+    """The hold when the rendered objects (files under rendered/ but PLAN.md) would shrink from `before`
+    (upstream's paths) to `after` (the pass's paths) by more than `max_share` of `before`; None otherwise.
+    Net numbers: a model that moves, or whose profiler Job gives way to its worker, replaces what it removes."""
+    count = lambda paths: sum(1 for p in paths if p.startswith(f"{RENDERED}/") and p != PLAN_FILE)  # noqa: E731
+    old, new = count(before), count(after)
+    if old and old - new > max_share * old:
+        return PruneHold(old, new, max_share)
     return None
 
 

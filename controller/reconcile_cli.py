@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import random
 import re
 import shutil
@@ -26,6 +27,7 @@ EXAMPLE_FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
 MAX_BACKOFF_S = 300.0
+log = logging.getLogger("gpushare.reconcile")
 
 
 def duration(text: str) -> float:
@@ -34,6 +36,17 @@ def duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30s, 2m or 500ms")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def share(text: str) -> float:
+    """A share between 0 and 1 (the --max-prune-share flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1; write e.g. 0.5")
+    return value
 
 
 def _target(text: str):
@@ -56,6 +69,9 @@ def add_commands(sub) -> None:
     loop = rec.add_mutually_exclusive_group()
     loop.add_argument("--once", action="store_true", help="one pass, then exit (the default offline)")
     loop.add_argument("--interval", type=duration, help="poll: one pass every DURATION (e.g. 30s), with jitter")
+    rec.add_argument("--max-prune-share", type=share, default=None, metavar="SHARE",
+                     help="hold a pass that would remove more than this share (0 to 1) of the rendered objects "
+                          "(default: GPUSHARE_MAX_PRUNE_SHARE, else 0.5; 1 turns the guard off)")
     rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
     rec.add_argument("--git-username", default="x-access-token")
     rec.add_argument("--git-ssh-key-file", type=Path)
@@ -94,17 +110,21 @@ def _reconcile(args) -> int:
         copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
     except GitError as exc:
         return _fail(exc)
+    share_limit = args.max_prune_share
     if not args.interval:
         try:
-            show(reconcile_once(copy, args.write_back))
+            result = reconcile_once(copy, args.write_back, max_prune_share=share_limit)
         except GitError as exc:
             return _fail(exc)
-        return 0
-    return poll(lambda previous: reconcile_once(copy, args.write_back, previous), args.interval)
+        show(result)
+        return 1 if result.hold is not None else 0
+    return poll(lambda previous: reconcile_once(copy, args.write_back, previous, share_limit), args.interval)
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
-    """Run passes forever (or `passes` times): jittered interval, exponential backoff after errors."""
+    """Run passes forever (or `passes` times): jittered interval, exponential backoff after errors.
+    No exception ends the loop: an unexpected one (a bug, a file nobody foresaw) is reported with its
+    type and backed off like a git error, and the next pass starts from scratch."""
     previous, failures, done = None, 0, 0
     while passes is None or done < passes:
         try:
@@ -112,8 +132,14 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
             show(result)
             previous, failures = result.published, 0
             wait = interval_s * random.uniform(0.9, 1.1)
-        except GitError as exc:
-            _fail(exc)
+        except Exception as exc:  # noqa: BLE001 - the loop must outlive any one pass
+            if isinstance(exc, GitError):
+                _fail(exc)
+            else:
+                log.error("pass failed unexpectedly", exc_info=True)
+                print(f"gpushare: [PassCrashed] the pass raised {type(exc).__name__}: {_short(exc)}\n"
+                      "  fix: report this as a bug with the log above; the loop goes on", file=sys.stderr)
+            previous = None  # re-render next time, whatever moved
             failures += 1
             wait = min(MAX_BACKOFF_S, interval_s * 2 ** failures) * random.uniform(0.5, 1.0)
             print(f"retrying in {wait:.0f} s", file=sys.stderr)
@@ -123,6 +149,11 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
     return 0 if failures == 0 else 1
 
 
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text if len(text) <= 200 else text[:200] + "…"
+
+
 def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
     out = out or sys.stdout
     published, output = result.published, result.output
@@ -130,11 +161,17 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
         out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors, output.revived))
         for error in output.rendered.errors:
             out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
+    if output is not None and output.held:
+        out.write(f"read from the last good copy (the file is broken): {', '.join(output.held)}\n")
+    hold = getattr(result, "hold", None)
+    if hold is not None:
+        out.write(f"\nheld: {hold.message}\n  fix: {hold.fix}\n")
     if published.changed:
         subject = published.message.splitlines()[0]
         out.write(f"\ncommitted {published.commit[:12]} to {published.branch}: {subject}\n")
     else:
-        out.write(f"\nno change ({published.branch} at {published.upstream[:12]})\n")
+        head = published.heads.get(published.branch) or published.upstream
+        out.write(f"\nno change ({published.branch} at {head[:12]})\n")
     out.flush()
 
 

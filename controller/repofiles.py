@@ -125,3 +125,16 @@ def read_optional(root: Path, rel: str) -> str | None:
         return read_text(root, rel)
     except RepoFileError:
         return None
+
+
+def files_under(root: Path, sub: str) -> list[str]:
+    """Every file (and symlink, not followed) under `root/sub`, repository-relative, sorted: what git holds there."""
+    base = Path(root) / sub
+    if base.is_symlink() or not base.is_dir():
+        return [sub] if os.path.lexists(base) else []
+    found = []
+    for directory, dirs, files in os.walk(base, followlinks=False):
+        here = Path(directory)
+        found += [(here / name).relative_to(root).as_posix() for name in files]
+        found += [(here / name).relative_to(root).as_posix() for name in dirs if (here / name).is_symlink()]
+    return sorted(found)
