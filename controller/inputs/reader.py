@@ -1,0 +1,269 @@
+"""The one reader of a GitOps directory: what every command and loop plans from.
+
+Owns reading a checked-out tree into checked inputs: ElasticModels under models/**,
+profiles under profiles/**, gpus.yaml (or the cluster's slots), compositions under
+compositions/** over the shipped ones, the decision records under decisions/ (each
+decision with the last good spec it was made from), the last rendered/PLAN.md, and
+the last good copy of each input file (decisions/_last-good/<path>). `read_repo` is
+used by `gpushare validate`, `plan` and `explain`, by offline passes and (with the
+cluster's own facts swapped in) by cluster passes, so they all plan from the same
+inputs, checked by the same `check_inputs` and revived alike (`RepoSnapshot.planned`):
+validate refuses exactly what reconcile refuses.
+
+Every file is read through controller.inputs.repofiles, so nothing outside the
+repository is ever read. A gpus.yaml, profile or composition file with any error is
+read from its last good copy while there is one (its errors are still reported), so
+one bad file never takes the fleet down; a broken model keeps its last good spec
+through its decision record. The only I/O of the input stage; the parsers it calls
+(controller.inputs.load) are pure.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable
+
+from controller.inputs.layout import COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR
+from controller.inputs.load import (DecisionRecord, combine, load_documents, parse_inventory, parse_model,
+                                    parse_profile, revive_last_good)
+from controller.inputs.repofiles import RepoFileError, is_file, read_optional, read_text, yaml_files
+from controller.rendering.compositions import Composition, parse_composition, shipped_compositions
+from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
+from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
+
+LAST_GOOD_DIR = f"{DECISIONS_DIR}/_last-good"  # `_` keeps it apart from every namespace directory
+
+
+@dataclass(frozen=True)
+class RepoSnapshot:
+    """A GitOps tree as read: the checked inputs (before reviving), the last decisions and PLAN.md, the
+    compositions by name, and the input files' last good copies (which the pass writes back)."""
+
+    inputs: Inputs
+    records: Mapping[tuple[str, str], DecisionRecord]
+    last_plan_md: str | None
+    compositions: Mapping[str, Composition] | None = None
+    last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
+    held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
+
+    @property
+    def previous(self) -> dict[tuple[str, str], Decision]:
+        return {key: record.decision for key, record in self.records.items()}
+
+    def planned(self) -> tuple[Inputs, tuple[str, ...]]:
+        """The inputs a pass plans: valid models plus the last good spec of each broken one."""
+        return revive_last_good(self.inputs, self.records)
+
+
+def read_repo(root: Path, *, slots: Sequence[GpuSlot] | None = None, measured: Iterable[Profile] = (),
+              replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> RepoSnapshot:
+    """Everything a pass reads from a GitOps directory; files are read sorted. Cluster mode passes the
+    nodes' `slots` (gpus.yaml is then not read), the `measured` profiles of its ConfigMaps, the git
+    profile files they `replaced`, and the `errors` found in the cluster."""
+    root = Path(root)
+    models, model_errors = read_models(root)
+    profiles = read_profile_tree(root)
+    inventory = read_inventory(root) if slots is None else TreeRead(values=list(slots))
+    compositions = read_compositions(root)
+    inputs = combine(models, [*(p for p in profiles.values if p.file not in replaced), *measured],
+                     inventory.values,
+                     [*model_errors, *(e for e in profiles.errors if e.file not in replaced), *inventory.errors,
+                      *compositions.read.errors, *errors])
+    read = TreeRead().add(profiles).add(inventory).add(compositions.read)
+    last_good = {path: text for path, text in read.last_good.items()
+                 if path.removeprefix(LAST_GOOD_DIR + "/") not in replaced}
+    return RepoSnapshot(check_inputs(inputs, compositions.compositions), load_decision_records(root),
+                        read_plan_md(root), compositions.compositions, last_good, tuple(sorted(read.held)))
+
+
+def load_repo(root: Path) -> Inputs:
+    """The checked inputs of `read_repo`: models, profiles, GPU slots and every error."""
+    return read_repo(root).inputs
+
+
+def check_inputs(inputs: Inputs, compositions: Mapping[str, Composition]) -> Inputs:
+    """The cross-document check: a model naming an unknown composition is an InputError and is left out of
+    the inputs (so a pass serves it from its last good spec)."""
+    errors = list(inputs.errors)
+    models = []
+    for model in inputs.models:
+        if model.composition in compositions:
+            models.append(model)
+            continue
+        source = model.source
+        errors.append(InputError(
+            source.file if source else f"{MODELS_DIR}/", source.document if source else None,
+            "spec.compositionRef.name", reason="UnknownComposition", object=model.ref,
+            message=f"spec.compositionRef.name {model.composition!r} names no composition "
+                    f"(known: {', '.join(sorted(compositions))})",
+            fix="use one of the known names, or add compositions/<name>.yaml to the repository"))
+    return replace(inputs, models=tuple(models), errors=tuple(errors))
+
+
+def read_plan_md(root: Path) -> str | None:
+    return read_optional(Path(root), PLAN_MD)
+
+
+def _file_error(rel: str, exc: RepoFileError) -> InputError:
+    return InputError(rel, None, "", reason=exc.reason, message=exc.message, fix=exc.fix)
+
+
+@dataclass
+class TreeRead:
+    """What one input tree (or file) gave: the parsed values, the errors, and its last good copies.
+
+    `last_good`: decisions/_last-good/<path> -> the text of each file that parses cleanly now (or whose
+    last good copy was used); the pass writes them so a later pass can fall back on them. `held`: the
+    files that are broken now and were read from their last good copy instead."""
+
+    values: list = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    last_good: dict[str, str] = field(default_factory=dict)
+    held: list[str] = field(default_factory=list)
+
+    def add(self, other: TreeRead) -> TreeRead:
+        self.values += other.values
+        self.errors += other.errors
+        self.last_good.update(other.last_good)
+        self.held += other.held
+        return self
+
+
+def last_good_path(rel: str) -> str:
+    """Where a pass keeps the last copy of input file `rel` that parsed without an error."""
+    return f"{LAST_GOOD_DIR}/{rel}"
+
+
+def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list, list[InputError]]],
+                    *, last_good: bool = True) -> TreeRead:
+    """One input file through `parse(text, rel) -> (values, errors)`. A file with any error is read from
+    its last good copy instead, when there is one and `last_good` is set; its errors are still reported."""
+    try:
+        text = read_text(root, rel)
+        values, errors = parse(text, rel)
+    except RepoFileError as exc:
+        values, errors = [], [_file_error(rel, exc)]
+    if not errors:
+        return TreeRead(values, [], {last_good_path(rel): text} if last_good else {})
+    old = read_optional(root, last_good_path(rel)) if last_good else None
+    if old is not None:
+        old_values, old_errors = parse(old, rel)
+        if not old_errors:
+            return TreeRead(old_values, errors, {last_good_path(rel): old}, [rel])
+    return TreeRead(values, errors)
+
+
+def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]]
+                     ) -> Callable[[str, str], tuple[list, list[InputError]]]:
+    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors."""
+    def parse_text(text: str, rel: str) -> tuple[list, list[InputError]]:
+        docs, errors = load_documents(text, rel)
+        values = []
+        for index, doc in docs:
+            value, problems = parse(doc, rel, index)
+            values += [value] if value else []
+            errors += problems
+        return values, errors
+
+    return parse_text
+
+
+def read_models(root: Path) -> tuple[list[ElasticModel], list[InputError]]:
+    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does). A broken model
+    keeps its last good spec through its decision file (controller.inputs.load.revive_last_good)."""
+    found = _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)),
+                        last_good=False)
+    return found.values, found.errors
+
+
+def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:
+    """Every profile under profiles/**, not yet checked for duplicates (`combine` does). Cluster mode adds
+    the profiles it finds in ConfigMaps to these before combining."""
+    found = read_profile_tree(root)
+    return found.values, found.errors
+
+
+def read_profile_tree(root: Path) -> TreeRead:
+    """profiles/**, each broken file read from its last good copy."""
+    return _parse_tree(Path(root), PROFILES_DIR, parse_profile)
+
+
+def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True) -> TreeRead:
+    found, parse_text = TreeRead(), documents_parser(parse)
+    for rel in yaml_files(root, sub):
+        found.add(read_input_file(root, rel, parse_text, last_good=last_good))
+    return found
+
+
+def read_inventory(root: Path) -> TreeRead:
+    """gpus.yaml's GPU slots (none when it is absent), from its last good copy while it is broken."""
+    if not is_file(root, INVENTORY_FILE):
+        return TreeRead()
+    return read_input_file(Path(root), INVENTORY_FILE, _parse_inventory_text)
+
+
+def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[InputError]]:
+    docs, errors = load_documents(text, rel)
+    if not docs:
+        return [], errors
+    (first, doc), extra = docs[0], docs[1:]
+    slots, errors_here = parse_inventory(doc, rel, first)
+    return list(slots), errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
+
+
+def _extra_inventory(file: str, document: int) -> InputError:
+    return InputError(file, document, "", reason="ExtraDocument",
+                      message=f"{file} holds one GPUInventory; this further document is ignored",
+                      fix="merge its nodes into the first document's nodes list")
+
+
+@dataclass(frozen=True)
+class RepoCompositions:
+    """The compositions a pass uses (shipped, then the repository's by name) and what reading them gave."""
+
+    compositions: Mapping[str, Composition]
+    read: TreeRead
+
+
+def read_compositions(root: Path) -> RepoCompositions:
+    """compositions/*.yaml of the GitOps repository over the shipped ones. Two repository files naming one
+    composition are an error on each, and neither is used (the shipped one of that name stays)."""
+    read = TreeRead()
+    for rel in yaml_files(Path(root), COMPOSITIONS_DIR):
+        read.add(read_input_file(Path(root), rel, documents_parser(parse_composition)))
+    by_name: dict[str, list[Composition]] = defaultdict(list)
+    for composition in read.values:
+        by_name[composition.name].append(composition)
+    found = dict(shipped_compositions())
+    for name, group in sorted(by_name.items()):
+        if len(group) == 1:
+            found[name] = group[0]
+            continue
+        where = sorted(str(c.source) for c in group)
+        read.errors += [InputError(rel, None, "metadata.name", reason="DuplicateComposition",
+                                   message=f"composition {name!r} is defined in {', '.join(where)}; none of them "
+                                           "is used", fix="keep one file per composition name")
+                        for rel in where]
+    return RepoCompositions(MappingProxyType(found), read)
+
+
+def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
+    """decisions/<ns>/<name>.yaml as compose wrote them; unreadable or garbled files are skipped
+    (the controller owns them and rewrites them on its next pass)."""
+    records = {}
+    for rel in yaml_files(Path(root), DECISIONS_DIR):
+        if rel.startswith(LAST_GOOD_DIR + "/"):
+            continue
+        try:
+            (_, doc), = load_documents(read_text(root, rel), rel)[0]
+            decision = decision_from_dict(doc["status"]["assigned"])
+        except (RepoFileError, KeyError, TypeError, ValueError, AttributeError):
+            continue
+        spec_doc = {k: v for k, v in doc.items() if k != "status"}
+        source = ((doc.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION, "")
+        model, problems = parse_model(spec_doc, Source(source or rel))
+        records[decision.key] = DecisionRecord(decision, None if problems else model)
+    return records
