@@ -32,7 +32,7 @@ def pass_over(root: Path, processes: int | None = None) -> PassOutput:
     snapshot = read_repo(root)
     return run_pass(snapshot.inputs, snapshot.records, last_plan_md=snapshot.last_plan_md,
                     compositions=snapshot.compositions, processes=processes or available_processes(),
-                    last_good=snapshot.last_good, held=snapshot.held)
+                    last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
@@ -44,7 +44,7 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
 
     def render(root: Path) -> Change:
         out = pass_over(root)
-        change, hold = guarded_change(owned_files(root, GENERATED), out.files, out.message, share)
+        change, hold = guarded_change(owned_files(root, GENERATED), out.files, out.message, share, keep=out.keep)
         outputs.append((out, hold))
         return change
 

@@ -148,7 +148,7 @@ def _explain(err: ValidationError, schema: str) -> list[tuple[str, str, str, str
         return [(path, "InvalidValue", f"{at} is {_show(err.instance)}; it must be {expected}",
                  f"set {at} to {expected}")]
     if err.validator == "type":
-        return [(path, "InvalidType", f"{at} is {_show(err.instance)}, not of type {err.validator_value}",
+        return [(path, "InvalidType", f"{at} is a YAML {_yaml_type(err.instance)}, not of type {err.validator_value}",
                  f"write {at} as a {err.validator_value}")]
     return [(path, "InvalidSpec", f"{at}: {err.message}", f"correct {at} as schemas/{schema}.schema.json describes")]
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable
 
-from controller.inputs.layout import COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR
+from controller.inputs.layout import COMPOSITIONS_DIR, DECISIONS_DIR, LAST_GOOD_DIR, OWNERS_FILE, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR
 from controller.inputs.load import (DecisionRecord, combine, load_documents, parse_inventory, parse_model,
                                     parse_profile, revive_last_good)
 from controller.inputs.repofiles import RepoFileError, is_file, read_optional, read_text, yaml_files
@@ -34,7 +34,6 @@ from controller.rendering.compositions import Composition, parse_composition, sh
 from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
-LAST_GOOD_DIR = f"{DECISIONS_DIR}/_last-good"  # `_` keeps it apart from every namespace directory
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,7 @@ class RepoSnapshot:
     compositions: Mapping[str, Composition] | None = None
     last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
     held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
+    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
 
     @property
     def previous(self) -> dict[tuple[str, str], Decision]:
@@ -76,7 +76,19 @@ def read_repo(root: Path, *, slots: Sequence[GpuSlot] | None = None, measured: I
     last_good = {path: text for path, text in read.last_good.items()
                  if path.removeprefix(LAST_GOOD_DIR + "/") not in replaced}
     return RepoSnapshot(check_inputs(inputs, compositions.compositions), load_decision_records(root),
-                        read_plan_md(root), compositions.compositions, last_good, tuple(sorted(read.held)))
+                        read_plan_md(root), compositions.compositions, last_good, tuple(sorted(read.held)),
+                        read_owners(root))
+
+
+def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
+    """The owners file the last pass wrote (namespace/name -> its generated paths); {} when absent or garbled."""
+    text = read_optional(Path(root), OWNERS_FILE)
+    docs = load_documents(text, OWNERS_FILE)[0] if text else []
+    doc = docs[0][1] if docs else {}
+    if not isinstance(doc, dict):
+        return {}
+    return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
+            if isinstance(ref, str) and isinstance(paths, list)}
 
 
 def load_repo(root: Path) -> Inputs:

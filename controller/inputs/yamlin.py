@@ -10,8 +10,8 @@ controller.rendering.render (template output) and controller.inputs.load (user f
 
 User documents are read with `limits` (`YamlLimits`): before a document is built its node
 graph is checked, in time linear in the graph, for alias expansion (a few hundred bytes of
-nested anchors that would expand to billions of nodes), nesting depth, recursive aliases
-and mapping keys that are not strings. Any of these raises `YamlLimitExceeded` (a
+nested anchors that would expand to billions of nodes), nesting depth, recursive aliases,
+mapping keys that are not strings and tags beyond YAML's core types. Any of these raises `YamlLimitExceeded` (a
 `yaml.MarkedYAMLError`, with the line) before any memory is spent on expansion.
 """
 from __future__ import annotations
@@ -23,6 +23,14 @@ import yaml
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_YAML = "tag:yaml.org,2002:"
+# The tags a user document may carry, explicitly or implicitly: YAML's core types; no language-specific
+# tags (`!!python/...`) and no custom ones (`!secret`), which the fast builder would otherwise ignore.
+_ALLOWED_TAGS = {
+    "scalar": {_YAML + t for t in ("str", "int", "float", "bool", "null", "timestamp", "binary", "merge")},
+    "sequence": {_YAML + "seq"},
+    "mapping": {_YAML + "map"},
+}
 _SHOWN_CHARS = 40
 
 
@@ -111,6 +119,11 @@ def check_node_graph(root: yaml.Node, limits: YamlLimits) -> None:
             continue
         if key in open_nodes:
             raise _refuse(node, "an alias refers to a node that contains it (a recursive structure)", None)
+        shape = "scalar" if isinstance(node, yaml.ScalarNode) else (
+            "sequence" if isinstance(node, yaml.SequenceNode) else "mapping")
+        if node.tag not in _ALLOWED_TAGS[shape]:
+            raise YamlLimitExceeded(None, None, f"the tag {_show(node.tag)} is not allowed on a {shape}; use plain "
+                                    "YAML (strings, numbers, booleans, lists and mappings)", node.start_mark)
         if isinstance(node, yaml.MappingNode):
             for key_node, _ in node.value:
                 problem = _key_problem(key_node)

@@ -164,12 +164,13 @@ def render_in_cluster(root: Path, facts: ClusterFacts, max_prune_share: float = 
     repo = read_repo(root, slots=facts.slots, measured=measured.profiles, replaced=frozenset(measured.files),
                      errors=[*facts.errors, *measured.errors])
     output = run_pass(repo.inputs, repo.records, last_plan_md=repo.last_plan_md, compositions=repo.compositions,
-                      processes=available_processes(), last_good=repo.last_good, held=repo.held)
+                      processes=available_processes(), last_good=repo.last_good, held=repo.held,
+                      owners=repo.owners)
     new = [path for path, text in measured.files.items() if _differs(root, path, text)]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
     change, hold = guarded_change(owned_files(root, CLUSTER_GENERATED), files,
                                   _message(output, new, measured.sources), max_prune_share,
-                                  keep=_committed_measured(root))
+                                  keep=_committed_measured(root) | output.keep)
     return ClusterRender(output, change, measured.ignored, hold)
 
 

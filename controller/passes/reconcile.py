@@ -25,7 +25,14 @@ from controller.rendering.compose_errors import ComposeError
 from controller.rendering.compositions import Composition
 from controller.rendering.planmd import Change, last_change_lines
 from controller.types import ElasticModel, InputError, Inputs, Plan
+from controller.inputs.layout import OWNERS_FILE
+from controller.rendering.yamlout import dump
 from gitops import Change as TreeChange
+from gitops.errors import UnsafePath
+from gitops.paths import check_generated
+
+OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
+                 "pass.\n# A model that fails to render keeps these files. Do not edit by hand.\n")
 
 
 @dataclass(frozen=True)
@@ -37,10 +44,12 @@ class PassOutput:
     message: str
     last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<input file> -> its text
     held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
+    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> its generated paths
+    keep: frozenset[str] = frozenset()  # paths of models that failed to render now, kept as the last pass left them
 
     @property
     def files(self) -> dict[str, bytes]:
-        files = {**self.rendered.files, **self.last_good}
+        files = {**self.rendered.files, **self.last_good, OWNERS_FILE: dump_owners(self.owners)}
         return {path: text.encode() for path, text in sorted(files.items())}
 
     @property
@@ -50,7 +59,8 @@ class PassOutput:
 
 def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
              compositions: Mapping[str, Composition] | None = None, processes: int = 1,
-             last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = ()) -> PassOutput:
+             last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = (),
+             owners: Mapping[str, tuple[str, ...]] | None = None) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
     `processes`: how many processes may render a large pass (see compose); `last_good` and `held`: the input
     files' last good copies and the files read from them (controller.repo.read_repo)."""
@@ -60,9 +70,42 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last_changes=last_change_lines(last_plan_md), processes=processes)
     quiet = quiet_changes(records, planned.models, result)
+    now, keep = kept_owners(rendered, owners or {})
     return PassOutput(planned, result, rendered, revived,
                       commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held),
-                      dict(last_good or {}), held)
+                      dict(last_good or {}), held, now, keep)
+
+
+def kept_owners(rendered: Rendered, before: Mapping[str, tuple[str, ...]]
+                ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+    """(each model's generated paths now, the paths to keep as upstream holds them). A model that could not
+    be rendered this pass (a composition that renders invalid objects, a name clash) keeps what the last
+    pass generated for it, and its entry carries forward, so its running objects survive until it is fixed."""
+    now: dict[str, set[str]] = {}
+    for path, refs in rendered.owners.items():
+        for ref in refs:
+            now.setdefault(ref, set()).add(path)
+    keep: set[str] = set()
+    for ref in sorted({error.ref for error in rendered.errors}):
+        if ref not in now and before.get(ref):
+            safe = {path for path in before[ref] if _keepable(path)}
+            keep |= safe
+            now[ref] = safe
+    return {ref: tuple(sorted(paths)) for ref, paths in sorted(now.items())}, frozenset(keep)
+
+
+def _keepable(path: object) -> bool:
+    """A path read back from the owners file (a file in git anyone may edit) is kept only if it is one the
+    pass may write."""
+    try:
+        check_generated(path, (f"{RENDERED}/", "decisions/"))
+    except UnsafePath:
+        return False
+    return True
+
+
+def dump_owners(owners: Mapping[str, tuple[str, ...]]) -> str:
+    return OWNERS_HEADER + dump({ref: list(paths) for ref, paths in sorted(owners.items())})
 
 
 def quiet_changes(records: Mapping[tuple[str, str], DecisionRecord], models: Sequence[ElasticModel],
@@ -182,7 +225,7 @@ def guarded_change(before: Iterable[str], files: Mapping[str, bytes], message: s
     that keeps every file upstream holds under the owned prefixes (`before`) as it is, so nothing is
     committed, and the hold that says why."""
     before = list(before)
-    hold = prune_hold(before, files, max_share)
+    hold = prune_hold(before, [*files, *keep], max_share)
     if hold is not None:
         return TreeChange(files={}, message=message, keep=frozenset(before)), hold
     return TreeChange(files=files, message=message, keep=keep), None
