@@ -16,6 +16,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.cli.commands import main
 from controller.inputs.reader import read_repo
@@ -216,3 +219,57 @@ def test_yaml_limits_are_read_from_the_environment():
     limits = YamlLimits.from_env({"GPUSHARE_YAML_MAX_NODES": "10", "GPUSHARE_YAML_MAX_ALIASES": "nonsense"})
     assert (limits.max_nodes, limits.max_aliases, limits.max_depth) == (10, YamlLimits.max_aliases,
                                                                         YamlLimits.max_depth)
+
+
+# ---------------------------------------------------------------- any shape at all: a per-file error, never a crash
+
+_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+                     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
+                     st.datetimes().map(lambda d: d.isoformat()), st.binary(max_size=4))
+_KEYS = st.one_of(st.text(max_size=6), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(_KEYS, inner, max_size=3)),
+                       max_leaves=12)
+_MUTATIONS = ["&a ", "*a", "? ", ": ", "- ", "[", "]", "{", "}", "!!binary ", "!!set ", "!x ", "\t", "<<: *a\n",
+              "---\n", ".nan", "1e400", "'", '"', "\n  ", "#", "%YAML 1.1\n"]
+
+
+def _each_parser(text: str, rel: str) -> None:
+    from controller.inputs.load import load_documents, parse_inventory, parse_model, parse_profile
+    from controller.rendering.compositions import parse_composition
+    from controller.types import Source
+
+    docs, errors = load_documents(text, rel)
+    for error in errors:
+        assert isinstance(error.message, str) and error.reason
+    for index, doc in docs:
+        parse_model(doc, Source(rel, index))
+        parse_profile(doc, rel, index)
+        parse_inventory(doc, rel, index)
+        parse_composition(doc, rel, index)
+
+
+@settings(max_examples=150, deadline=None)
+@given(where=st.sampled_from(["spec", "spec.slo", "metadata", "", "spec.memoryBudget", "nodes"]), value=_VALUES)
+def test_any_value_anywhere_is_an_error_never_an_exception(where, value):
+    doc = yaml.safe_load((FLEET / "models" / "llm" / "chat.yaml").read_text().split("---")[0])
+    target = doc
+    parts = [p for p in where.split(".") if p]
+    for part in parts[:-1]:
+        target = target[part]
+    if parts:
+        target[parts[-1]] = value
+    else:
+        doc = value
+    _each_parser(yaml.safe_dump(doc, allow_unicode=True), "models/fuzz.yaml")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=400), st.sampled_from(_MUTATIONS)), min_size=1,
+                max_size=6))
+def test_any_mutation_of_a_valid_file_is_an_error_never_an_exception(edits):
+    text = (FLEET / "gpus.yaml").read_text() + (FLEET / "models" / "llm" / "chat.yaml").read_text()
+    for position, insert in edits:
+        position %= len(text)
+        text = text[:position] + insert + text[position:]
+    _each_parser(text, "models/fuzz.yaml")
