@@ -150,7 +150,17 @@ def _explain(err: ValidationError, schema: str) -> list[tuple[str, str, str, str
     if err.validator == "type":
         return [(path, "InvalidType", f"{at} is a YAML {_yaml_type(err.instance)}, not of type {err.validator_value}",
                  f"write {at} as a {err.validator_value}")]
-    return [(path, "InvalidSpec", f"{at}: {err.message}", f"correct {at} as schemas/{schema}.schema.json describes")]
+    words = _RULES.get(err.validator)
+    rule = words.format(err.validator_value) if words else f"breaks the schema's {err.validator} rule"
+    return [(path, "InvalidSpec", f"{at} is {_show(err.instance)}; it {rule}",  # never jsonschema's message: it
+             f"correct {at} as schemas/{schema}.schema.json describes")]  # quotes the whole value
+
+
+_RULES = {"minimum": "must be at least {}", "maximum": "must be at most {}", "exclusiveMinimum": "must be above {}",
+          "exclusiveMaximum": "must be below {}", "minLength": "must have at least {} characters",
+          "maxLength": "must have at most {} characters", "pattern": "must match the pattern {}",
+          "minItems": "must have at least {} items", "maxItems": "must have at most {} items",
+          "uniqueItems": "must not repeat an item", "multipleOf": "must be a multiple of {}"}
 
 
 def _unknown_field(path: str, allowed: list[str]) -> tuple[str, str, str, str]:

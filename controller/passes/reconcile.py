@@ -121,7 +121,10 @@ def quiet_changes(records: Mapping[tuple[str, str], DecisionRecord], models: Seq
         before, after = record.model, model
         moved = []
         if before is not None:
-            for label, old, new in (("memoryBudget", fb(before.budget_bytes), fb(after.budget_bytes)),
+            budgets = (fb(before.budget_bytes), fb(after.budget_bytes))
+            if budgets[0] == budgets[1]:  # a change below the shown precision: exact bytes
+                budgets = (f"{before.budget_bytes} bytes", f"{after.budget_bytes} bytes")
+            for label, old, new in (("memoryBudget", *budgets),
                                     ("model", before.model, after.model), ("revision", before.revision, after.revision),
                                     ("slo", before.slo, after.slo), ("gpu", before.gpu_product, after.gpu_product),
                                     ("compositionRef", before.composition, after.composition)):
