@@ -273,3 +273,12 @@ def test_any_mutation_of_a_valid_file_is_an_error_never_an_exception(edits):
         position %= len(text)
         text = text[:position] + insert + text[position:]
     _each_parser(text, "models/fuzz.yaml")
+
+
+def test_anchors_and_merge_keys_within_the_limits_are_read(tmp_path):
+    root = fleet_copy(tmp_path / "fleet")
+    nodes = "".join(f"  - <<: *h200\n    name: node-{i}\n" for i in range(1, 300))
+    (root / "gpus.yaml").write_text("apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\nnodes:\n"
+                                    "  - &h200 {name: node-0, product: NVIDIA-H200, memory: 143771Mi}\n" + nodes)
+    snapshot = read_repo(root)
+    assert snapshot.inputs.errors == () and len(snapshot.inputs.slots) == 300

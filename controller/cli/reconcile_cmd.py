@@ -115,6 +115,7 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
     def attempt() -> Outcome:
         try:
             result = one_pass(previous[0])
+            show(result)
         except GitError as exc:
             fail(exc)
             return Outcome(False)
@@ -125,7 +126,6 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
                   "  fix: report this as a bug with the log above; the loop goes on", file=sys.stderr)
             previous[0] = None
             return Outcome(False)
-        show(result)
         previous[0] = result.published
         return Outcome(True)
 

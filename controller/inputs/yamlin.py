@@ -39,7 +39,7 @@ class YamlLimits:
     """Bounds on one user document (see docs/limits.md); each has an environment setting."""
 
     max_nodes: int = 200_000  # nodes once every alias is expanded
-    max_aliases: int = 1_000  # alias references (`*name`)
+    max_aliases: int = 10_000  # alias references (`*name`)
     max_depth: int = 64  # nesting of mappings and sequences
 
     @classmethod
