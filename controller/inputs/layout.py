@@ -3,7 +3,9 @@
 One place for every folder name. The user owns `models/`, `gpus.yaml`,
 `profiles/` (estimated or hand-made profiles) and `compositions/`; the
 controller owns `rendered/` (manifests and PLAN.md), `decisions/` and, in
-cluster mode, `profiles/measured/`. The reader (controller.inputs.reader) reads
+cluster mode, `profiles/measured/`; under `decisions/_last-good/` it keeps the last
+copy of each input file that parsed cleanly (what a pass reads while that file is
+broken) and each model's generated paths (kept while the model fails to render). The reader (controller.inputs.reader) reads
 the user's paths; the shells hand `GENERATED` (or `CLUSTER_GENERATED`) to gitops,
 which writes nothing outside the prefixes it is given.
 """

@@ -1,31 +1,36 @@
 """One reconcile pass, pure: inputs -> the generated tree, its commit message, what to report.
 
-Owns the order of the stages (validate -> revive last good -> plan -> compose) and the
-commit message. No I/O: the offline and cluster loops (controller.cli.reconcile_cmd,
-controller.cli.cluster_loop) read the inputs through their adapters, call `run_pass`, and
-hand `PassOutput.files` to gitops.publish.
+Owns the order of the stages (validate -> revive last good -> plan -> compose), the
+commit message, and the two rules that keep a bad pass from taking the fleet down:
+`kept_owners` (a model that fails to render keeps what the last pass generated for it)
+and the prune guard (`prune_hold`, `guarded_change`: a pass that would shrink the
+rendered objects by more than a share commits nothing and says why). No I/O: the
+offline and cluster loops (controller.cli.offline, controller.passes.cluster_pass)
+read the inputs through controller.inputs.reader, call `run_pass`, and hand the
+guarded Change to gitops.publish.
 
 Nothing is lost: a model whose document is broken now (its error names it, or its
 whole file failed to parse) is planned and rendered from its last good spec, which
 compose keeps beside each decision in decisions/<ns>/<name>.yaml; its error is still
-reported. A model whose document is gone is removed.
+reported; a broken gpus.yaml, profile or composition is read from its last good copy
+(the reader's job; `PassOutput.last_good` writes the copies back). A model whose
+document is gone is removed.
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from contract.quantity import format_bytes as fb
 from controller.inputs.load import DecisionRecord, revive_last_good
 from controller.planning.plan import plan
-from controller.rendering.compose import PLAN_FILE, RENDERED, Rendered, compose
+from controller.rendering.compose import Rendered, compose
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.compositions import Composition
 from controller.rendering.planmd import Change, last_change_lines
 from controller.types import ElasticModel, InputError, Inputs, Plan
-from controller.inputs.layout import OWNERS_FILE
+from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR
 from controller.rendering.yamlout import dump
 from gitops import Change as TreeChange
 from gitops.errors import UnsafePath
@@ -98,7 +103,7 @@ def _keepable(path: object) -> bool:
     """A path read back from the owners file (a file in git anyone may edit) is kept only if it is one the
     pass may write."""
     try:
-        check_generated(path, (f"{RENDERED}/", "decisions/"))
+        check_generated(path, GENERATED)
     except UnsafePath:
         return False
     return True
@@ -215,7 +220,7 @@ def prune_hold(before: Iterable[str], after: Iterable[str], max_share: float) ->
     """The hold when the rendered objects (files under rendered/ but PLAN.md) would shrink from `before`
     (upstream's paths) to `after` (the pass's paths) by more than `max_share` of `before`; None otherwise.
     Net numbers: a model that moves, or whose profiler Job gives way to its worker, replaces what it removes."""
-    count = lambda paths: sum(1 for p in paths if p.startswith(f"{RENDERED}/") and p != PLAN_FILE)  # noqa: E731
+    count = lambda paths: sum(1 for p in paths if p.startswith(f"{RENDERED_DIR}/") and p != PLAN_MD)  # noqa: E731
     old, new = count(before), count(after)
     if old and old - new > max_share * old:
         return PruneHold(old, new, max_share)
