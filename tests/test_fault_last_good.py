@@ -18,7 +18,7 @@ import pytest
 from controller.cli.common import show
 from controller.cli.offline import OfflineResult, reconcile_once
 from gitops import WorkingCopy
-from tests.gitserver import git_server  # noqa: F401  (fixture)
+from tests.gitserver import git_server, serving  # noqa: F401  (fixture)
 
 FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
 PROFILE = "profiles/NVIDIA-H200/qwen--qwen2.5-0.5b-instruct.yaml"
@@ -64,23 +64,35 @@ def report(result: OfflineResult) -> str:
     return out.getvalue()
 
 
-@pytest.fixture
-def fleet(git_server, tmp_path):  # noqa: F811
+def _reconciled_fleet(server, workdir: Path):
     files = {p.relative_to(FLEET).as_posix(): p.read_bytes() for p in FLEET.rglob("*") if p.is_file()}
-    git_server.create_repo("fleet", {**files, COMPOSITION: REPO_COMPOSITION})
-    copy = WorkingCopy(git_server.url("fleet"), "main", tmp_path / "controller")
+    server.create_repo("fleet", {**files, COMPOSITION: REPO_COMPOSITION})
+    copy = WorkingCopy(server.url("fleet"), "main", workdir)
     first = reconcile_once(copy)
     assert first.published.changed and not first.output.errors
-    before = rendered(git_server)
+    before = rendered(server)
     assert any(b"registry.example.com/gpushare/worker:1.2.3" in data for data in before.values()), \
         "the repository composition overrides the shipped default"
-    return git_server, copy, before
+    return server, copy, before
+
+
+@pytest.fixture
+def fleet(git_server, tmp_path):  # noqa: F811
+    return _reconciled_fleet(git_server, tmp_path / "controller")
+
+
+@pytest.fixture(scope="module")
+def shared_fleet(tmp_path_factory):
+    """One reconciled fleet for the break-and-fix cases: each case leaves the repository as it found it."""
+    base = tmp_path_factory.mktemp("shared-fleet")
+    with serving(base / "remotes") as server:
+        yield _reconciled_fleet(server, base / "controller")
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("path, breaking", BREAKS)
-def test_a_broken_input_keeps_every_rendered_object_and_a_fix_restores_normal_passes(fleet, path, breaking):
-    server, copy, before = fleet
+def test_a_broken_input_keeps_every_rendered_object_and_a_fix_restores_normal_passes(shared_fleet, path, breaking):
+    server, copy, before = shared_fleet
     good = server.files("fleet")[path]
 
     server.push_files("fleet", {path: breaking(good)}, f"a user breaks {path}")
@@ -133,3 +145,20 @@ def test_the_prune_guard_holds_a_pass_that_would_remove_most_objects_until_confi
 
     assert confirmed.hold is None and confirmed.published.changed
     assert len(rendered(server)) < len(before) / 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("link", ["models/stolen.yaml", "gpus.yaml"])
+def test_a_committed_symlink_out_of_the_repository_is_never_read(fleet, tmp_path, link):
+    server, copy, before = fleet
+    secret = tmp_path / "token"
+    secret.write_text("ghp_aTokenOnTheControllersDisk\n")
+    files = {link: None} if link in server.files("fleet") else {}
+    server.push_files("fleet", files, "a symlink to the controller's disk", links={link: str(secret)})
+
+    result = reconcile_once(copy)
+
+    assert [(e.file, e.reason) for e in result.output.inputs.errors] == [(link, "UnsafePath")]
+    assert rendered(server) == before
+    everything = report(result) + "".join(data.decode(errors="replace") for data in server.files("fleet").values())
+    assert "ghp_aTokenOnTheControllersDisk" not in everything
