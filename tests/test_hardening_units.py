@@ -47,12 +47,11 @@ def test_prune_hold(after, share, held):
 
 def test_a_held_change_keeps_every_owned_file_and_commits_nothing():
     before = [*OBJECTS, "decisions/ns/m.yaml"]
-    change, hold = guarded_change(before, {"rendered/PLAN.md": b"x"}, "msg", 0.5)
-    assert hold is not None and change.files == {} and change.keep == frozenset(before)
-    assert "from 10 to 0" in hold.message and "--max-prune-share 1" in hold.fix
-    change, hold = guarded_change(before, {p: b"x" for p in OBJECTS[:4]}, "msg", 0.5,
-                                  keep=frozenset(OBJECTS[4:]))
-    assert hold is None  # kept objects are not removed
+    guarded = guarded_change(before, {"rendered/PLAN.md": b"x"}, 0.5)
+    assert guarded.hold is not None and guarded.files == {} and guarded.keep == frozenset(before)
+    assert "from 10 to 0" in guarded.hold.message and "--max-prune-share 1" in guarded.hold.fix
+    guarded = guarded_change(before, {p: b"x" for p in OBJECTS[:4]}, 0.5, keep=frozenset(OBJECTS[4:]))
+    assert guarded.hold is None  # kept objects are not removed
 
 
 # ---------------------------------------------------------------- a model that fails to render keeps its objects

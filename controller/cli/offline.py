@@ -44,9 +44,9 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
 
     def render(root: Path) -> Change:
         out = pass_over(root)
-        change, hold = guarded_change(owned_files(root, GENERATED), out.files, out.message, share, keep=out.keep)
-        outputs.append((out, hold))
-        return change
+        guarded = guarded_change(owned_files(root, GENERATED), out.files, share, keep=out.keep)
+        outputs.append((out, guarded.hold))
+        return Change(files=guarded.files, message=out.message, keep=guarded.keep)
 
     published = publish(copy, render, owned=GENERATED, target=target, previous=previous)
     output, hold = outputs[-1] if outputs else (None, None)

@@ -26,12 +26,16 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable
 
-from controller.inputs.layout import COMPOSITIONS_DIR, DECISIONS_DIR, LAST_GOOD_DIR, OWNERS_FILE, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR
-from controller.inputs.load import (DecisionRecord, combine, load_documents, parse_inventory, parse_model,
+from contract.wire import SOURCE_ANNOTATION
+from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
+                                      LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
+                                      PROFILES_DIR)
+from controller.inputs.load import (DecisionRecord, TreeInputs, load_documents, parse_inventory, parse_model,
                                     parse_profile, revive_last_good)
-from controller.inputs.repofiles import RepoFileError, is_file, read_optional, read_text, yaml_files
+from controller.inputs.repofiles import (RepoFileError, is_file, owned_files, read_optional, read_text,
+                                         yaml_files)
 from controller.rendering.compositions import Composition, parse_composition, shipped_compositions
-from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
+from controller.serialize import decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 
@@ -58,26 +62,35 @@ class RepoSnapshot:
         return revive_last_good(self.inputs, self.records)
 
 
-def read_repo(root: Path, *, slots: Sequence[GpuSlot] | None = None, measured: Iterable[Profile] = (),
-              replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> RepoSnapshot:
-    """Everything a pass reads from a GitOps directory; files are read sorted. Cluster mode passes the
-    nodes' `slots` (gpus.yaml is then not read), the `measured` profiles of its ConfigMaps, the git
-    profile files they `replaced`, and the `errors` found in the cluster."""
+def read_repo(root: Path) -> RepoSnapshot:
+    """Everything a pass reads from a GitOps directory, checked; files are read sorted."""
+    tree = read_tree(root)
+    return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md, tree.compositions, tree.last_good,
+                        tree.held, tree.owners)
+
+
+def load_repo(root: Path) -> Inputs:
+    """The checked inputs of `read_repo`: models, profiles, GPU slots and every error."""
+    return read_repo(root).inputs
+
+
+def read_tree(root: Path) -> TreeInputs:
+    """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
+    good copy), the compositions, the records the last pass left, and the measured profiles committed under
+    profiles/measured/ as text (cluster mode keeps or replaces them)."""
     root = Path(root)
     models, model_errors = read_models(root)
     profiles = read_profile_tree(root)
-    inventory = read_inventory(root) if slots is None else TreeRead(values=list(slots))
+    inventory = read_inventory(root)
     compositions = read_compositions(root)
-    inputs = combine(models, [*(p for p in profiles.values if p.file not in replaced), *measured],
-                     inventory.values,
-                     [*model_errors, *(e for e in profiles.errors if e.file not in replaced), *inventory.errors,
-                      *compositions.read.errors, *errors])
+    committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
+                 if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
-    last_good = {path: text for path, text in read.last_good.items()
-                 if path.removeprefix(LAST_GOOD_DIR + "/") not in replaced}
-    return RepoSnapshot(check_inputs(inputs, compositions.compositions), load_decision_records(root),
-                        read_plan_md(root), compositions.compositions, last_good, tuple(sorted(read.held)),
-                        read_owners(root))
+    return TreeInputs(tuple(models), tuple(model_errors), tuple(profiles.values), tuple(profiles.errors),
+                      tuple(inventory.values), tuple(inventory.errors), load_decision_records(root),
+                      read_plan_md(root), committed, compositions.compositions, tuple(compositions.read.errors),
+                      read.last_good, tuple(sorted(read.held)), read_owners(root),
+                      tuple(owned_files(root, CLUSTER_GENERATED)))
 
 
 def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
@@ -89,30 +102,6 @@ def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
         return {}
     return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
             if isinstance(ref, str) and isinstance(paths, list)}
-
-
-def load_repo(root: Path) -> Inputs:
-    """The checked inputs of `read_repo`: models, profiles, GPU slots and every error."""
-    return read_repo(root).inputs
-
-
-def check_inputs(inputs: Inputs, compositions: Mapping[str, Composition]) -> Inputs:
-    """The cross-document check: a model naming an unknown composition is an InputError and is left out of
-    the inputs (so a pass serves it from its last good spec)."""
-    errors = list(inputs.errors)
-    models = []
-    for model in inputs.models:
-        if model.composition in compositions:
-            models.append(model)
-            continue
-        source = model.source
-        errors.append(InputError(
-            source.file if source else f"{MODELS_DIR}/", source.document if source else None,
-            "spec.compositionRef.name", reason="UnknownComposition", object=model.ref,
-            message=f"spec.compositionRef.name {model.composition!r} names no composition "
-                    f"(known: {', '.join(sorted(compositions))})",
-            fix="use one of the known names, or add compositions/<name>.yaml to the repository"))
-    return replace(inputs, models=tuple(models), errors=tuple(errors))
 
 
 def read_plan_md(root: Path) -> str | None:

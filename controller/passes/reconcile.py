@@ -19,6 +19,7 @@ document is gone is removed.
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -32,9 +33,6 @@ from controller.rendering.planmd import Change, last_change_lines
 from controller.types import ElasticModel, InputError, Inputs, Plan
 from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR
 from controller.rendering.yamlout import dump
-from gitops import Change as TreeChange
-from gitops.errors import UnsafePath
-from gitops.paths import check_generated
 
 OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
                  "pass.\n# A model that fails to render keeps these files. Do not edit by hand.\n")
@@ -100,13 +98,10 @@ def kept_owners(rendered: Rendered, before: Mapping[str, tuple[str, ...]]
 
 
 def _keepable(path: object) -> bool:
-    """A path read back from the owners file (a file in git anyone may edit) is kept only if it is one the
-    pass may write."""
-    try:
-        check_generated(path, GENERATED)
-    except UnsafePath:
-        return False
-    return True
+    """A path read back from the owners file (a file in git anyone may edit) is kept only if it is a clean
+    relative path under a generated prefix (gitops checks every kept path again before writing)."""
+    return (isinstance(path, str) and path.startswith(GENERATED) and posixpath.normpath(path) == path
+            and not any(part in ("", ".git") for part in path.split("/")) and "\\" not in path and "\0" not in path)
 
 
 def dump_owners(owners: Mapping[str, tuple[str, ...]]) -> str:
@@ -227,16 +222,25 @@ def prune_hold(before: Iterable[str], after: Iterable[str], max_share: float) ->
     return None
 
 
-def guarded_change(before: Iterable[str], files: Mapping[str, bytes], message: str, max_share: float,
-                   keep: frozenset[str] = frozenset()) -> tuple[TreeChange, PruneHold | None]:
-    """The Change of a pass, or, when it would shrink the rendered objects by more than `max_share`, a Change
-    that keeps every file upstream holds under the owned prefixes (`before`) as it is, so nothing is
-    committed, and the hold that says why."""
+@dataclass(frozen=True)
+class Guarded:
+    """What a pass hands to git: the files, the upstream paths kept as they are, and the hold if any."""
+
+    files: Mapping[str, bytes]
+    keep: frozenset[str]
+    hold: PruneHold | None = None
+
+
+def guarded_change(before: Iterable[str], files: Mapping[str, bytes], max_share: float,
+                   keep: frozenset[str] = frozenset()) -> Guarded:
+    """The files and kept paths of a pass, or, when it would shrink the rendered objects by more than
+    `max_share`, no files and every path upstream holds under the generated prefixes (`before`) kept as it
+    is, so nothing is committed, with the hold that says why."""
     before = list(before)
     hold = prune_hold(before, [*files, *keep], max_share)
     if hold is not None:
-        return TreeChange(files={}, message=message, keep=frozenset(before)), hold
-    return TreeChange(files=files, message=message, keep=keep), None
+        return Guarded({}, frozenset(before), hold)
+    return Guarded(files, keep)
 
 
 def prune_share_setting(environ=os.environ) -> float:
