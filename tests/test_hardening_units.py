@@ -210,11 +210,14 @@ def test_a_profile_of_a_known_model_must_agree_with_its_architecture(factor, ref
         assert "weights.totalBytes" in errors[0].message and "25%" in errors[0].message
 
 
-def test_a_profile_of_an_unknown_model_is_taken_as_written():
+def test_a_profile_of_an_unknown_model_is_checked_against_its_own_architecture_block():
     doc = _scaled(_profile("meta-llama--llama-3.1-70b-instruct.yaml"), 0.0)
     doc["model"] = "example/private-model"
     assert "example/private-model" not in PUBLISHED_CONFIGS
-    assert parse_profile(doc, "profiles/x.yaml")[1] == []
+    (error,) = parse_profile(doc, "profiles/x.yaml")[1]
+    assert error.reason == "ProfileDisagreesWithArchitecture" and "architecture block" in error.message
+    del doc["architecture"]
+    assert parse_profile(doc, "profiles/x.yaml")[1] == []  # nothing to check against: taken as written
 
 
 # ---------------------------------------------------------------- quantities

@@ -166,7 +166,8 @@ def seed_remote(source: Path, base: Path) -> Path:
     remote, seed = base / "fleet.git", base / "seed"
     user = Identity("platform-engineer", "platform@example.com")
     Git(base, identity=user).run("init", "-q", "--bare", "-b", "main", str(remote))
-    shutil.copytree(source, seed, ignore=shutil.ignore_patterns("rendered", "decisions"))
+    shutil.copytree(source, seed, symlinks=True,  # a link is committed as a link (the reader refuses one out)
+                    ignore=shutil.ignore_patterns("rendered", "decisions"))
     git = Git(seed, identity=user)
     git.run("init", "-q", "-b", "main")
     git.run("add", "--all")

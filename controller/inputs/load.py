@@ -309,7 +309,7 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
         prefill_ms_per_1k_tokens=float(doc["latency"]["prefillMsPer1kTokens"]),
         host_to_device_gbps=float(doc["hostToDeviceGBps"]), revision=doc.get("revision", "main"), file=file,
     )
-    disagrees = profile_problem(profile)
+    disagrees = profile_problem(profile, architecture=doc.get("architecture"))
     return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
 
 

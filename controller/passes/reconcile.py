@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from contract.quantity import format_bytes as fb
 from controller.inputs.load import DecisionRecord, revive_last_good
