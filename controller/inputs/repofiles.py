@@ -6,7 +6,8 @@ real path, every symlink resolved, lies inside the repository's real path, and o
 when it is a regular file no larger than the input limit. A symlink that points out
 of the tree (to a token, a ServiceAccount secret, /dev/zero, a FIFO) is refused with
 `RepoFileError`, whose message names the path and never the target's content.
-Called by controller.load, controller.compositions and the pass adapters.
+Called by controller.inputs.reader (every input and controller-written file) and the shells (the
+files under the generated prefixes, for the prune guard).
 """
 from __future__ import annotations
 

@@ -24,15 +24,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contract.quantity import format_bytes as fb
+from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR
 from controller.inputs.load import DecisionRecord, revive_last_good
 from controller.planning.plan import plan
 from controller.rendering.compose import Rendered, compose
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.compositions import Composition
 from controller.rendering.planmd import Change, last_change_lines
-from controller.types import ElasticModel, InputError, Inputs, Plan
-from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR
 from controller.rendering.yamlout import dump
+from controller.types import ElasticModel, InputError, Inputs, Plan
 
 OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
                  "pass.\n# A model that fails to render keeps these files. Do not edit by hand.\n")
@@ -65,8 +65,9 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
              last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = (),
              owners: Mapping[str, tuple[str, ...]] | None = None) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
-    `processes`: how many processes may render a large pass (see compose); `last_good` and `held`: the input
-    files' last good copies and the files read from them (controller.repo.read_repo)."""
+    `processes`: how many processes may render a large pass (see compose); `last_good`, `held` and `owners`:
+    the input files' last good copies, the files read from them, and each model's generated paths after the
+    last pass (controller.inputs.reader.read_tree): a model that fails to render now keeps those."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
