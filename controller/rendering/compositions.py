@@ -54,7 +54,7 @@ def shipped_compositions() -> Mapping[str, Composition]:
 def load_compositions(root: Path = TEMPLATE_DIR) -> dict[str, Composition]:
     """Every composition under `root/compositions/`, its templates read from `root/*.j2`."""
     sources = {path.name: path.read_text(encoding="utf-8") for path in sorted(root.glob("*.j2"))}
-    env = _environment(root, tuple(sorted(sources.items())))
+    env = environment(DictLoader(sources))
     found: dict[str, Composition] = {}
     for path in sorted((root / "compositions").glob("*.yaml")):
         composition = _parse(path, set(sources), env)
@@ -93,11 +93,6 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         per_model=tuple(lists[2]),
         env=env,
     )
-
-
-@lru_cache(maxsize=4)
-def _environment(root: Path, sources: tuple[tuple[str, str], ...]) -> SandboxedEnvironment:
-    return environment(DictLoader(dict(sources)))
 
 
 def _shipped_environment() -> SandboxedEnvironment:
