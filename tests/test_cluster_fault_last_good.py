@@ -62,3 +62,17 @@ def test_a_broken_input_in_git_keeps_the_fleet_in_cluster_mode(world, path, brok
     fixed = controller.reconcile_once()
     assert fixed.ok and not fixed.output.errors and fixed.output.held == ()
     assert rendered(world) == before
+
+
+def test_the_prune_guard_holds_a_pass_when_the_gpu_nodes_vanish(world):
+    world.setup([model_doc()], estimated_profile=True)
+    controller = world.reconciler(max_prune_share=0.5)
+    assert controller.reconcile_once().ok
+    before, head = rendered(world), world.head()
+    world.kube.seed("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}})  # labels gone
+
+    report = controller.reconcile_once()
+
+    assert world.head() == head and rendered(world) == before
+    assert [reason for reason, _ in report.warnings] == ["PruneHeld"]
+    assert "--max-prune-share 1" in report.warnings[0][1]
