@@ -268,3 +268,26 @@ def test_validate_reports_every_error_a_reconcile_pass_reports(edit, reason, tmp
     pass_reasons = {e.reason for e in out.errors}
     assert reason in pass_reasons and code == 1
     assert all(f"[{r}]" in printed for r in pass_reasons)
+
+
+def test_a_model_whose_composition_is_deleted_keeps_its_objects(tmp_path):
+    root = tmp_path / "fleet"
+    shutil.copytree(FLEET, root)
+    (root / "compositions").mkdir()
+    (root / "compositions" / "team.yaml").write_text(
+        (Path(__file__).resolve().parent / "fixtures" / "load" / "compositions" / "vllm-like.yaml").read_text()
+        .replace("name: vllm-like", "name: team"))
+    chat = root / "models" / "llm" / "chat.yaml"
+    chat.write_text(chat.read_text().replace("product: NVIDIA-L4", "product: NVIDIA-L4\n  compositionRef: {name: team}"))
+    first = pass_over(root, processes=1)
+    assert not first.errors
+    _materialize(root, first.files)
+    theirs = first.owners["llm/summarizer"]
+    assert any(path.startswith("rendered/llm-workers/") for path in theirs)  # the team's worker namespace
+
+    (root / "compositions" / "team.yaml").unlink()
+    second = pass_over(root, processes=1)
+
+    found = {(e.reason, getattr(e, "object", None) or getattr(e, "ref", None)) for e in second.errors}
+    assert ("UnknownComposition", "llm/summarizer") in found  # the input error, and the revived spec's render
+    assert set(theirs) <= second.keep and second.owners["llm/summarizer"] == theirs
