@@ -78,7 +78,13 @@ class Profile:
     prefill_ms_per_1k_tokens: float
     host_to_device_gbps: float
     revision: str = "main"
+    decode_step_ms: tuple[tuple[int, float], ...] = ()  # measured (batch, ms per step), sorted by batch
     file: str | None = field(default=None, compare=False)
+
+    @property
+    def estimated(self) -> bool:
+        """Computed from the architecture and datasheets, not measured on the GPU."""
+        return self.source == "estimated"
 
     @property
     def total_layers(self) -> int:
@@ -103,6 +109,7 @@ class GpuSlot:
     product: str
     memory_bytes: int
     reserved_bytes: int = 1 << 30
+    host_memory_bytes: int | None = None  # the node's host RAM for pods (shared by its GPUs); None: not planned
 
     @property
     def id(self) -> str:
@@ -118,6 +125,7 @@ class Predicted:
     ttft_ms: float
     tpot_ms: float
     swap_in_ms: float | None = None
+    link_share_gbps: float | None = None  # the host→device bandwidth this model streams at (elastic, swap)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,8 @@ class Decision:
     reason: str
     reason_code: str
     profile: str | None = None
+    estimated: bool = False  # the predictions come from an estimated (not measured) profile
+    host_bytes: int = 0  # pinned host RAM on the slot's node: a swap member's weights, an elastic model's streamed layers
 
     @property
     def key(self) -> tuple[str, str]:
