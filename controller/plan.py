@@ -584,15 +584,24 @@ def _decisions(states: list[SlotState], refused: list[tuple]) -> list[Decision]:
 
 
 def _shared_ms(state: SlotState) -> dict:
-    """Per member: the other models' decode steps that share the GPU's time when all decode at once (a swap
-    group counts once, with its slowest member)."""
+    """Per member: the co-tenants' GPU time inside one of its decode steps, when all of them decode at once.
+    Resident models and the active swap member (the slowest, for the worst case) step back to back; an
+    elastic model computes for one step per streamed pass, so it takes its step once per pass: its share
+    of the member's step is step × (member's step ÷ the pass), at most one step."""
+    n = state.streamers
     steps = {a.key: cost.decode_step_ms(a.profile, a.slo.concurrency) for a in state.members()}
+    passes = {k: cost.copy_ms(piece.streamed_bytes, a.profile, n) for k, (a, piece, _) in state.elastic.items()}
     group = max((steps[a.key] for a in state.swap), default=0.0)
-    outside = sum(steps[a.key] for a in state.resident) + sum(steps[k] for k in state.elastic)
+    resident = sum(steps[a.key] for a in state.resident)
     shared = {}
     for a in state.members():
         in_group = any(a is m for m in state.swap)
-        shared[a.key] = outside + group - (group if in_group else steps[a.key])
+        base = resident + (0.0 if in_group else group) - (steps[a.key] if not in_group and a.key not in
+                                                            state.elastic else 0.0)
+        own = steps[a.key] + base
+        bursts = sum(steps[k] * min(1.0, own / passes[k]) if passes[k] else steps[k]
+                     for k in state.elastic if k != a.key)
+        shared[a.key] = base + bursts
     return shared
 
 
@@ -646,8 +655,8 @@ def _shared_terms(ask: Ask, state: SlotState, shared: dict) -> str:
     if not shared[ask.key]:
         return ""
     others = len(state.members()) - 1
-    return (f"; TPOT counts {shared[ask.key]:g} ms of {others} co-tenant(s)' decode steps (all decoding at once) "
-            f"on top of its own step {cost.decode_step_ms(ask.profile, ask.slo.concurrency):g} ms at "
+    return (f"; TPOT counts {shared[ask.key]:.1f} ms of {others} co-tenant(s)' decode steps (all decoding at once) "
+            f"on top of its own step {cost.decode_step_ms(ask.profile, ask.slo.concurrency):.1f} ms at "
             f"concurrency {ask.slo.concurrency}")
 
 
