@@ -174,7 +174,7 @@ def predict_swap(profile: Profile, slo: SLO, wait_ms: float = 0.0, shared_ms: fl
     resident = predict_resident(profile, slo, shared_ms)
     swap_in = copy_ms(profile.weight_bytes, profile, streamers)
     return Predicted(ttft_ms=_ms(resident.ttft_ms + wait_ms + swap_in), tpot_ms=resident.tpot_ms,
-                     swap_in_ms=_ms(swap_in), link_share_gbps=_ms(link_share_gbps(profile, streamers)))
+                     swap_in_ms=_ms(swap_in), link_share_gbps=_sig(link_share_gbps(profile, streamers)))
 
 
 def predict_elastic(profile: Profile, slo: SLO, piece: ElasticSlice, streamers: int = 1,
@@ -187,7 +187,7 @@ def predict_elastic(profile: Profile, slo: SLO, piece: ElasticSlice, streamers: 
     chunks = math.ceil(slo.context_tokens / profile.prefill_chunk_tokens)
     chunk_compute = prefill_ms(profile, min(slo.context_tokens, profile.prefill_chunk_tokens))
     ttft = chunks * max(chunk_compute, stream) + tpot
-    return Predicted(ttft_ms=_ms(ttft), tpot_ms=_ms(tpot), link_share_gbps=_ms(link_share_gbps(profile, streamers)))
+    return Predicted(ttft_ms=_ms(ttft), tpot_ms=_ms(tpot), link_share_gbps=_sig(link_share_gbps(profile, streamers)))
 
 
 def slo_misses(slo: SLO, predicted: Predicted) -> list[str]:
@@ -202,3 +202,7 @@ def slo_misses(slo: SLO, predicted: Predicted) -> list[str]:
 
 def _ms(value: float) -> float:
     return round(value, 3)
+
+
+def _sig(value: float) -> float:
+    return float(f"{value:.6g}")

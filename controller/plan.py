@@ -61,6 +61,7 @@ class Ask:
     whole: bool                    # need <= min(budget, largest usable): may run resident or swap
     minimum: cost.ElasticSlice     # every layer streamed
     previous: Decision | None      # its last decision, when its own inputs are unchanged (sticky)
+    placed_before: bool = False    # the last plan placed it (its inputs may have changed since)
     _starts: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -379,12 +380,13 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
                  and prev.total_layers == profile.total_layers)
     minimum = cost.elastic_slice_at(profile, model.slo, 0)
     return Ask(model, profile, need, whole=need.total <= min(model.budget_bytes, largest_usable),
-               minimum=minimum, previous=prev if unchanged else None)
+               minimum=minimum, previous=prev if unchanged else None,
+               placed_before=prev is not None and prev.mode != "refused" and prev.slot is not None)
 
 
 # ------------------------------------------------------------------------------------------- greedy
 
-def _greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[tuple]]:
+def _greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[Ask]]:
     by_id = {s.slot.id: s for s in states}
     index = _FreeIndex(states)
     kept: set = set()
@@ -394,19 +396,20 @@ def _greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[
             if state is not None and _keep(state, ask, index):
                 kept.add(ask.key)
     rest = [a for a in asks if a.key not in kept]
-    streaming = sorted((a for a in rest if not a.whole), key=_streaming_order)
-    whole = sorted((a for a in rest if a.whole), key=lambda a: (a.swap_ok(), a.need_bytes, a.key))
+    # models the last plan placed go before new or refused ones: changing a budget never costs a model its place
     refused = []
-    for ask in streaming:
-        if not _place_elastic(ask, states, index, squeezed=False):
-            refused.append((ask, _no_room_code(ask, states)))
-    for ask in whole:
-        if not (_place_resident(ask, index) or _join_swap(ask, states, index)
-                or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
-            refused.append((ask, _no_room_code(ask, states)))
+    for first in (True, False):
+        batch = [a for a in rest if a.placed_before == first]
+        for ask in sorted((a for a in batch if not a.whole), key=_streaming_order):
+            if not _place_elastic(ask, states, index, squeezed=False):
+                refused.append(ask)
+        for ask in sorted((a for a in batch if a.whole), key=lambda a: (a.swap_ok(), a.need_bytes, a.key)):
+            if not (_place_resident(ask, index) or _join_swap(ask, states, index)
+                    or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
+                refused.append(ask)
     for state in states:  # a swap group of one (kept members whose partners left) is simply resident
         if len(state.swap) == 1:
-            state.resident, state.swap = state.resident + state.swap, []
+            apply(state, check(state, state.resident + state.swap, [], _elastic_entries(state)))
     return states, refused
 
 
@@ -534,15 +537,22 @@ def _place_elastic(ask: Ask, states: list[SlotState], index: _FreeIndex, *, sque
     return False
 
 
-def _no_room_code(ask: Ask, states: list[SlotState]) -> str:
-    """Why no slot took it: NoCapacity when no slot has the bytes for its elastic minimum; else what
-    stopped it on the slots that did (LinkShareTooSmall or HostMemoryFull)."""
-    roomy = [s for s in states if s.free >= ask.minimum.footprint]
+def _no_room_code(ask: Ask, states: list[SlotState], room: dict) -> tuple[str, dict]:
+    """Why no slot takes it in the final plan, measured before slices grow (`room`: slot position -> (free
+    bytes, free host bytes of its node)): NoCapacity when no slot has the bytes for its elastic minimum;
+    else what stops it on those that have (HostMemoryFull or LinkShareTooSmall)."""
+    roomy = [s for s in states if room[s.position][0] >= ask.minimum.footprint]
+    best = max(states, key=lambda s: (room[s.position][0], -s.position), default=None)
     if not roomy:
-        return "NoCapacity"
-    if all(not s.node.fits(ask.minimum.streamed_bytes) for s in roomy):
-        return "HostMemoryFull"
-    return "LinkShareTooSmall"
+        return "NoCapacity", {"free": room[best.position][0] if best else 0, "slots": len(states)}
+    hosted = [s for s in roomy if s.node.host_bytes is None or room[s.position][1] >= ask.minimum.streamed_bytes]
+    if not hosted:
+        node = roomy[0].node
+        return "HostMemoryFull", {"roomy": len(roomy), "node": node.name, "host": node.host_bytes or 0,
+                                  "host_free": room[roomy[0].position][1]}
+    fewest = min(hosted, key=lambda s: (s.streamers, s.position))
+    return "LinkShareTooSmall", {"roomy": len(roomy), "slot": fewest.slot.id, "streamers": fewest.streamers,
+                                 "neighbours": _names(fewest.members())}
 
 
 def _grow(states: list[SlotState]) -> None:
@@ -571,16 +581,35 @@ def _grow(states: list[SlotState]) -> None:
 
 # ------------------------------------------------------------------------------------------- decisions
 
-def _decisions(states: list[SlotState], refused: list[tuple]) -> list[Decision]:
+def _decisions(states: list[SlotState], refused: list[Ask]) -> list[Decision]:
     out = []
     for state in states:
         out.extend(_slot_decisions(state))
-    by_free = sorted(states, key=lambda s: (s.free, -s.position))
-    frees = [s.free for s in by_free]
-    for ask, code in refused:
-        roomy = by_free[bisect.bisect_left(frees, ask.minimum.footprint):]
-        out.append(_refused(ask, code, roomy, by_free[-1] if by_free else None, len(states)))
+    if refused:
+        room = _room_before_growth(states)
+        for ask in refused:
+            out.append(_refused(ask, *_no_room_code(ask, states, room)))
     return out
+
+
+def _room_before_growth(states: list[SlotState]) -> dict:
+    """Per slot position: (free bytes, free host bytes of its node) with every elastic slice at its start
+    (growth only fills room nobody else could take), so a refusal reads the same in a re-plan that kept
+    the grown slices."""
+    n_host: dict[str, int] = {}
+    out = {}
+    for state in states:
+        n = state.streamers
+        grown = host_back = 0
+        for ask, piece, _ in state.elastic.values():
+            start = ask.start(n, ask.limit(state.slot)) or piece
+            if start.resident_layers < piece.resident_layers:
+                grown += piece.footprint - start.footprint
+                host_back += start.streamed_bytes - piece.streamed_bytes
+        n_host[state.node.name] = n_host.get(state.node.name, 0) + host_back
+        out[state.position] = state.free + grown
+    return {p: (free, (states[p].node.host_bytes or 0) - states[p].node.used - n_host[states[p].node.name])
+            for p, free in out.items()}
 
 
 def _shared_ms(state: SlotState) -> dict:
@@ -705,30 +734,28 @@ def _refused_below_minimum(ask: Ask, limit: int, usable: int) -> Decision:
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="BudgetBelowElasticMinimum")
 
 
-def _refused(ask: Ask, code: str, roomy: list[SlotState], best: SlotState | None, n_slots: int) -> Decision:
+def _refused(ask: Ask, code: str, info: dict) -> Decision:
     nbytes = ask.minimum.footprint
-    free = best.free if best else 0
     if code == "LinkShareTooSmall":
-        fewest = min(roomy, key=lambda s: (s.streamers, s.position))
-        share = cost.link_share_gbps(ask.profile, fewest.streamers + 1)
+        share = cost.link_share_gbps(ask.profile, info["streamers"] + 1)
         own = (f"; its TPOT {ask.slo.tpot_ms:g} ms needs about "
                f"{ask.minimum.streamed_bytes / (ask.slo.tpot_ms * 1e-3) / cost.GB:.3g} GB/s at its elastic minimum"
                if ask.slo.tpot_ms else "")
-        reason = (f"{len(roomy)} slot(s) have room for its elastic minimum {fb(nbytes)}, but streaming there it "
-                  f"would share the host→device link with at least {fewest.streamers} streaming model(s) "
-                  f"({', '.join(_names(fewest.members()))} on {fewest.slot.id}): {share:g} GB/s each{own}, and a "
+        reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but streaming there it "
+                  f"would share the host→device link with at least {info['streamers']} streaming model(s) "
+                  f"({', '.join(info['neighbours'])} on {info['slot']}): {share:g} GB/s each{own}, and a "
                   f"share that small breaks its TPOT target or a neighbour's. Raise memoryBudget (more resident "
                   f"layers stream less), relax slo.tpotMs, or add a GPU")
     elif code == "HostMemoryFull":
-        node = roomy[0].node
-        reason = (f"{len(roomy)} slot(s) have room for its elastic minimum {fb(nbytes)}, but it would pin "
-                  f"{fb(ask.minimum.streamed_bytes)} of host RAM where node {node.name} has "
-                  f"{fb((node.host_bytes or 0) - node.used)} left of {fb(node.host_bytes or 0)}: "
-                  f"{ask.minimum.streamed_bytes - ((node.host_bytes or 0) - node.used)} bytes missing. Add host RAM "
+        missing = ask.minimum.streamed_bytes - info["host_free"]
+        reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but it would pin "
+                  f"{fb(ask.minimum.streamed_bytes)} of host RAM where node {info['node']} had "
+                  f"{fb(info['host_free'])} left of {fb(info['host'])}: {missing} bytes missing. Add host RAM "
                   f"or a node, or make room (fewer swap members or streamed layers there)")
     else:
-        reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot has left is {fb(free)} "
-                  f"({n_slots} slots): {nbytes - free} bytes missing. Add a GPU, make room (remove a "
+        free = info["free"]
+        reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot had left is {fb(free)} "
+                  f"({info['slots']} slots): {nbytes - free} bytes missing. Add a GPU, make room (remove a "
                   f"model or lower another's memoryBudget), or lower slo.contextTokens/concurrency")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code=code)
 

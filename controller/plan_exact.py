@@ -38,7 +38,7 @@ class _Option:
     latency_ms: int = 0
 
 
-def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], list[tuple]]:
+def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], list[Ask]]:
     asks = sorted(asks, key=lambda a: a.key)
     n_asks = len(asks)
     options = [o for a in asks for s in states for o in _options(a, s, n_asks)]
@@ -78,7 +78,9 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
             model.Add(sum(_host(o) * v for v, o in here if _host(o)) <= node.host_bytes)
 
     refused = {a.key: 1 - placed[a.key] for a in asks}
+    # a move: an unchanged model not kept as it was, or a model the last plan placed now refused
     moved = [1 - sum(v for v, o in by_ask[a.key] if o.keep) for a in asks if a.previous is not None]
+    moved += [refused[a.key] for a in asks if a.previous is None and a.placed_before]
     latency_span = n_asks * LATENCY_CAP_MS + 1
     w_swap = latency_span
     w_elastic = w_swap * (n_asks + 1)
@@ -160,8 +162,7 @@ def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, po
             model.Add(others <= math.floor(max(room, -1))).OnlyEnforceIf([v, at_c])
 
 
-def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list[SlotState], list[tuple]]:
-    refused = []
+def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list[SlotState], list[Ask]]:
     for state in states:
         mine = [o for o in chosen.values() if o.state is state]
         resident = [o.ask for o in mine if o.mode == "resident"]
@@ -174,8 +175,4 @@ def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list
             raise AssertionError(f"exact plan for {state.slot.id} fails the planner's own limits")
         apply(state, layout)
         state.squeezed.update(a.key for a, _, _ in layout.elastic if a.whole)
-    for ask in asks:
-        if ask.key not in chosen:
-            fits = any(s.free >= ask.minimum.footprint for s in states)
-            refused.append((ask, "LinkShareTooSmall" if fits else "NoCapacity"))
-    return states, refused
+    return states, [ask for ask in asks if ask.key not in chosen]
