@@ -28,8 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.plan_scale import synthetic_inputs  # noqa: E402
-from controller.load import load_repo  # noqa: E402
-from controller.plan import plan  # noqa: E402
+from controller.inputs.reader import load_repo  # noqa: E402
+from controller.planning.plan import plan  # noqa: E402
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs  # noqa: E402
 
 FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"

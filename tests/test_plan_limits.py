@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import cost
-from controller.load import load_repo
-from controller.plan import plan
+from controller.planning import cost
+from controller.inputs.reader import load_repo
+from controller.planning.plan import plan
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs
 from tests.factories import toy_model, toy_profile, toy_slot
 

@@ -1,0 +1,178 @@
+"""The exact planner for small instances: one GPU product's models and slots as a CP-SAT model.
+
+Owns the integer model of controller.planning.plan's rules and objective; placement limits and the
+final slices come from controller.planning.plan (`check`), so both planners judge a slot alike.
+Deterministic: the model is built in sorted order and solved with a fixed seed, one worker
+and a deterministic time limit. Called by controller.planning.plan.plan_product (method "auto" on
+small instances, or "exact") and, through it, by bench/plan_quality.py.
+
+Variables: x[a, s, o] = model a takes option o on slot s; options are resident, swap,
+elastic with at most c streaming models on the link (its start slice at that share), and
+for a model whose inputs did not change, its previous placement kept as it was.
+Objective, lexicographic through weights: refused; moved (unchanged models not kept);
+which models are refused (later names first); elastic; swap; predicted streaming latency.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from controller.planning import cost
+from controller.planning.plan import Ask, SlotState, _greedy, apply, check
+
+SEED = 0
+DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock): same result every run
+LATENCY_CAP_MS = 100_000      # one option's latency term, in whole ms
+
+
+@dataclass(frozen=True)
+class _Option:
+    ask: Ask
+    state: SlotState
+    mode: str                      # resident, swap, elastic
+    piece: cost.ElasticSlice | None = None
+    cap: int | None = None         # elastic: at most this many streaming models on the link
+    keep: bool = False             # the previous placement, kept as it was
+    latency_ms: int = 0
+
+
+def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], list[Ask]]:
+    asks = sorted(asks, key=lambda a: a.key)
+    n_asks = len(asks)
+    options = [o for a in asks for s in states for o in _options(a, s, n_asks)]
+    model = cp_model.CpModel()
+    x = [model.NewBoolVar(f"x{i}") for i in range(len(options))]
+    by_ask: dict = {a.key: [] for a in asks}
+    for var, opt in zip(x, options):
+        by_ask[opt.ask.key].append((var, opt))
+    placed = {}
+    for a in asks:
+        model.AddAtMostOne(v for v, _ in by_ask[a.key])
+        placed[a.key] = sum(v for v, _ in by_ask[a.key])
+
+    n_max = n_asks + 1
+    nodes: dict = {}
+    for state in states:
+        here = [(v, o) for v, o in zip(x, options) if o.state is state]
+        swaps = [(v, o) for v, o in here if o.mode == "swap"]
+        elastic = [(v, o) for v, o in here if o.mode == "elastic"]
+        area = model.NewIntVar(0, state.slot.usable_bytes, f"area{state.position}")
+        for v, o in swaps:
+            model.Add(area >= o.ask.need_bytes).OnlyEnforceIf(v)
+        model.Add(sum(o.ask.need_bytes * v for v, o in here if o.mode == "resident") + area
+                  + sum(o.piece.footprint * v for v, o in elastic) <= state.slot.usable_bytes)
+        has_swap = model.NewBoolVar(f"swap{state.position}")
+        for v, _ in swaps:
+            model.AddImplication(v, has_swap)
+        streamers = model.NewIntVar(0, n_max, f"n{state.position}")
+        model.Add(streamers == sum(v for v, _ in elastic) + has_swap)
+        for v, o in elastic:
+            if o.cap is not None:
+                model.Add(streamers <= o.cap).OnlyEnforceIf(v)
+        _ttft_bounds(model, swaps, streamers, n_max, state.position)
+        nodes.setdefault(state.node.name, (state.node, []))[1].extend(here)
+    for node, here in nodes.values():
+        if node.host_bytes is not None:
+            model.Add(sum(_host(o) * v for v, o in here if _host(o)) <= node.host_bytes)
+
+    refused = {a.key: 1 - placed[a.key] for a in asks}
+    # a move: an unchanged model not kept as it was, or a model the last plan placed now refused
+    moved = [1 - sum(v for v, o in by_ask[a.key] if o.keep) for a in asks if a.previous is not None]
+    moved += [refused[a.key] for a in asks if a.previous is None and a.placed_before]
+    latency_span = n_asks * LATENCY_CAP_MS + 1
+    w_swap = latency_span
+    w_elastic = w_swap * (n_asks + 1)
+    w_which = w_elastic * (n_asks + 1)
+    w_moved = w_which * (1 << n_asks)
+    w_refused = w_moved * (n_asks + 1)
+    model.Minimize(
+        w_refused * sum(refused.values()) + w_moved * sum(moved)
+        + w_which * sum((1 << (n_asks - 1 - i)) * refused[a.key] for i, a in enumerate(asks))
+        + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
+        + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap")
+        + sum(o.latency_ms * v for v, o in zip(x, options) if o.latency_ms))
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = SEED
+    solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT_S
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _greedy(asks, states, sticky=True)
+    chosen = {opt.ask.key: opt for var, opt in zip(x, options) if solver.Value(var)}
+    return _build(asks, states, chosen)
+
+
+def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
+    limit = ask.limit(state.slot)
+    out = []
+    prev = ask.previous
+    kept_here = prev is not None and prev.slot == state.slot.id
+    if ask.whole and ask.need_bytes <= limit:
+        out.append(_Option(ask, state, "resident", keep=kept_here and prev.mode == "resident"))
+        if ask.swap_ok():
+            swap_in = math.ceil(cost.copy_ms(ask.profile.weight_bytes, ask.profile))
+            out.append(_Option(ask, state, "swap", keep=kept_here and prev.mode == "swap",
+                               latency_ms=min(swap_in, LATENCY_CAP_MS)))
+    if kept_here and prev.mode == "elastic" and prev.resident_layers < ask.profile.total_layers:
+        piece = cost.elastic_slice_at(ask.profile, ask.slo, prev.resident_layers)
+        if piece.footprint <= limit:
+            cap = max((c for c in range(1, n_asks + 2) if ask.keeps_tpot(piece, c, limit)), default=None)
+            if cap is not None:
+                out.append(_Option(ask, state, "elastic", piece, None if cap == n_asks + 1 else cap, keep=True,
+                                   latency_ms=_stream_ms(ask, piece, cap)))
+    seen: dict = {}
+    for c in range(1, n_asks + 2):
+        piece = ask.start(c, limit)
+        if piece is not None:
+            seen[piece] = c  # the largest share count this start slice still holds at
+    for piece, c in sorted(seen.items(), key=lambda kv: kv[1]):
+        cap = None if c == n_asks + 1 else c
+        out.append(_Option(ask, state, "elastic", piece, cap, latency_ms=_stream_ms(ask, piece, c)))
+    return out
+
+
+def _stream_ms(ask: Ask, piece: cost.ElasticSlice, streamers: int) -> int:
+    return min(math.ceil(cost.copy_ms(piece.streamed_bytes, ask.profile, streamers)), LATENCY_CAP_MS)
+
+
+def _host(opt: _Option) -> int:
+    if opt.mode == "swap":
+        return opt.ask.profile.weight_bytes
+    return opt.piece.streamed_bytes if opt.mode == "elastic" else 0
+
+
+def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, position: int) -> None:
+    """Each swap member with a TTFT target waits at most its room for the others' turns, at the share
+    the slot's streamer count gives."""
+    if len(swaps) < 2 or all(o.ask.slo.ttft_ms is None for _, o in swaps):
+        return
+    for c in range(1, n_max + 1):
+        at_c = model.NewBoolVar(f"n{position}_{c}")
+        model.Add(streamers == c).OnlyEnforceIf(at_c)
+        model.Add(streamers != c).OnlyEnforceIf(at_c.Not())
+        turns = {o.ask.key: math.ceil(o.ask.turn_ms(c)) for _, o in swaps}
+        for v, o in swaps:
+            room = o.ask.swap_room_ms(c)
+            if room is None:
+                continue
+            others = sum(turns[p.ask.key] * w for w, p in swaps if p.ask.key != o.ask.key)
+            model.Add(others <= math.floor(max(room, -1))).OnlyEnforceIf([v, at_c])
+
+
+def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list[SlotState], list[Ask]]:
+    for state in states:
+        mine = [o for o in chosen.values() if o.state is state]
+        resident = [o.ask for o in mine if o.mode == "resident"]
+        swap = [o.ask for o in mine if o.mode == "swap"]
+        elastic = [(o.ask, o.piece if o.keep else None, o.keep) for o in mine if o.mode == "elastic"]
+        if len(swap) == 1:
+            resident, swap = resident + swap, []
+        layout = check(state, resident, swap, elastic)
+        if layout is None:  # pragma: no cover - the integer model encodes every limit check() applies
+            raise AssertionError(f"exact plan for {state.slot.id} fails the planner's own limits")
+        apply(state, layout)
+        state.squeezed.update(a.key for a, _, _ in layout.elastic if a.whole)
+    return states, [ask for ask in asks if ask.key not in chosen]
