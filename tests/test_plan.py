@@ -136,8 +136,8 @@ def test_model_keeps_its_previous_slot_when_inputs_are_unchanged():
     first, _ = run([toy_model("a", 2000)], slots)
     moved = replace(first["a"], slot="node-b/gpu0")
     got, _ = run([toy_model("a", 2000), toy_model("b", 2000)], slots, previous={("llm", "a"): moved})
-    assert got["a"].slot == "node-b/gpu0"
-    assert got["b"].slot == "node-b/gpu0"  # best fit: the slot with the least room that holds it
+    assert got["a"].slot == "node-b/gpu0" and "moved" not in got["a"].reason
+    assert got["b"].mode == "resident"
 
 
 def test_changed_budget_drops_stickiness():

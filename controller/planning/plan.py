@@ -211,8 +211,20 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
     if used > state.slot.usable_bytes:
         return None
     host = sum(a.profile.weight_bytes for a in swap) + sum(p.streamed_bytes for _, p, _ in pieces)
-    if not state.node.fits(host - state.host_used):
-        return None
+    while not state.node.fits(host - state.host_used):
+        # host RAM is short: keep more layers of a re-sliced elastic model on the GPU (it then pins less)
+        growable = [i for i, (a, p, fixed) in enumerate(pieces) if not fixed and p.resident_layers + 1 <
+                    a.profile.total_layers and a.slices[p.resident_layers + 1].footprint <= a.limit(state.slot)]
+        if not growable:
+            return None
+        i = max(growable, key=lambda j: (pieces[j][1].streamed_bytes, pieces[j][0].key))
+        ask, piece, fixed = pieces[i]
+        bigger = ask.slices[piece.resident_layers + 1]
+        used += bigger.footprint - piece.footprint
+        host -= piece.streamed_bytes - bigger.streamed_bytes
+        if used > state.slot.usable_bytes:
+            return None
+        pieces[i] = (ask, bigger, fixed)
     if len(swap) > 1 and not swap_group_ok(swap, streamers):
         return None
     return Layout(tuple(resident), tuple(swap), tuple(pieces), used, host)

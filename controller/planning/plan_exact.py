@@ -9,8 +9,9 @@ small instances, or "exact") and, through it, by bench/plan_quality.py.
 Variables: x[a, s, o] = model a takes option o on slot s; options are resident, swap,
 elastic with at most c streaming models on the link (its start slice at that share), and
 for a model whose inputs did not change, its previous placement kept as it was.
-Objective, lexicographic through weights: refused; moved (unchanged models not kept);
-which models are refused (later names first); elastic; swap; predicted streaming latency.
+Objective, lexicographic through weights: refused; moved (an unchanged model not kept as it
+was, or a model the last plan placed now refused); elastic; swap; predicted streaming latency;
+then a canonical tie-break (by name, earlier slots first; refusing later names first).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from controller.planning.plan import Ask, SlotState, _greedy, apply, check
 
 SEED = 0
 DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock): same result every run
-LATENCY_CAP_MS = 100_000      # one option's latency term, in whole ms
+LATENCY_UNIT_MS = 10          # the latency term counts streaming time in steps of 10 ms ...
+LATENCY_CAP = 10_000          # ... up to 100 s per model
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class _Option:
     piece: cost.ElasticSlice | None = None
     cap: int | None = None         # elastic: at most this many streaming models on the link
     keep: bool = False             # the previous placement, kept as it was
-    latency_ms: int = 0
+    latency: int = 0               # streaming time per token (swap: the swap-in), in LATENCY_UNIT_MS
 
 
 def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], list[Ask]]:
@@ -81,18 +83,22 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
     # a move: an unchanged model not kept as it was, or a model the last plan placed now refused
     moved = [1 - sum(v for v, o in by_ask[a.key] if o.keep) for a in asks if a.previous is not None]
     moved += [refused[a.key] for a in asks if a.previous is None and a.placed_before]
-    latency_span = n_asks * LATENCY_CAP_MS + 1
-    w_swap = latency_span
+    # Canonical last tie-break, lexicographic by name: each model's slot position (refused: after the last), so
+    # that equally good plans resolve alike whatever else changed (a larger budget keeps the same plan).
+    n_slots = len(states)
+    tie_base = n_slots + 1
+    tie = sum(tie_base ** (n_asks - 1 - i) * (sum(o.state.position * v for v, o in by_ask[a.key])
+                                             + n_slots * refused[a.key]) for i, a in enumerate(asks))
+    w_latency = tie_base ** n_asks
+    w_swap = w_latency * (n_asks * LATENCY_CAP + 1)
     w_elastic = w_swap * (n_asks + 1)
-    w_which = w_elastic * (n_asks + 1)
-    w_moved = w_which * (1 << n_asks)
-    w_refused = w_moved * (n_asks + 1)
+    w_moved = w_elastic * (n_asks + 1)
+    w_refused = w_moved * (len(moved) + 1)
     model.Minimize(
         w_refused * sum(refused.values()) + w_moved * sum(moved)
-        + w_which * sum((1 << (n_asks - 1 - i)) * refused[a.key] for i, a in enumerate(asks))
         + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
         + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap")
-        + sum(o.latency_ms * v for v, o in zip(x, options) if o.latency_ms))
+        + w_latency * sum(o.latency * v for v, o in zip(x, options) if o.latency) + tie)
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -113,16 +119,15 @@ def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
     if ask.whole and ask.need_bytes <= limit:
         out.append(_Option(ask, state, "resident", keep=kept_here and prev.mode == "resident"))
         if ask.swap_ok():
-            swap_in = math.ceil(cost.copy_ms(ask.profile.weight_bytes, ask.profile))
-            out.append(_Option(ask, state, "swap", keep=kept_here and prev.mode == "swap",
-                               latency_ms=min(swap_in, LATENCY_CAP_MS)))
+            swap_in = _units(cost.copy_ms(ask.profile.weight_bytes, ask.profile))
+            out.append(_Option(ask, state, "swap", keep=kept_here and prev.mode == "swap", latency=swap_in))
     if kept_here and prev.mode == "elastic" and prev.resident_layers < ask.profile.total_layers:
         piece = cost.elastic_slice_at(ask.profile, ask.slo, prev.resident_layers)
         if piece.footprint <= limit:
             cap = max((c for c in range(1, n_asks + 2) if ask.keeps_tpot(piece, c, limit)), default=None)
             if cap is not None:
                 out.append(_Option(ask, state, "elastic", piece, None if cap == n_asks + 1 else cap, keep=True,
-                                   latency_ms=_stream_ms(ask, piece, cap)))
+                                   latency=_stream(ask, piece, cap)))
     seen: dict = {}
     for c in range(1, n_asks + 2):
         piece = ask.start(c, limit)
@@ -130,12 +135,20 @@ def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
             seen[piece] = c  # the largest share count this start slice still holds at
     for piece, c in sorted(seen.items(), key=lambda kv: kv[1]):
         cap = None if c == n_asks + 1 else c
-        out.append(_Option(ask, state, "elastic", piece, cap, latency_ms=_stream_ms(ask, piece, c)))
+        out.append(_Option(ask, state, "elastic", piece, cap, latency=_stream(ask, piece, c)))
+        if state.node.host_bytes is not None:  # where host RAM binds: the largest slice pins the least
+            largest = cost.largest_elastic_slice(ask.profile, ask.slo, limit)
+            if largest is not None and largest.resident_layers > piece.resident_layers:
+                out.append(_Option(ask, state, "elastic", largest, cap, latency=_stream(ask, largest, c)))
     return out
 
 
-def _stream_ms(ask: Ask, piece: cost.ElasticSlice, streamers: int) -> int:
-    return min(math.ceil(cost.copy_ms(piece.streamed_bytes, ask.profile, streamers)), LATENCY_CAP_MS)
+def _stream(ask: Ask, piece: cost.ElasticSlice, streamers: int) -> int:
+    return _units(cost.copy_ms(piece.streamed_bytes, ask.profile, streamers))
+
+
+def _units(ms: float) -> int:
+    return min(math.ceil(ms / LATENCY_UNIT_MS), LATENCY_CAP)
 
 
 def _host(opt: _Option) -> int:
