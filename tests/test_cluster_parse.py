@@ -31,6 +31,13 @@ SLOT_CASES = [
      ["nvidia.com/gpu.memory"]),
     ("memory-not-a-number", [node("a", **{**GFD, "nvidia.com/gpu.memory": "80GB"})], [], ["nvidia.com/gpu.memory"]),
     ("count-zero", [node("a", **GFD, **{"nvidia.com/gpu.count": "0"})], [], ["nvidia.com/gpu.count"]),
+    ("host-ram-from-allocatable-memory", [{**node("a", **GFD), "status": {"allocatable": {"memory": "131901736Ki"},
+                                                                          "capacity": {"memory": "132Gi"}}}],
+     [GpuSlot("a", 0, "NVIDIA-H200", 143771 * MiB, host_memory_bytes=131901736 * 1024)], []),
+    ("host-ram-from-capacity-without-allocatable", [{**node("a", **GFD), "status": {"capacity": {"memory": "2Ti"}}}],
+     [GpuSlot("a", 0, "NVIDIA-H200", 143771 * MiB, host_memory_bytes=2 * 2**40)], []),
+    ("host-ram-unreadable-is-not-planned", [{**node("a", **GFD), "status": {"allocatable": {"memory": "x"}}}],
+     [GpuSlot("a", 0, "NVIDIA-H200", 143771 * MiB)], []),
 ]
 
 
