@@ -27,6 +27,7 @@ SEED = 0
 DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock): same result every run
 LATENCY_UNIT_MS = 10          # the latency term counts streaming time in steps of 10 ms ...
 LATENCY_CAP = 10_000          # ... up to 100 s per model
+HOST_STEPS = 16               # larger slices offered where host RAM is limited (they pin less)
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,27 @@ def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
     for piece, c in sorted(seen.items(), key=lambda kv: kv[1]):
         cap = None if c == n_asks + 1 else c
         out.append(_Option(ask, state, "elastic", piece, cap, latency=_stream(ask, piece, c)))
-        if state.node.host_bytes is not None:  # where host RAM binds: the largest slice pins the least
-            largest = cost.largest_elastic_slice(ask.profile, ask.slo, limit)
-            if largest is not None and largest.resident_layers > piece.resident_layers:
-                out.append(_Option(ask, state, "elastic", largest, cap, latency=_stream(ask, largest, c)))
+    if seen and state.node.host_bytes is not None:
+        out += _host_saving(ask, state, min(p.resident_layers for p in seen), limit, n_asks)
+    return out
+
+
+def _host_saving(ask: Ask, state: SlotState, start: int, limit: int, n_asks: int) -> list[_Option]:
+    """Where the node's host RAM is limited, larger slices pin less: up to HOST_STEPS of them between the start
+    and the largest within the limit, each with the streamer count it still meets its TPOT at."""
+    largest = cost.largest_elastic_slice(ask.profile, ask.slo, limit)
+    if largest is None or largest.resident_layers <= start:
+        return []
+    span = largest.resident_layers - start
+    ks = sorted({start + round(span * i / HOST_STEPS) for i in range(1, HOST_STEPS + 1)})
+    out = []
+    for k in ks:
+        piece = ask.slices[k]
+        caps = [c for c in range(1, n_asks + 2) if ask.keeps_tpot(piece, c, limit)]
+        if caps:
+            c = max(caps)
+            out.append(_Option(ask, state, "elastic", piece, None if c == n_asks + 1 else c,
+                               latency=_stream(ask, piece, c)))
     return out
 
 
@@ -180,12 +198,16 @@ def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list
         mine = [o for o in chosen.values() if o.state is state]
         resident = [o.ask for o in mine if o.mode == "resident"]
         swap = [o.ask for o in mine if o.mode == "swap"]
-        elastic = [(o.ask, o.piece if o.keep else None, o.keep) for o in mine if o.mode == "elastic"]
+        # the chosen slices as they are (each holds at its streamer cap); those not kept may grow afterwards
+        elastic = [(o.ask, o.piece, True) for o in mine if o.mode == "elastic"]
         if len(swap) == 1:
             resident, swap = resident + swap, []
         layout = check(state, resident, swap, elastic)
         if layout is None:  # pragma: no cover - the integer model encodes every limit check() applies
             raise AssertionError(f"exact plan for {state.slot.id} fails the planner's own limits")
         apply(state, layout)
+        for o in mine:
+            if o.mode == "elastic" and not o.keep:
+                state.elastic[o.ask.key][2] = False
         state.squeezed.update(a.key for a, _, _ in layout.elastic if a.whole)
     return states, [ask for ask in asks if ask.key not in chosen]
