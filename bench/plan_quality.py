@@ -88,9 +88,8 @@ def small_fleets(n: int, seed: int) -> None:
         print(f"small fleets, {'pinned to a product' if pinned else 'unpinned'}: {n // 2} fleets in {took:.1f} s")
         for name, count in zip(names, matches):
             print(f"  greedy equals the exact optimum on {name:<28} {count / (n // 2):6.1%} ({count}/{n // 2})")
-        print(f"  refusals: exact {totals['exact']}, greedy {totals['greedy']}"
-              f"{f' (greedy fewer in {fewer}: exact hit its time limit)' if fewer else ''}; plan() uses the exact "
-              f"solver at this size")
+        print(f"  refusals: exact {totals['exact']}, greedy {totals['greedy']}; fleets where the greedy refuses "
+              f"fewer: {fewer}; plan() uses the exact solver at this size")
 
 
 def at_scale() -> None:
