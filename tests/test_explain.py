@@ -59,7 +59,8 @@ def test_link_share_refusal_names_the_streaming_neighbours_and_the_budget_that_a
     assert "The link of node-a/gpu0 would be shared 3 ways: 3.33333e-07 GB/s each (streaming there: llm/a, llm/b)" in text
     assert "- or relax slo.tpotMs to 3000 ms" in text
     text_a, _ = explained(models, [toy_slot(usable=3000)], "a")
-    assert "Link: streams at 5e-07 GB/s, its share of the 1e-06 GB/s host→device link with llm/a, llm/b" in text_a
+    assert "Link: streams at 5e-07 GB/s, its share of the 1e-06 GB/s host→device link with the elastic models " \
+           "llm/a, llm/b" in text_a
 
 
 def test_host_ram_is_shown_for_a_swap_member():

@@ -62,11 +62,12 @@ def _resources(d: Decision, profile: Profile, slots: list[GpuSlot], placed: list
             "gpus.yaml, or the node reports no memory)")
     lines = [f"Host RAM: pins {fb(d.host_bytes)}; node {slot.node} pins {fb(node_pinned)} of {host}"]
     if d.predicted is not None and d.predicted.link_share_gbps is not None:
-        sharing = [o for o in placed if o.slot == d.slot and o.mode == "elastic"]
+        sharing = sorted(f"{o.namespace}/{o.name}" for o in placed if o.slot == d.slot and o.mode == "elastic")
         group = [o for o in placed if o.slot == d.slot and o.mode == "swap"]
-        names = sorted({f"{o.namespace}/{o.name}" for o in sharing} | ({"the swap group"} if group else set()))
         lines.append(f"Link: streams at {d.predicted.link_share_gbps:g} GB/s, its share of the "
-                     f"{profile.host_to_device_gbps:g} GB/s host→device link with {', '.join(names)}")
+                     f"{profile.host_to_device_gbps:g} GB/s host→device link with the elastic models "
+                     f"{', '.join(sharing) or 'none'}" + ("; a swap-in takes a share too while it runs" if group
+                                                          else ""))
     return lines
 
 
@@ -107,9 +108,8 @@ def _room_advice(others: list[Decision], missing: int) -> list[str]:
 
 
 def _link_advice(model, profile: Profile, slot: GpuSlot, placed: list[Decision]) -> list[str]:
-    streaming = [o for o in placed if o.slot == slot.id and o.mode in ("elastic", "swap")]
-    n = len({o.name for o in streaming if o.mode == "elastic"}) + (1 if any(o.mode == "swap" for o in streaming)
-                                                                    else 0) + 1
+    streaming = [o for o in placed if o.slot == slot.id and o.mode == "elastic"]
+    n = len({o.key for o in streaming if o.mode == "elastic"}) + 1
     out = [f"The link of {slot.id} would be shared {n} ways: "
            f"{cost.link_share_gbps(profile, n):g} GB/s each (streaming there: "
            f"{', '.join(sorted(f'{o.namespace}/{o.name}' for o in streaming)) or 'none'})."]

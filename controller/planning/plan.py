@@ -173,7 +173,9 @@ class SlotState:
 
     @property
     def streamers(self) -> int:
-        return len(self.elastic) + (1 if self.swap else 0)
+        """Elastic models: they stream every token, so they share the link all the time. A swap-in takes
+        its share of the link too, but only while it runs (swap-ins use streamers + 1)."""
+        return len(self.elastic)
 
     def members(self) -> list[Ask]:
         return self.resident + self.swap + [a for a, _, _ in self.elastic.values()]
@@ -195,7 +197,7 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
     """The layout if the slot can hold it: non-fixed elastic slices re-started at the new link share, bytes,
     the node's host RAM (beside what the node's other slots pin), the swap group's TTFT bound and every
     kept slice's TPOT at its share. `elastic` entries with slice None are new and start fresh."""
-    streamers = len(elastic) + (1 if swap else 0)
+    streamers = len(elastic)
     pieces = []
     for ask, piece, fixed in elastic:
         if fixed:
@@ -225,7 +227,7 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
         if used > state.slot.usable_bytes:
             return None
         pieces[i] = (ask, bigger, fixed)
-    if len(swap) > 1 and not swap_group_ok(swap, streamers):
+    if len(swap) > 1 and not swap_group_ok(swap, streamers + 1):
         return None
     return Layout(tuple(resident), tuple(swap), tuple(pieces), used, host)
 
@@ -658,15 +660,15 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
                   f"holds it beside the others")
         out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
                              reason=reason + _shared_terms(ask, state, shared), code="FitsResident", host_bytes=0))
-    turns = {a.key: a.turn_ms(n) for a in state.swap}
+    turns = {a.key: a.turn_ms(n + 1) for a in state.swap}
     for ask in state.swap:
         wait = sum(turns.values()) - turns[ask.key]
-        pred = cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n)
+        pred = cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n + 1)
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
                   f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with "
                   f"{len(state.swap) - 1} other model(s) (PLAN.md lists them); swap-in {pred.swap_in_ms:g} ms = "
-                  f"{fb(ask.profile.weight_bytes)} ÷ {pred.link_share_gbps:g} GB/s (its share of the link, "
-                  f"{n} streaming); worst wait for the others' turns {wait:g} ms (swap-in + minimum residency "
+                  f"{fb(ask.profile.weight_bytes)} ÷ {pred.link_share_gbps:g} GB/s (its share of the link beside "
+                  f"{n} elastic model(s)); worst wait for the others' turns {wait:g} ms (swap-in + minimum residency "
                   f"{cost.MIN_RESIDENCY_MS} ms + draining {cost.SWAP_DRAIN_TOKENS} steps each); {host}")
         out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
                              reason=reason, code="SharesSwapArea", host_bytes=ask.profile.weight_bytes))
@@ -683,8 +685,8 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
         reason = (f"{why}: keeps {piece.resident_layers}/{piece.total_layers} layers plus embeddings, head, KV, "
                   f"activations, overhead and 2 stream buffers ({fb(piece.buffer_bytes)}) = "
                   f"{fb(piece.footprint)}; streams {fb(piece.streamed_bytes)} per pass at "
-                  f"{pred.link_share_gbps:g} GB/s (1/{n} of the {ask.profile.host_to_device_gbps:g} GB/s link); "
-                  f"{host}")
+                  f"{pred.link_share_gbps:g} GB/s (1/{n} of the {ask.profile.host_to_device_gbps:g} GB/s link"
+                  f"{'; 1/' + str(n + 1) + ' while a swap-in runs' if state.swap else ''}); {host}")
         out.append(_decision(ask, slot, "elastic", piece.resident_layers, nbytes=piece.footprint, pred=pred,
                              reason=reason + _shared_terms(ask, state, shared),
                              code="ExceedsFreeSpace" if squeezed else "ExceedsBudget",

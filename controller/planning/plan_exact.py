@@ -66,11 +66,8 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
             model.Add(area >= o.ask.need_bytes).OnlyEnforceIf(v)
         model.Add(sum(o.ask.need_bytes * v for v, o in here if o.mode == "resident") + area
                   + sum(o.piece.footprint * v for v, o in elastic) <= state.slot.usable_bytes)
-        has_swap = model.NewBoolVar(f"swap{state.position}")
-        for v, _ in swaps:
-            model.AddImplication(v, has_swap)
         streamers = model.NewIntVar(0, n_max, f"n{state.position}")
-        model.Add(streamers == sum(v for v, _ in elastic) + has_swap)
+        model.Add(streamers == sum(v for v, _ in elastic))  # a swap-in shares the link only while it runs
         for v, o in elastic:
             if o.cap is not None:
                 model.Add(streamers <= o.cap).OnlyEnforceIf(v)
@@ -180,13 +177,13 @@ def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, po
     the slot's streamer count gives."""
     if len(swaps) < 2 or all(o.ask.slo.ttft_ms is None for _, o in swaps):
         return
-    for c in range(1, n_max + 1):
+    for c in range(0, n_max + 1):  # c elastic models on the link: a swap-in gets 1/(c + 1) of it
         at_c = model.NewBoolVar(f"n{position}_{c}")
         model.Add(streamers == c).OnlyEnforceIf(at_c)
         model.Add(streamers != c).OnlyEnforceIf(at_c.Not())
-        turns = {o.ask.key: math.ceil(o.ask.turn_ms(c)) for _, o in swaps}
+        turns = {o.ask.key: math.ceil(o.ask.turn_ms(c + 1)) for _, o in swaps}
         for v, o in swaps:
-            room = o.ask.swap_room_ms(c)
+            room = o.ask.swap_room_ms(c + 1)
             if room is None:
                 continue
             others = sum(turns[p.ask.key] * w for w, p in swaps if p.ask.key != o.ask.key)
