@@ -22,9 +22,10 @@ The rules (docs/guide.md, "How the planner decides"):
    worst swap-in wait of a swap group within each member's TTFT; and every streaming
    model's TPOT at its share of the link (the link divided among the elastic models and
    the swap group) within its target.
-4. The objective, in order: fewest refused; fewest moves of models whose own inputs did
-   not change (so a model keeps its slot and mode unless keeping it would refuse someone,
-   and the reason names the move); fewest elastic; fewest swap; lowest predicted latency.
+4. The objective, in order: no model the last plan placed is refused to admit others;
+   fewest refused; fewest moves of models whose own inputs did not change (so a model keeps
+   its slot and mode unless keeping it would refuse someone, and the reason names the move);
+   fewest elastic; fewest swap; lowest predicted latency.
    Small instances are solved exactly (controller.planning.plan_exact, CP-SAT with a fixed seed
    and one worker: deterministic); larger ones by the greedy below, whose gap to the exact
    optimum bench/plan_quality.py measures.
@@ -358,10 +359,15 @@ def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto") ->
         states, refused = _greedy(asks, _states(slots), sticky=True)
         if refused and any(a.previous for a in asks):
             fresh_states, fresh_refused = _greedy(asks, _states(slots), sticky=False)
-            if len(fresh_refused) < len(refused):
+            if _refusals(fresh_refused) < _refusals(refused):
                 states, refused = fresh_states, fresh_refused
     _grow(states)
     return _decisions(states, refused)
+
+
+def _refusals(refused: list[Ask]) -> tuple[int, int]:
+    """Refusals as the objective counts them: models the last plan placed first, then all."""
+    return (sum(1 for a in refused if a.placed_before), len(refused))
 
 
 def _states(slots: list[GpuSlot]) -> list[SlotState]:
@@ -421,10 +427,59 @@ def _greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[
             if not (_place_resident(ask, index) or _join_swap(ask, states, index)
                     or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
                 refused.append(ask)
+    refused = [a for a in refused if not _stream_residents_to_admit(a, states, index, kept)]
+    refused = _trade_tight_streamers(refused, states, index, kept)
     for state in states:  # a swap group of one (kept members whose partners left) is simply resident
         if len(state.swap) == 1:
             apply(state, check(state, state.resident + state.swap, [], _elastic_entries(state)))
     return states, refused
+
+
+def _stream_residents_to_admit(ask: Ask, states: list[SlotState], index: _FreeIndex, kept: set) -> bool:
+    """Fewer refused before fewer elastic: a model no slot took is admitted where re-placeable residents
+    (not kept from the last plan) stream instead, the fewest of them, largest saving first."""
+    def saving(a: Ask, s: SlotState) -> int:
+        start = a.start(s.streamers + 1, a.limit(s.slot))
+        return a.need_bytes - start.footprint if start is not None else 0
+    def room(s: SlotState) -> int:
+        return s.free + sum(max(0, saving(a, s)) for a in s.resident if a.key not in kept)
+    candidates = sorted((s for s in states if room(s) >= ask.minimum.footprint), key=lambda s: (-room(s), s.position))
+    for state in candidates[:SCAN]:
+        movable = sorted((a for a in state.resident if a.key not in kept and saving(a, state) > 0),
+                         key=lambda a: (-saving(a, state), a.key))
+        for n in range(1, len(movable) + 1):
+            streamed = movable[:n]
+            resident = [a for a in state.resident if all(a is not m for m in streamed)]
+            entries = _elastic_entries(state) + [(a, None, False) for a in streamed] + [(ask, None, False)]
+            if _change(state, index, resident, state.swap, entries):
+                state.squeezed.update(a.key for a in streamed + ([ask] if ask.whole else []))
+                return True
+    return False
+
+
+def _trade_tight_streamers(refused: list[Ask], states: list[SlotState], index: _FreeIndex, kept: set) -> list[Ask]:
+    """Fewer refused: a model whose TPOT target keeps its link to itself gives the link up where two or more
+    refused models then fit on it (it is refused instead, unless another slot takes it)."""
+    for state in states:
+        if len(refused) < 2:
+            break
+        for key, (ask, _, fixed) in sorted(state.elastic.items()):
+            if fixed or key in kept or ask.placed_before or not _tight(ask, ask.limit(state.slot)):
+                continue
+            before = (list(state.resident), list(state.swap), _elastic_entries(state))
+            if not _change(state, index, before[0], before[1], [e for e in before[2] if e[0] is not ask]):
+                continue
+            admitted = [r for r in refused if _change(state, index, state.resident, state.swap,
+                                                       _elastic_entries(state) + [(r, None, False)])]
+            if len(admitted) >= 2:
+                state.squeezed.discard(key)
+                state.squeezed.update(r.key for r in admitted if r.whole)
+                refused = [r for r in refused if all(r is not a for a in admitted)]
+                if not _place_elastic(ask, states, index, squeezed=ask.whole):
+                    refused.append(ask)
+                break
+            _change(state, index, *before)  # undo: it keeps its link
+    return refused
 
 
 def _streaming_order(ask: Ask) -> tuple:

@@ -9,7 +9,8 @@ small instances, or "exact") and, through it, by bench/plan_quality.py.
 Variables: x[a, s, o] = model a takes option o on slot s; options are resident, swap,
 elastic with at most c streaming models on the link (its start slice at that share), and
 for a model whose inputs did not change, its previous placement kept as it was.
-Objective, lexicographic through weights: refused; moved (an unchanged model not kept as it
+Objective, lexicographic through weights: models the last plan placed that are refused; refused;
+moved (an unchanged model not kept as it
 was, or a model the last plan placed now refused); elastic; swap; predicted streaming latency;
 then a canonical tie-break (by name, earlier slots first; refusing later names first).
 """
@@ -92,8 +93,10 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
     w_elastic = w_swap * (n_asks + 1)
     w_moved = w_elastic * (n_asks + 1)
     w_refused = w_moved * (len(moved) + 1)
+    w_lost = w_refused * (n_asks + 1)  # a model the last plan placed is never refused to admit others
+    lost = [refused[a.key] for a in asks if a.placed_before]
     model.Minimize(
-        w_refused * sum(refused.values()) + w_moved * sum(moved)
+        w_lost * sum(lost) + w_refused * sum(refused.values()) + w_moved * sum(moved)
         + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
         + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap")
         + w_latency * sum(o.latency * v for v, o in zip(x, options) if o.latency) + tie)
