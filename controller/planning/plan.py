@@ -63,6 +63,7 @@ class Ask:
     minimum: cost.ElasticSlice     # every layer streamed
     previous: Decision | None      # its last decision, when its own inputs are unchanged (sticky)
     placed_before: bool = False    # the last plan placed it (its inputs may have changed since)
+    last_slot: str | None = None   # where the last plan placed it: tried first when it is re-placed
     _starts: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -264,6 +265,7 @@ class _FreeIndex:
     def __init__(self, states: list[SlotState]):
         self.states = states
         self.entries = sorted((s.free, s.position) for s in states)
+        self.by_id = {s.slot.id: s for s in states}
         self.calm = list(self.entries)
         self.tight: set[int] = set()
         self.no_streamers = {s.position: None for s in states if not s.streamers}  # ordered by position
@@ -401,7 +403,8 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
     minimum = cost.elastic_slice_at(profile, model.slo, 0)
     return Ask(model, profile, need, whole=need.total <= min(model.budget_bytes, largest_usable),
                minimum=minimum, previous=prev if unchanged else None,
-               placed_before=prev is not None and prev.mode != "refused" and prev.slot is not None)
+               placed_before=prev is not None and prev.mode != "refused" and prev.slot is not None,
+               last_slot=prev.slot if prev is not None and prev.mode != "refused" else None)
 
 
 # ------------------------------------------------------------------------------------------- greedy
@@ -528,8 +531,10 @@ def _keep(state: SlotState, ask: Ask, index: _FreeIndex) -> bool:
 
 
 def _place_resident(ask: Ask, index: _FreeIndex) -> bool:
-    """Best fit; a resident member changes only the slot's bytes (no link share, host RAM or swap wait)."""
-    for state in index.at_least(ask.need_bytes):
+    """Its last slot if it holds it, else best fit; a resident member changes only the slot's bytes (no link
+    share, host RAM or swap wait)."""
+    last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None and s.free >= ask.need_bytes]
+    for state in last or index.at_least(ask.need_bytes):
         before = state.free
         state.resident.append(ask)
         state.used += ask.need_bytes
@@ -595,8 +600,9 @@ def _place_elastic(ask: Ask, states: list[SlotState], index: _FreeIndex, *, sque
         if candidates:
             break
     quiet = index.quiet(need, SCAN)
-    for state in sorted({s.position: s for s in candidates + quiet}.values(),
-                        key=lambda s: (s.streamers, -s.free, s.position)):
+    last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None]
+    for state in last + sorted({s.position: s for s in candidates + quiet}.values(),
+                               key=lambda s: (s.streamers, -s.free, s.position)):
         if _change(state, index, state.resident, state.swap, _elastic_entries(state) + [(ask, None, False)]):
             if squeezed:
                 state.squeezed.add(ask.key)
