@@ -38,6 +38,10 @@ SLOT_CASES = [
      [GpuSlot("a", 0, "NVIDIA-H200", 143771 * MiB, host_memory_bytes=2 * 2**40)], []),
     ("host-ram-unreadable-is-not-planned", [{**node("a", **GFD), "status": {"allocatable": {"memory": "x"}}}],
      [GpuSlot("a", 0, "NVIDIA-H200", 143771 * MiB)], []),
+    ("memory-beyond-int64-bytes", [node("a", **{**GFD, "nvidia.com/gpu.memory": "9" * 30})], [],
+     ["nvidia.com/gpu.memory"]),
+    ("memory-in-non-ascii-digits", [node("a", **{**GFD, "nvidia.com/gpu.memory": "１４３７７１"})], [],
+     ["nvidia.com/gpu.memory"]),
 ]
 
 

@@ -33,17 +33,18 @@ from contract import kube
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
+from controller.inputs.reader import read_tree
 from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView, application_for, model_views,
                                      not_in_git, render_in_cluster, status_model, verdict_sources)
 from controller.kube.leader import LeaderElection
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
-from controller.passes.reconcile import PassOutput
+from controller.passes.reconcile import PassOutput, prune_share_setting
 from controller.cli.common import credentials_from, default_workdir, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
-from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target, publish
+from gitops import Change, GitError, PublishResult, Target, WorkingCopy, parse_target, publish
 from gitops.errors import RevisionNotFound
 
 log = logging.getLogger("gpushare.cluster")
@@ -129,7 +130,7 @@ class ClusterReconciler:
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 max_backoff_s: float = MAX_BACKOFF_S):
+                 max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
         self.target = parse_target(target)
@@ -137,6 +138,7 @@ class ClusterReconciler:
         self.health = health
         self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.renew_every_s, self.backoff_base_s, self.max_backoff_s = renew_every_s, backoff_base_s, max_backoff_s
+        self.max_prune_share = prune_share_setting() if max_prune_share is None else max_prune_share
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str], bool] = {}
@@ -185,6 +187,11 @@ class ClusterReconciler:
                 self._pass(report)
         except (ClusterError, GitError, LeadershipLost) as exc:
             report.errors.append((exc.reason, exc.message))
+        except Exception as exc:  # noqa: BLE001 - one pass's bug must not end the loop: report it, back off
+            log.error("pass failed unexpectedly", exc_info=True)
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            report.errors.append(("PassCrashed", f"the pass raised {type(exc).__name__}: {text}"))
+            self._last = None  # render again next pass, whatever moved
         for reason, message in report.warnings:
             self.metrics.error(reason)
             log.warning("[%s] %s", reason, message)
@@ -229,11 +236,11 @@ class ClusterReconciler:
         pushed, so a replica deposed while it rendered never pushes."""
         renders = []
 
-        def render(root: Path):
-            rendered = render_in_cluster(root, facts)
+        def render(root: Path) -> Change:
+            rendered = render_in_cluster(read_tree(root), facts, self.max_prune_share)
             renders.append(rendered)
             self._renew()
-            return rendered.change
+            return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)
 
         last = self._last
         previous = last.published if last is not None and last.facts == facts else None
@@ -252,6 +259,9 @@ class ClusterReconciler:
         else:  # no render: nothing moved since `last`
             self._last = replace(last, published=published)
         report.warnings += self._last.ignored
+        if renders and renders[-1].hold is not None:
+            hold = renders[-1].hold
+            report.warnings.append(("PruneHeld", f"{hold.message}; fix: {hold.fix}"))
         return published, self._last.output
 
     def _count_modes(self, output: PassOutput) -> None:
@@ -382,7 +392,8 @@ def run_cluster(args) -> int:
     health = Health(stall_after_s=max(600.0, 5 * interval) + MAX_BACKOFF_S)
     stop = threading.Event()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
-                                   target=args.write_back, health=health, sleep=stop.wait)
+                                   target=args.write_back, health=health, sleep=stop.wait,
+                                   max_prune_share=args.max_prune_share)
     try:
         if args.once:
             return _once(reconciler)

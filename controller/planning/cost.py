@@ -1,10 +1,11 @@
 """What a model costs on a GPU: need, the elastic slice, and predicted latencies.
 
-Owns the arithmetic of the decision rules for ONE model and ONE profile: what it
-needs, its elastic slices, its batch-aware decode step, and its predicted TTFT/TPOT
-given what the planner tells it about its slot (how many models share the host→device
-link, how long co-tenants' steps take, how long a swap-in may wait). It knows nothing
-of other models itself. Called by the planner (controller.planning.plan, controller.planning.plan_exact)
+Owns the planner's view of ONE model and ONE profile: the bytes come from the shared
+footprint arithmetic (contract.footprint, the same the worker admits with); its elastic
+slices, its batch-aware decode step, and its predicted TTFT/TPOT given what the planner
+tells it about its slot (how many models share the host→device link, how long
+co-tenants' steps take, how long a swap-in may wait). It knows nothing of other models
+itself. Called by the planner (controller.planning.plan, controller.planning.plan_exact)
 and by `gpushare explain`, which prints the same terms.
 """
 from __future__ import annotations
@@ -14,31 +15,20 @@ import math
 from dataclasses import dataclass
 
 from contract.estimate import BATCH_STEP_GROWTH
+from contract.footprint import PREFILL_CHUNK_TOKENS, Footprint, footprint, largest_elastic
 from controller.types import SLO, Predicted, Profile
 
 GB = 1e9  # bandwidths are in GB/s = 1e9 bytes per second
 MIN_RESIDENCY_MS = 2000  # the worker's default minResidencyMs: a swapped-in model stays at least this long
 SWAP_DRAIN_TOKENS = 256  # a draining member finishes its running requests: at most this many more steps
 
-
-@dataclass(frozen=True)
-class Need:
-    """need(m) = weights + KV cache + activation peak + runtime overhead."""
-
-    weights: int
-    kv_cache: int
-    activation: int
-    overhead: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv_cache + self.activation + self.overhead
+Need = Footprint  # a model's footprint with every layer on the device
 
 
 @dataclass(frozen=True)
 class ElasticSlice:
-    """The bytes an elastic model keeps on the GPU: embeddings, head, norm, the first
-    `resident_layers` decoder layers, two streaming buffers, KV cache, activations, overhead."""
+    """An elastic footprint as the planner places it: `footprint` bytes on the GPU with `resident_layers`
+    decoder layers kept; `buffer_bytes` of streaming buffers; `streamed_bytes` copied per pass."""
 
     resident_layers: int
     total_layers: int
@@ -46,65 +36,32 @@ class ElasticSlice:
     buffer_bytes: int
     streamed_bytes: int
 
+    @classmethod
+    def of(cls, f: Footprint) -> ElasticSlice:
+        return cls(f.resident_layers, f.total_layers, f.total, f.buffers, f.streamed_bytes)
+
 
 def need(profile: Profile, slo: SLO) -> Need:
-    kv = profile.kv_bytes_per_token * slo.context_tokens * slo.concurrency
-    prefill_peak = profile.prefill_activation_bytes_per_token * min(slo.context_tokens, profile.prefill_chunk_tokens)
-    decode_peak = profile.decode_activation_bytes_per_sequence * slo.concurrency
-    return Need(
-        weights=profile.weight_bytes,
-        kv_cache=kv,
-        activation=max(prefill_peak, decode_peak),
-        overhead=profile.runtime_overhead_bytes,
-    )
+    """need(m) = weights + KV cache + activation peak + runtime overhead (contract.footprint)."""
+    return footprint(profile.terms, slo.context_tokens, slo.concurrency)
 
 
 def elastic_slice_at(profile: Profile, slo: SLO, resident_layers: int) -> ElasticSlice:
     """The elastic footprint when the first `resident_layers` layers stay on the GPU."""
-    layers = profile.layer_bytes
-    streamed = layers[resident_layers:]
-    buffers = 2 * max(streamed) if streamed else 0
-    n = need(profile, slo)
-    fixed = profile.embedding_bytes + profile.final_norm_bytes + profile.head_bytes
-    footprint = fixed + sum(layers[:resident_layers]) + buffers + n.kv_cache + n.activation + n.overhead
-    return ElasticSlice(resident_layers, len(layers), footprint, buffers, sum(streamed))
-
-
-def elastic_slices(profile: Profile, slo: SLO) -> list[ElasticSlice]:
-    """Every elastic slice, by resident layers 0 .. total-1 (what elastic_slice_at gives for each), in O(layers)."""
-    layers = profile.layer_bytes
-    total = len(layers)
-    n = need(profile, slo)
-    fixed = profile.embedding_bytes + profile.final_norm_bytes + profile.head_bytes + n.kv_cache + n.activation + n.overhead
-    suffix_max = [0] * (total + 1)
-    for i in range(total - 1, -1, -1):
-        suffix_max[i] = max(layers[i], suffix_max[i + 1])
-    out, resident, streamed = [], 0, sum(layers)
-    for k in range(total):
-        out.append(ElasticSlice(k, total, fixed + resident + 2 * suffix_max[k], 2 * suffix_max[k], streamed))
-        resident += layers[k]
-        streamed -= layers[k]
-    return out
+    return ElasticSlice.of(footprint(profile.terms, slo.context_tokens, slo.concurrency, resident_layers))
 
 
 def largest_elastic_slice(profile: Profile, slo: SLO, limit: int) -> ElasticSlice | None:
     """The slice with the most resident layers (fewer than all) whose footprint fits `limit`,
     or None when even zero resident layers do not fit."""
-    layers = profile.layer_bytes
-    total = len(layers)
-    n = need(profile, slo)
-    fixed = profile.embedding_bytes + profile.final_norm_bytes + profile.head_bytes + n.kv_cache + n.activation + n.overhead
-    prefix = [0] * (total + 1)
-    for i, size in enumerate(layers):
-        prefix[i + 1] = prefix[i] + size
-    suffix_max = [0] * (total + 1)
-    for i in range(total - 1, -1, -1):
-        suffix_max[i] = max(layers[i], suffix_max[i + 1])
-    for k in range(total - 1, -1, -1):
-        footprint = fixed + prefix[k] + 2 * suffix_max[k]
-        if footprint <= limit:
-            return ElasticSlice(k, total, footprint, 2 * suffix_max[k], prefix[total] - prefix[k])
-    return None
+    found = largest_elastic(profile.terms, slo.context_tokens, slo.concurrency, limit)
+    return None if found is None else ElasticSlice.of(found)
+
+
+def elastic_slices(profile: Profile, slo: SLO) -> list[ElasticSlice]:
+    """Every elastic slice, by resident layers 0 .. total-1: elastic_slice_at for each (the planner computes
+    them once per profile, context and concurrency)."""
+    return [elastic_slice_at(profile, slo, k) for k in range(profile.total_layers)]
 
 
 def smallest_slice_meeting(profile: Profile, slo: SLO, limit: int, streamers: int,
@@ -184,8 +141,8 @@ def predict_elastic(profile: Profile, slo: SLO, piece: ElasticSlice, streamers: 
     non-resident layer once, overlapped with that chunk's compute."""
     stream = copy_ms(piece.streamed_bytes, profile, streamers)
     tpot = max(decode_step_ms(profile, slo.concurrency) + shared_ms, stream)
-    chunks = math.ceil(slo.context_tokens / profile.prefill_chunk_tokens)
-    chunk_compute = prefill_ms(profile, min(slo.context_tokens, profile.prefill_chunk_tokens))
+    chunks = math.ceil(slo.context_tokens / PREFILL_CHUNK_TOKENS)
+    chunk_compute = prefill_ms(profile, min(slo.context_tokens, PREFILL_CHUNK_TOKENS))
     ttft = chunks * max(chunk_compute, stream) + tpot
     return Predicted(ttft_ms=_ms(ttft), tpot_ms=_ms(tpot), link_share_gbps=_sig(link_share_gbps(profile, streamers)))
 

@@ -5,7 +5,7 @@ per-model arithmetic lives in controller.planning.cost. Pure and deterministic: 
 the result does not depend on input order. Called by the CLI (`gpushare plan`,
 `explain`), by the reconcile pass and by bench/plan_quality.py.
 
-The rules (docs/guide.md, "How the planner decides"):
+The rules (docs/planner.md; docs/architecture.md has the design):
 1. Each model picks its GPU product (its selector, else the profiled product where it
    fits without streaming, then the largest GPU, then by name). No profile for that
    product -> Pending (a profiler Job is needed); no such product -> refused. Products
@@ -792,6 +792,7 @@ def _decision(ask: Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes:
         slo_met=(not misses) if (has_targets and pred is not None) else None,
         reason=reason, reason_code=code, profile=f"{ask.profile.model}@{ask.profile.gpu_product}",
         estimated=ask.profile.estimated, host_bytes=host_bytes,
+        dtype=ask.profile.dtype, terms=ask.profile.terms,
     )
 
 
