@@ -1,7 +1,7 @@
 """The exact planner for small instances: one GPU product's models and slots as a CP-SAT model.
 
-Owns the integer model of controller.planning.plan's rules and objective; placement limits and the
-final slices come from controller.planning.plan (`check`), so both planners judge a slot alike.
+Owns the integer model of the planner's rules and objective (docs/planner.md); the final layout of
+each slot goes through controller.planning.slots (`check`), so both planners judge a slot alike.
 Deterministic: the model is built in sorted order and solved with a fixed seed, one worker
 and a deterministic time limit. Called by controller.planning.plan.plan_product (method "auto" on
 small instances, or "exact") and, through it, by bench/plan_quality.py.
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from controller.planning import cost
-from controller.planning.plan import Ask, SlotState, _greedy, apply, check
+from controller.planning.greedy import greedy
+from controller.planning.slots import Ask, SlotState, apply, check
 
 SEED = 0
 DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock): same result every run
@@ -107,7 +108,7 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
     solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT_S
     status = solver.Solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return _greedy(asks, states, sticky=True)
+        return greedy(asks, states, sticky=True)
     chosen = {opt.ask.key: opt for var, opt in zip(x, options) if solver.Value(var)}
     return _build(asks, states, chosen)
 
