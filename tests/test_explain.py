@@ -69,4 +69,5 @@ def test_host_ram_is_shown_for_a_swap_member():
     text, got = explained([toy_model("a", 2000), toy_model("b", 2000)], [slot], "a")
     assert got["a"].mode == "swap" and got["a"].host_bytes == 1200
     assert "Host RAM: pins 1.2Ki; node node-a pins 2.3Ki of 9.8Ki" in text
+    assert "- or its one swap partner llm/b moves to another GPU: it then runs resident" in text
     assert "SLO" not in text.split("Neighbours")[0].split("Predicted")[0]

@@ -42,7 +42,12 @@ def neighbour_lines(inputs: Inputs, result: Plan, d: Decision, profile: Profile)
     elif missing > 0:
         lines.append(f"To {target} it needs {fb(want)} on {slot.id}, where {fb(max(free + mine, 0))} is left to it "
                      f"(elastic neighbours at their minimum): {missing} bytes short.")
-        lines += _room_advice(others, missing)
+        lines += _room_advice(others, missing, inputs)
+        partners = [o for o in others if o.mode == "swap"]
+        if d.mode == "swap" and len(partners) == 1:
+            o = partners[0]
+            lines.append(f"- or its one swap partner {o.namespace}/{o.name} moves to another GPU: it then runs "
+                         f"resident in the area it shares now")
         if d.mode != "refused":
             lines.append(f"- or its own: a need below {fb(free + mine)} (lower slo.contextTokens/concurrency)")
         else:
@@ -86,12 +91,15 @@ def _closest(slots: list[GpuSlot], placed: list[Decision], d: Decision) -> GpuSl
     return max(slots, key=lambda s: (s.usable_bytes - device_bytes(o for o in placed if o.slot == s.id), s.id))
 
 
-def _room_advice(others: list[Decision], missing: int) -> list[str]:
-    """The single neighbour whose room covers the shortfall (the smallest such), else the fewest largest."""
-    movable = [o for o in others if o.mode in ("resident", "elastic")]
-    single = [o for o in movable if o.footprint_bytes >= missing]
+def _room_advice(others: list[Decision], missing: int, inputs: Inputs) -> list[str]:
+    """The single neighbour whose leaving covers the shortfall (the smallest such), else the fewest largest.
+    An elastic neighbour frees its minimum (what it grew beyond that is already counted as room)."""
+    frees = {o.key: o.footprint_bytes if o.mode == "resident" else _minimum(o, inputs)
+             for o in others if o.mode in ("resident", "elastic")}
+    movable = sorted((o for o in others if o.key in frees), key=lambda o: (-frees[o.key], o.namespace, o.name))
+    single = [o for o in movable if frees[o.key] >= missing]
     if single:
-        o = min(single, key=lambda o: (o.footprint_bytes, o.namespace, o.name))
+        o = min(single, key=lambda o: (frees[o.key], o.namespace, o.name))
         shrink = (f" or runs elastic (a memoryBudget at least {missing} bytes below its need)"
                   if o.mode == "resident" else "")
         return [f"- it fits if {o.namespace}/{o.name} ({o.mode}, {fb(o.footprint_bytes)}) moves to another GPU{shrink}"]
@@ -100,7 +108,7 @@ def _room_advice(others: list[Decision], missing: int) -> list[str]:
         if total >= missing:
             break
         chosen.append(o)
-        total += o.footprint_bytes
+        total += frees[o.key]
     if total < missing:
         return ["- no neighbour alone frees enough: add a GPU of this product"]
     return ["- it fits if " + " and ".join(f"{o.namespace}/{o.name} ({fb(o.footprint_bytes)})" for o in chosen)
