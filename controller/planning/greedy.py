@@ -87,7 +87,7 @@ def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[l
                     or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
                 refused.append(ask)
     refused = [a for a in refused if not _stream_residents_to_admit(a, states, index, kept)]
-    refused = _trade_tight_streamers(refused, states, index, kept)
+    refused = _trade_streamers(refused, states, index, kept)
     for state in states:  # a swap group of one (kept members whose partners left) is simply resident
         if len(state.swap) == 1:
             apply(state, check(state, state.resident + state.swap, [], elastic_entries(state)))
@@ -116,28 +116,33 @@ def _stream_residents_to_admit(ask: Ask, states: list[SlotState], index: _FreeIn
     return False
 
 
-def _trade_tight_streamers(refused: list[Ask], states: list[SlotState], index: _FreeIndex, kept: set) -> list[Ask]:
-    """Fewer refused: a model whose TPOT target keeps its link to itself gives the link up where two or more
-    refused models then fit on it (it is refused instead, unless another slot takes it)."""
+def _trade_streamers(refused: list[Ask], states: list[SlotState], index: _FreeIndex, kept: set) -> list[Ask]:
+    """A streaming model placed this pass gives its place up where that admits refused models: two or more
+    (fewer refused), or one that then runs resident (as many refused, one fewer elastic). It is refused
+    instead, unless another slot takes it. Models kept or placed by the last plan never give way."""
     for state in states:
-        if len(refused) < 2:
-            break
         for key, (ask, _, fixed) in sorted(state.elastic.items()):
-            if fixed or key in kept or ask.placed_before or not is_tight(ask, ask.limit(state.slot)):
+            if not refused:
+                return refused
+            if fixed or key in kept or ask.placed_before or key not in state.elastic:
                 continue
             before = (list(state.resident), list(state.swap), elastic_entries(state))
             if not _change(state, index, before[0], before[1], [e for e in before[2] if e[0] is not ask]):
                 continue
-            admitted = [r for r in refused if _change(state, index, state.resident, state.swap,
-                                                       elastic_entries(state) + [(r, None, False)])]
-            if len(admitted) >= 2:
+            resident, streamed = [], []
+            for r in refused:
+                if r.whole and _change(state, index, state.resident + [r], state.swap, elastic_entries(state)):
+                    resident.append(r)
+                elif _change(state, index, state.resident, state.swap, elastic_entries(state) + [(r, None, False)]):
+                    streamed.append(r)
+            if len(resident) + len(streamed) >= 2 or resident:
                 state.squeezed.discard(key)
-                state.squeezed.update(r.key for r in admitted if r.whole)
-                refused = [r for r in refused if all(r is not a for a in admitted)]
+                state.squeezed.update(r.key for r in streamed if r.whole)
+                refused = [r for r in refused if all(r is not a for a in resident + streamed)]
                 if not _place_elastic(ask, states, index, squeezed=ask.whole):
                     refused.append(ask)
-                break
-            _change(state, index, *before)  # undo: it keeps its link
+                continue
+            _change(state, index, *before)  # undo: it keeps its place
     return refused
 
 
