@@ -31,7 +31,7 @@ The rules (docs/planner.md; docs/architecture.md has the design):
    Small instances are solved exactly (controller.planning.plan_exact, CP-SAT with a fixed seed
    and one worker: deterministic); larger ones by the greedy below, whose gap to the exact
    optimum bench/plan_quality.py measures.
-5. The greedy: unchanged models keep their slot, mode and slice first. Then the models that
+5. The greedy (controller.planning.greedy): unchanged models keep their slot, mode and slice first. Then the models that
    must stream (smallest elastic start first), then those that fit whole (those a swap-in
    would break first, then smaller need first): resident in the slot with the least room
    that holds it; else into a swap group; else a slot re-packs its re-placeable residents
