@@ -31,13 +31,12 @@ The rules (docs/planner.md; docs/architecture.md has the design):
    Small instances are solved exactly (controller.planning.plan_exact, CP-SAT with a fixed seed
    and one worker: deterministic); larger ones by the greedy below, whose gap to the exact
    optimum bench/plan_quality.py measures.
-5. The greedy (controller.planning.greedy): unchanged models keep their slot, mode and slice first. Then the models that
-   must stream (smallest elastic start first), then those that fit whole (those a swap-in
-   would break first, then smaller need first): resident in the slot with the least room
-   that holds it; else into a swap group; else a slot re-packs its re-placeable residents
-   into a swap group; else elastic where the link and bytes allow; else refused with the
-   bytes missing. If that refuses a model that a plan without stickiness would place, the
-   plan without stickiness wins and every moved model's reason says so.
+5. The greedy (controller.planning.greedy): unchanged models keep their slot, mode and
+   slice first. Then the models that must stream, then those that fit whole: resident by best
+   fit; else into a swap group; else a slot re-packs its re-placeable residents into a swap
+   group; else elastic where the link and bytes allow; then repairs for the refused ones. If
+   that refuses a model that a plan without stickiness would place, the plan without
+   stickiness wins and every moved model's reason says so.
 """
 from __future__ import annotations
 
