@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpushare", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     validate = sub.add_parser("validate", help="check a GitOps repo's inputs; exit 1 on any error (a PR check)")
@@ -49,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the images' tags follow it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpushare-elastic")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def _require_dir(path: Path) -> None:

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -32,11 +32,12 @@ from kubernetes import client, config
 from controller.cluster import Cluster, ClusterError, VerdictKey, app_state, gpu_slots
 from controller.cluster_pass import (OWNED, ClusterFacts, LiveObject, ModelView, application_for, model_views,
                                      not_in_git, render_in_cluster, status_model, verdict_sources)
+from controller.compositions import Composition
 from controller.leader import LeaderElection
 from controller.metrics import ControllerMetrics, Health, MetricsServer
 from controller.offline import OfflineResult
 from controller.reconcile import PassOutput
-from controller.reconcile_cli import credentials_from, default_workdir, show
+from controller.reconcile_cli import credentials_from, default_workdir, show, site_compositions
 from controller.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target, publish
@@ -127,7 +128,7 @@ class ClusterReconciler:
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 max_backoff_s: float = MAX_BACKOFF_S):
+                 max_backoff_s: float = MAX_BACKOFF_S, compositions: Mapping[str, Composition] | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
         self.target = parse_target(target)
@@ -135,6 +136,7 @@ class ClusterReconciler:
         self.health = health
         self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.renew_every_s, self.backoff_base_s, self.max_backoff_s = renew_every_s, backoff_base_s, max_backoff_s
+        self.compositions = compositions  # None: the shipped ones
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str], bool] = {}
@@ -232,7 +234,7 @@ class ClusterReconciler:
         renders = []
 
         def render(root: Path):
-            rendered = render_in_cluster(root, facts)
+            rendered = render_in_cluster(root, facts, self.compositions)
             renders.append(rendered)
             self._renew()
             return rendered.change
@@ -396,7 +398,8 @@ def run_cluster(args) -> int:
     health = Health(stall_after_s=max(600.0, 5 * interval) + MAX_BACKOFF_S)
     stop = threading.Event()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
-                                   target=args.write_back, health=health, sleep=stop.wait)
+                                   target=args.write_back, health=health, sleep=stop.wait,
+                                   compositions=site_compositions(args))
     try:
         if args.once:
             return _once(reconciler)

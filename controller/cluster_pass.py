@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from controller.cluster import ProfileDocument
+from controller.compositions import Composition
 from controller.estimate import profile_relpath
 from controller.load import (PROFILES_DIR, combine, load_decision_records, load_documents, parse_model,
                              parse_profile, read_models, read_profiles)
@@ -155,7 +156,8 @@ class ClusterRender:
     ignored: tuple[tuple[str, str], ...] = ()  # (reason, message) of profile ConfigMaps not used
 
 
-def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
+def render_in_cluster(root: Path, facts: ClusterFacts,
+                      compositions: Mapping[str, Composition] | None = None) -> ClusterRender:
     """The pass over `root` with the cluster's facts; the Change adds the measured profiles to the pass's files."""
     models, model_errors = read_models(root)
     measured = measured_profiles(facts.profiles, profile_requests(models, facts.slots))
@@ -169,7 +171,7 @@ def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
     plan_md = root / PLAN_MD
     output = run_pass(inputs, load_decision_records(root),
                       last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None,
-                      processes=available_processes())
+                      compositions=compositions, processes=available_processes())
     new = [path for path, text in measured.files.items() if _differs(root / path, text)]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
     change = Change(files=files, message=_message(output, new, measured.sources), keep=_committed_measured(root))

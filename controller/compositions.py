@@ -36,6 +36,7 @@ class Composition:
     per_worker: tuple[str, ...]
     per_model: tuple[str, ...]
     env: SandboxedEnvironment = field(compare=False, repr=False)
+    explicit: frozenset[str] = frozenset()  # the parameters its file sets (the rest took the defaults)
 
 
 @lru_cache(maxsize=1)
@@ -85,6 +86,7 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         per_worker=tuple(lists[1]),
         per_model=tuple(lists[2]),
         env=env,
+        explicit=frozenset(doc["spec"].get("parameters", {})),
     )
 
 

@@ -7,9 +7,11 @@ run controller.reconcile.run_pass, hand its files to gitops.publish. Called by
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.compositions import Composition
 from controller.load import load_decision_records, load_repo
 from controller.reconcile import PassOutput, available_processes, run_pass
 from gitops import Change, PublishResult, Target, WorkingCopy, publish
@@ -23,21 +25,23 @@ class OfflineResult:
     output: PassOutput | None  # None when nothing moved upstream and the pass was skipped
 
 
-def pass_over(root: Path) -> PassOutput:
-    """The pass over a checked-out GitOps tree (pure but for reading files)."""
+def pass_over(root: Path, compositions: Mapping[str, Composition] | None = None) -> PassOutput:
+    """The pass over a checked-out GitOps tree (pure but for reading files); `compositions`: the shipped
+    ones when None."""
     plan_md = root / PLAN_MD
     return run_pass(load_repo(root), load_decision_records(root),
                     last_plan_md=plan_md.read_text(encoding="utf-8") if plan_md.is_file() else None,
-                    processes=available_processes())
+                    compositions=compositions, processes=available_processes())
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
-                   previous: PublishResult | None = None) -> OfflineResult:
+                   previous: PublishResult | None = None, *,
+                   compositions: Mapping[str, Composition] | None = None) -> OfflineResult:
     """Render on top of upstream, commit if the generated tree changed, push (retrying lost races)."""
     outputs: list[PassOutput] = []
 
     def render(root: Path) -> Change:
-        out = pass_over(root)
+        out = pass_over(root, compositions)
         outputs.append(out)
         return Change(files=out.files, message=out.message)
 

@@ -15,14 +15,16 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from controller import report
+from controller.compositions import Composition, shipped_compositions
 from controller.offline import OfflineResult, reconcile_once
+from controller.site import InstallParameterInvalid, install_parameters, with_install_parameters
 from gitops import Credentials, GitError, Identity, WorkingCopy, parse_target
 from gitops.git import Git
 
-EXAMPLE_FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
 MAX_BACKOFF_S = 300.0
@@ -43,6 +45,19 @@ def _target(text: str):
         raise argparse.ArgumentTypeError(f"{exc.message}; {exc.fix}") from None
 
 
+def example_fleet() -> Path:
+    """examples/fleet: package data (gpushare_examples) in a wheel or an image, the checkout's directory
+    in an editable install made before pyproject.toml mapped it (`make` reinstalls when pyproject.toml changes)."""
+    try:
+        from gpushare_examples import FLEET
+    except ImportError:
+        return Path(__file__).resolve().parent.parent / "examples" / "fleet"
+    return FLEET
+
+
+EXAMPLE_FLEET = example_fleet()
+
+
 def add_commands(sub) -> None:
     rec = sub.add_parser("reconcile", help="plan, render and commit back to git (offline or against a cluster)")
     where = rec.add_mutually_exclusive_group(required=True)
@@ -56,6 +71,9 @@ def add_commands(sub) -> None:
     loop = rec.add_mutually_exclusive_group()
     loop.add_argument("--once", action="store_true", help="one pass, then exit (the default offline)")
     loop.add_argument("--interval", type=duration, help="poll: one pass every DURATION (e.g. 30s), with jitter")
+    rec.add_argument("--worker-image", metavar="IMAGE",
+                     help="the image workers and profiler Jobs run, for every composition that does not set its "
+                          "own `image` (the install sets it from WORKER_IMAGE; default: the schema's default)")
     rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
     rec.add_argument("--git-username", default="x-access-token")
     rec.add_argument("--git-ssh-key-file", type=Path)
@@ -84,7 +102,18 @@ def default_workdir(repo: str, branch: str) -> Path:
     return Path(tempfile.gettempdir()) / "gpushare" / f"checkout-{digest}"
 
 
+def site_compositions(args) -> Mapping[str, Composition] | None:
+    """The shipped compositions with the install's parameters (--worker-image); None when none is set."""
+    values = install_parameters(worker_image=args.worker_image)
+    return with_install_parameters(shipped_compositions(), values) if values else None
+
+
 def _reconcile(args) -> int:
+    try:
+        compositions = site_compositions(args)
+    except InstallParameterInvalid as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}", file=sys.stderr)
+        return 2
     if args.kube:
         from controller.cluster_loop import run_cluster
 
@@ -96,11 +125,12 @@ def _reconcile(args) -> int:
         return _fail(exc)
     if not args.interval:
         try:
-            show(reconcile_once(copy, args.write_back))
+            show(reconcile_once(copy, args.write_back, compositions=compositions))
         except GitError as exc:
             return _fail(exc)
         return 0
-    return poll(lambda previous: reconcile_once(copy, args.write_back, previous), args.interval)
+    return poll(lambda previous: reconcile_once(copy, args.write_back, previous, compositions=compositions),
+                args.interval)
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:

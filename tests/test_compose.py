@@ -221,7 +221,11 @@ def cache_of(spec: dict) -> tuple[dict, dict, dict]:
     return volume, mount, {e["name"]: e for e in container["env"]}
 
 
-def test_model_cache_claim_is_read_write_for_the_profiler_and_read_only_for_the_worker(template_copy):
+HOST_CACHE = {"name": "cache", "hostPath": {"path": "/var/lib/gpushare/models", "type": "DirectoryOrCreate"}}
+TOKEN_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}}
+
+
+def test_model_cache_claim_is_read_write_for_profiler_and_worker_which_both_download(template_copy):
     compositions = with_parameters(template_copy, "modelCache: {claimName: hf-models}\n"
                                                   "    hfTokenSecret: {name: hf-token, key: token}")
     result = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
@@ -230,47 +234,78 @@ def test_model_cache_claim_is_read_write_for_the_profiler_and_read_only_for_the_
     for path in (job_path, f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"):
         kubernetes_validate.validate(load(result.files, path), "1.30", strict=True)
     job = load(result.files, job_path)["spec"]["template"]["spec"]
-    volume, mount, env = cache_of(job)
-    assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models"}}
-    assert mount == {"name": "cache", "mountPath": "/cache"}
-    assert env["HF_HOME"]["value"] == "/cache/hf" and env["HF_HUB_OFFLINE"]["value"] == "0"
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    worker = pod(result.files, "worker-node-a-gpu0-default")["spec"]
+    for spec in (job, worker):
+        volume, mount, env = cache_of(spec)
+        assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models"}}
+        assert mount == {"name": "cache", "mountPath": "/cache"}
+        assert env["HF_HOME"]["value"] == "/cache/hf" and env["HF_HUB_OFFLINE"]["value"] == "0"
+        assert env["HF_TOKEN"] == TOKEN_ENV
+        assert "initContainers" not in spec  # a claim's owner is set by fsGroup, not by a root init container
     assert (job["securityContext"]["fsGroup"], job["securityContext"]["fsGroupChangePolicy"]) == (10001,
                                                                                                    "OnRootMismatch")
-    volume, mount, env = cache_of(pod(result.files, "worker-node-a-gpu0-default")["spec"])
-    assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models", "readOnly": True}}
-    assert mount == {"name": "cache", "mountPath": "/cache", "readOnly": True}
-    assert set(env) == {"HF_HOME"}  # offline, as the image sets it, and no token
     kai_volume = cache_of(pod(result.files, "worker-node-b-gpu0-kai")["spec"])[0]
-    assert kai_volume == {"name": "cache", "emptyDir": {}}  # parameters are per composition: kai's are unset
+    assert kai_volume == HOST_CACHE  # parameters are per composition: kai's are the defaults
 
 
-def test_hub_token_alone_keeps_the_profiler_offline_on_an_empty_cache(template_copy):
-    compositions = with_parameters(template_copy, "hfTokenSecret: {name: hf-token, key: token}")
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
-    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
-    volume, _, env = cache_of(load(files, job_path)["spec"]["template"]["spec"])
-    assert volume == {"name": "cache", "emptyDir": {}}
-    assert set(env) == {"HF_HOME", "HF_TOKEN"}
-
-
-def test_without_cache_or_token_parameters_pods_get_an_empty_cache_and_no_token(tree):
+def test_by_default_every_pod_downloads_into_the_nodes_host_path_cache(tree):
     (job_path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
     job = load(tree, job_path)["spec"]["template"]["spec"]
     for spec in (job, pod(tree, "worker-node-a-gpu0-default")["spec"]):
         volume, mount, env = cache_of(spec)
-        assert (volume, mount, set(env)) == ({"name": "cache", "emptyDir": {}}, {"name": "cache", "mountPath": "/cache"},
-                                             {"HF_HOME"})
-    assert "fsGroup" not in job["securityContext"]
+        assert (volume, mount) == (HOST_CACHE, {"name": "cache", "mountPath": "/cache"})
+        assert {name: e.get("value") for name, e in env.items()} == {"HF_HOME": "/cache/hf", "HF_HUB_OFFLINE": "0"}
+        (init,) = spec["initContainers"]  # hands the kubelet-created directory to the non-root user
+        assert (init["args"], init["securityContext"]["capabilities"]) == (["10001"], {"drop": ["ALL"],
+                                                                                      "add": ["CHOWN"]})
+        assert init["image"] == spec["containers"][0]["image"]
+
+
+def test_offline_parameter_alone_keeps_pods_off_the_hub(template_copy):
+    compositions = with_parameters(template_copy, "offline: true\n    modelCache: null")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
+    for spec in (load(files, job_path)["spec"]["template"]["spec"], pod(files, "worker-node-a-gpu0-default")["spec"]):
+        volume, _, env = cache_of(spec)
+        assert volume == {"name": "cache", "emptyDir": {}} and env["HF_HUB_OFFLINE"]["value"] == "1"
+        assert "HF_TOKEN" not in env and "initContainers" not in spec
+
+
+def test_node_selector_tolerations_and_api_key_reach_the_pods(template_copy):
+    compositions = with_parameters(template_copy, "nodeSelector: {pool: gpu, kubernetes.io/hostname: elsewhere}\n"
+                                   "    tolerations: [{key: dedicated, operator: Equal, value: llm, effect: NoExecute,"
+                                   " tolerationSeconds: 30}]\n"
+                                   "    apiKeySecret: {name: llm-api, key: key}")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
+    job = load(files, job_path)["spec"]["template"]["spec"]
+    worker = pod(files, "worker-node-a-gpu0-default")["spec"]
+    assert worker["nodeSelector"] == {"kubernetes.io/hostname": "node-a", "nvidia.com/gpu.product": "NVIDIA-H200",
+                                      "pool": "gpu"}  # the slot's own labels are never overridden
+    assert job["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "gpu",
+                                   "kubernetes.io/hostname": "elsewhere"}
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute",
+                  "tolerationSeconds": 30}
+    assert worker["tolerations"] == job["tolerations"] == [toleration]
+    env = cache_of(worker)[2]
+    assert env["GPUSHARE_API_KEY"] == {"name": "GPUSHARE_API_KEY",
+                                       "valueFrom": {"secretKeyRef": {"name": "llm-api", "key": "key"}}}
+    assert "GPUSHARE_API_KEY" not in cache_of(job)[2]
 
 
 @pytest.mark.parametrize("parameters, path", [
-    pytest.param("modelCache: {}", "modelCache", id="cache-without-claim-name"),
-    pytest.param("modelCache: {claimName: Bad_Name}", "claimName", id="cache-claim-not-dns-1123"),
+    pytest.param("modelCache: {}", "modelCache", id="cache-without-claim-or-path"),
+    pytest.param("modelCache: {claimName: Bad_Name}", "modelCache", id="cache-claim-not-dns-1123"),
+    pytest.param("modelCache: {hostPath: var/models}", "modelCache", id="cache-path-relative"),
+    pytest.param("modelCache: {hostPath: /var/../etc}", "modelCache", id="cache-path-climbs-up"),
     pytest.param("hfTokenSecret: {name: hf-token}", "hfTokenSecret", id="token-secret-without-key"),
     pytest.param("hfTokenSecret: {name: hf-token, key: 'a/b'}", "key", id="token-key-with-slash"),
+    pytest.param("nodeSelector: {pool: 'a b'}", "nodeSelector", id="node-selector-value-not-a-label-value"),
+    pytest.param("tolerations: [{key: a, operator: Maybe}]", "operator", id="toleration-operator-unknown"),
+    pytest.param("allowedNamespaces: [Monitoring]", "allowedNamespaces", id="allowed-namespace-not-dns-1123"),
+    pytest.param("apiKeySecret: {name: llm-api}", "apiKeySecret", id="api-key-secret-without-key"),
 ])
-def test_malformed_cache_or_token_parameters_are_refused(template_copy, parameters, path):
+def test_malformed_composition_parameters_are_refused(template_copy, parameters, path):
     with pytest.raises(CompositionInvalid, match=f"spec/parameters/.*{path}"):
         with_parameters(template_copy, parameters)
 

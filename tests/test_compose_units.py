@@ -108,7 +108,7 @@ def test_shipped_compositions_load_with_defaults():
     found = load_compositions()
     assert sorted(found) == ["default", "hami", "kai"]
     assert found["kai"].per_worker[-1] == "worker-deployment-kai.yaml.j2"
-    assert found["default"].parameters["image"] == "ghcr.io/gpushare/gpushare-elastic:0.1.0"
+    assert found["default"].parameters["image"] == "ghcr.io/gpushare/gpushare-worker:0.1.0"
     assert found["hami"].parameters["profilerBackoffLimit"] == 2
 
 
