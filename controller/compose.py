@@ -32,6 +32,7 @@ from controller.kube_validate import warm as warm_validators
 from controller.names import (dns_label, is_dns_label, is_label_value, profile_configmap_name, profiler_job_name,
                               service_name, worker_name)
 from controller.occupancy import device_bytes
+from controller.profiling_place import Beside, profiling_place
 from controller.planmd import Change, decision_changes, plan_markdown
 from controller.render import RenderError, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
@@ -113,7 +114,7 @@ def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot
     """Every generated file but PLAN.md: profiler Jobs, worker objects, Services, decision files."""
     by_key = {m.key: m for m in models}
     tree, errors = _Tree(), []
-    _profiling_step(plan.pending, by_key, compositions, tree, errors)
+    _profiling_step(plan.pending, by_key, compositions, tree, errors, slots, plan.decisions)
     workers, refused = _group(plan.decisions, by_key, {s.id: s for s in slots}, compositions, errors)
     served = _serving_step(workers, compositions, tree, errors)
     for decision in sorted(refused + served, key=lambda d: d.key):
@@ -178,11 +179,13 @@ def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: obj
 
 
 def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: Mapping[str, Composition],
-                    tree: _Tree, errors: list[ComposeError]) -> None:
-    """Each model awaiting a profile: its composition's profiling objects, nothing else."""
+                    tree: _Tree, errors: list[ComposeError], slots: Sequence[GpuSlot],
+                    decisions: Sequence[Decision]) -> None:
+    """Each model awaiting a profile: its composition's profiling objects, on a free GPU or beside the workers."""
     def render(item: Pending) -> None:
         model, composition = _admit(item, by_key, compositions)
-        tree.add(_profiling(model, item, composition), [model.ref])
+        beside = profiling_place(item.gpu_product, slots, decisions)
+        tree.add(_profiling(model, item, composition, beside), [model.ref])
 
     for item in sorted(pending, key=lambda p: p.key):
         _guarded(errors, render, item)
@@ -278,18 +281,21 @@ def _served(model: ElasticModel, decision: Decision) -> _Served:
     return _Served(model, decision, entry)
 
 
-def _profiling(model: ElasticModel, pending: Pending, composition: Composition) -> list[tuple[str, str]]:
+def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
+               beside: Beside | None) -> list[tuple[str, str]]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
     configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
     context = {
         "params": composition.parameters,
         "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
         "job": {
-            "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,
-                                      str(composition.parameters["image"])),
+            "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,  # where it runs is in
+                                      str(composition.parameters["image"])  # its name: a Job is immutable
+                                      + (f"@{beside.slot.id}" if beside else "")),
             "product": pending.gpu_product,
             "configmap": configmap,
             "out": f"configmap:{model.namespace}/{configmap}",
+            "beside": beside.context() if beside else None,
         },
     }
     return _render(composition, composition.profiling, context, model.ref)

@@ -16,9 +16,10 @@ from controller.compose import compose
 from controller.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
 from controller.compositions import CompositionInvalid, load_compositions
 from controller.names import service_name
-from controller.types import Plan
+from controller.types import GpuSlot, Pending, Plan
 from templates import TEMPLATE_DIR
-from tests.compose_scenario import BIG, CHAT, CODER, FRESH, MODELS, PLAN, PREVIOUS, SLOTS, TINY, decide, model
+from tests.compose_scenario import (BIG, CHAT, CODER, DECISIONS, FRESH, GIB, L4, MODELS, PLAN, PREVIOUS, SLOTS, TINY,
+                                   decide, model)
 
 WORKERS = "rendered/gpushare-system"
 MIB = 1 << 20
@@ -157,10 +158,64 @@ def test_profiler_job_spec(tree):
     assert container["command"] == ["python", "-m", "profiler_job"]
     assert container["args"] == ["--model", FRESH.model, "--revision", "main", "--gpu-product", "NVIDIA-H200",
                                  "--out", f"configmap:llm/{configmap}", "--require-gpu"]
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert spec["serviceAccountName"] == "gpushare-profiler"
     assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (2, 86400)
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+# --- profiling never waits for a GPU that workers hold -------------------------------------------------
+
+def profiler_pod(files: dict[str, str], namespace: str = "llm") -> tuple[dict, dict]:
+    (path,) = [p for p in files if p.startswith(f"rendered/{namespace}/job-")]
+    job = load(files, path)
+    return job, job["spec"]["template"]["spec"]
+
+
+def test_with_every_h200_held_the_profiler_runs_beside_the_worker_on_its_gpu(tree):
+    job, spec = profiler_pod(tree)  # the scenario's one H200 (node-a/gpu0) runs chat-small, coder, summarizer
+    (container,) = spec["containers"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "kubernetes.io/hostname": "node-a"}
+    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})  # a whole GPU would wait for ever
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "0"
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"gpushare.dev/beside-slot": "node-a/gpu0"}
+
+
+def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
+    free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
+    files = compose(MODELS, PLAN, (*SLOTS, free), {}).files
+    job, spec = profiler_pod(files)
+    (container,) = spec["containers"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
+    assert "annotations" not in job["spec"]["template"]["metadata"]
+    assert job["metadata"]["name"] != profiler_pod(compose(MODELS, PLAN, SLOTS, {}).files)[0]["metadata"]["name"]
+
+
+@pytest.mark.parametrize("composition", [
+    pytest.param("kai", id="kai-gpu-memory-share-of-the-freest-l4"),
+    pytest.param("hami", id="hami-gpumem-vgpu-of-the-freest-l4"),
+])
+def test_sharing_compositions_profile_beside_the_workers_with_a_memory_share(composition):
+    # both L4s are held: node-b/gpu0 by big-70b (20 GiB on the device), node-b/gpu1 by tiny (1 GiB): gpu1 is freer
+    late = model("late", "research", hub="Qwen/Qwen2.5-1.5B-Instruct", composition=composition, product=L4)
+    pending = Pending(name="late", namespace="research", model=late.model, gpu_product=L4, revision="main",
+                      reason="no profile yet")
+    result = compose((*MODELS, late), Plan(decisions=DECISIONS, pending=(pending,)), SLOTS, {})
+    assert result.errors == ()
+    job, spec = profiler_pod(result.files, "research")
+    (container,) = spec["containers"]
+    assert spec["nodeSelector"]["kubernetes.io/hostname"] == "node-b"
+    assert job["spec"]["template"]["metadata"]["annotations"]["gpushare.dev/beside-slot"] == "node-b/gpu1"
+    tiny_free = str(23 * 1024 - 1024)  # 24 GiB - the 1 GiB reserve - tiny's 1 GiB, in MiB
+    if composition == "kai":
+        assert spec["schedulerName"] == "kai-scheduler"
+        assert job["spec"]["template"]["metadata"]["annotations"]["gpu-memory"] == tiny_free
+        assert "limits" not in container["resources"]
+    else:
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": tiny_free}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
 
 
 def rules(role: dict) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
@@ -254,7 +309,9 @@ def test_by_default_every_pod_downloads_into_the_nodes_host_path_cache(tree):
     for spec in (job, pod(tree, "worker-node-a-gpu0-default")["spec"]):
         volume, mount, env = cache_of(spec)
         assert (volume, mount) == (HOST_CACHE, {"name": "cache", "mountPath": "/cache"})
-        assert {name: e.get("value") for name, e in env.items()} == {"HF_HOME": "/cache/hf", "HF_HUB_OFFLINE": "0"}
+        assert {name: env[name].get("value") for name in ("HF_HOME", "HF_HUB_OFFLINE")} == {"HF_HOME": "/cache/hf",
+                                                                                           "HF_HUB_OFFLINE": "0"}
+        assert "HF_TOKEN" not in env
         (init,) = spec["initContainers"]  # hands the kubelet-created directory to the non-root user
         assert (init["args"], init["securityContext"]["capabilities"]) == (["10001"], {"drop": ["ALL"],
                                                                                       "add": ["CHOWN"]})
@@ -283,7 +340,7 @@ def test_node_selector_tolerations_and_api_key_reach_the_pods(template_copy):
     assert worker["nodeSelector"] == {"kubernetes.io/hostname": "node-a", "nvidia.com/gpu.product": "NVIDIA-H200",
                                       "pool": "gpu"}  # the slot's own labels are never overridden
     assert job["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "gpu",
-                                   "kubernetes.io/hostname": "elsewhere"}
+                                   "kubernetes.io/hostname": "node-a"}  # beside node-a's worker: its node wins
     toleration = {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute",
                   "tolerationSeconds": 30}
     assert worker["tolerations"] == job["tolerations"] == [toleration]
