@@ -320,7 +320,8 @@ class ClusterReconciler:
         decision = view.decision if view is not None else None
         pending = view.pending if view is not None else None
         previous = (obj.get("status") or {}).get("conditions") or []
-        body = status_patch(model, conditions_for(model, decision, pending, error, observed, previous, now), decision)
+        body = status_patch(model, conditions_for(model, decision, pending, error, observed, previous, now), decision,
+                            view.url if view is not None else None)
         if not needs_write(obj.get("status"), body["status"]):
             return
         if not self.election.is_leader:

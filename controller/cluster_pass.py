@@ -222,6 +222,7 @@ class ModelView:
     error: InputError | None = None
     paths: tuple[str, ...] = ()  # generated files that hold its objects or decision
     live: tuple[LiveObject, ...] = ()
+    url: str | None = None  # its endpoint: the gpushare.dev/url of its Service in its own namespace
 
     def objects(self, kind: str) -> tuple[LiveObject, ...]:
         return tuple(o for o in self.live if o.kind == kind)
@@ -248,8 +249,17 @@ def model_views(output: PassOutput) -> dict[tuple[str, str], ModelView]:
         owned = tuple(sorted(paths.get(ref, ())))
         views[key] = ModelView(model=models.get(key), decision=decisions.get(key), pending=pending.get(key),
                                error=errors.get(key), paths=owned,
-                               live=tuple(o for p in owned for o in live.get(p, ())))
+                               live=tuple(o for p in owned for o in live.get(p, ())),
+                               url=_url(output.rendered.files.get(f"rendered/{key[0]}/service-{key[1]}.yaml")))
     return views
+
+
+def _url(service: str | None) -> str | None:
+    """The URL annotation of a model's own Service (rendered by the composition), if it has one."""
+    if service is None:
+        return None
+    doc = yaml.safe_load(service)
+    return ((doc.get("metadata") or {}).get("annotations") or {}).get("gpushare.dev/url")
 
 
 def _errors_by_key(output: PassOutput, models: Mapping[tuple[str, str], ElasticModel]

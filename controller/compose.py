@@ -85,7 +85,7 @@ PARALLEL_MIN_DECISIONS = 2000  # below this, one process renders faster than sev
 # What the shipped templates render: their validators are compiled once, before forking.
 SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
                  ("batch/v1", "Job"), ("rbac.authorization.k8s.io/v1", "Role"),
-                 ("rbac.authorization.k8s.io/v1", "RoleBinding"))
+                 ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("networking.k8s.io/v1", "NetworkPolicy"))
 
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
@@ -99,6 +99,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
+    _namespaces(tree)
     changes = decision_changes(previous, plan)
     tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes)
     return Rendered(
@@ -334,15 +335,48 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
             "gpu_memory_mib": math.ceil(min(slot.memory_bytes, device_bytes(decisions) + slot.reserved_bytes) / MIB),
             "host_memory": f"{math.ceil(host_bytes / MIB)}Mi",
             "verdicts": verdicts,
+            "namespaces": sorted({m.model.namespace for m in members}),  # whose pods the NetworkPolicy admits
         },
     }
     return _Worker(_render(composition, composition.per_worker, context, ref), context)
 
 
 def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[tuple[str, str]]:
-    context = worker_context | {"model": _model_context(model),
-                                "service": {"name": service_name(model.namespace, model.name)}}
+    params = composition.parameters
+    name = service_name(model.namespace, model.name)
+    context = worker_context | {"model": _model_context(model), "service": {
+        "name": name,
+        "target": f"{name}.{worker_context['worker']['namespace']}.svc.{params['clusterDomain']}",
+        "url": model_url(model, int(params["servicePort"])),
+    }}
     return _render(composition, composition.per_model, context, model.ref)
+
+
+def model_url(model: ElasticModel, service_port: int) -> str:
+    """The OpenAI base URL of a placed model, from any pod: its Service in its own namespace (status.url)."""
+    port = "" if service_port == 80 else f":{service_port}"
+    return f"http://{model.name}.{model.namespace}.svc{port}/v1"
+
+
+NAMESPACE_SYNC_OPTIONS = "Prune=false,Delete=false"  # Argo CD never deletes a namespace it created for models
+
+
+def _namespaces(tree: _Tree) -> None:
+    """A Namespace object for each namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so Argo CD
+    creates model namespaces before the objects in them (sync wave -1) and never prunes or deletes one."""
+    inside: dict[str, set[str]] = defaultdict(set)
+    for path in tree.files:
+        if path.startswith(f"{RENDERED}/"):
+            inside[path.split("/")[1]].update(tree.owners[path])
+    for namespace, refs in sorted(inside.items()):
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpushare"},
+            "annotations": {"argocd.argoproj.io/sync-options": NAMESPACE_SYNC_OPTIONS,
+                            "argocd.argoproj.io/sync-wave": "-1"}}}
+        path = _safe_path(sorted(refs)[0] if refs else namespace, RENDERED, namespace, f"namespace-{namespace}.yaml")
+        tree.files[path] = dump(doc)
+        tree.owners[path].update(refs)
 
 
 def _model_context(model: ElasticModel) -> dict:

@@ -251,12 +251,15 @@ def _short(revision: str | None) -> str:
     return revision[:7] if revision else "none"
 
 
-def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision | None) -> dict:
-    """The merge-patch body for the status subresource. `assigned: None` removes a stale decision."""
+def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision | None,
+                 url: str | None = None) -> dict:
+    """The merge-patch body for the status subresource. `assigned: None` removes a stale decision, `url: None`
+    the endpoint of a model that is no longer served."""
     return {"status": {
         "observedGeneration": model.generation,
         "conditions": conditions,
         "assigned": decision_to_dict(decision) if decision is not None else None,
+        "url": url,
     }}
 
 

@@ -144,7 +144,8 @@ def test_worker_namespace_is_a_composition_parameter(template_copy):
 # --- profiling: a model without a profile gets only its profiler ----------------------------------
 
 def test_pending_model_renders_only_its_profiler(tree):
-    mine = sorted(p for p in tree if p.startswith("rendered/llm/"))
+    mine = sorted(p for p in tree if p.startswith("rendered/llm/") and not p.startswith(("rendered/llm/service-",
+                                                                                         "rendered/llm/namespace-")))
     assert [p.rsplit("/", 1)[1].split("-")[0] for p in mine] == ["job", "role", "rolebinding", "serviceaccount"]
     assert not any("fresh" in p for p in tree if p.startswith(("decisions/", WORKERS)))
 
@@ -455,3 +456,41 @@ def test_worker_accepts_its_config(tree):
     config = parse_config(worker_yaml(tree, "worker-node-b-gpu0-kai"))
     assert [(m.name, m.mode) for m in config.models] == [("big-70b", "elastic")]
     assert (config.verdicts.namespace, config.verdicts.name) == ("gpushare-system", "worker-node-b-gpu0-kai-verdicts")
+
+
+# --- reachable, protected endpoints ---------------------------------------------------------------------
+
+def test_each_placed_model_gets_a_stable_service_in_its_own_namespace_with_its_url(tree):
+    alias = load(tree, "rendered/llm/service-chat-small.yaml")
+    assert alias["spec"] == {"type": "ExternalName", "externalName":
+                             f"{service_name('llm', 'chat-small')}.gpushare-system.svc.cluster.local"}
+    assert alias["metadata"]["annotations"] == {"gpushare.dev/elasticmodel": "llm/chat-small",
+                                                "gpushare.dev/url": "http://chat-small.llm.svc/v1"}
+    assert "rendered/research/service-big-70b.yaml" in tree
+    assert not any(p.endswith(("service-huge.yaml", "service-fresh.yaml")) for p in tree)  # refused, pending
+
+
+def test_network_policy_admits_only_the_served_namespaces_and_the_named_ones(template_copy):
+    compositions = with_parameters(template_copy, "allowedNamespaces: [monitoring, llm]")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    policy = load(files, f"{WORKERS}/networkpolicy-worker-node-a-gpu0-default.yaml")
+    kubernetes_validate.validate(policy, "1.30", strict=True)
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gpushare-worker",
+                                                            "gpushare.dev/worker": "worker-node-a-gpu0-default"}
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert source["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["llm", "monitoring"]}]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    kai = load(files, f"{WORKERS}/networkpolicy-worker-node-b-gpu0-kai.yaml")  # kai's parameters are the defaults
+    assert kai["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["research"]
+
+
+def test_every_namespace_written_into_gets_a_namespace_argo_cd_never_prunes(tree):
+    namespaces = {p.split("/")[1]: load(tree, p) for p in tree if "/namespace-" in p}
+    assert sorted(namespaces) == ["gpushare-system", "llm", "research"]
+    for name, doc in namespaces.items():
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+        assert doc["metadata"]["name"] == name
+        assert doc["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+                                                  "argocd.argoproj.io/sync-wave": "-1"}

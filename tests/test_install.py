@@ -134,3 +134,39 @@ def test_the_wheel_ships_examples_and_gpushare_demo_runs_from_it(tmp_path):
     assert run.returncode == 0, run.stderr
     assert f"seeded a throwaway git repository from {site / 'gpushare_examples' / 'fleet'}" in run.stdout
     assert "A second pass over the same inputs commits nothing" in run.stdout
+
+
+def test_the_two_controller_replicas_get_a_disruption_budget_and_spread_over_nodes(docs):
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pods = deployment["spec"]["template"]
+    assert deployment["spec"]["replicas"] == 2 and pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+    (term,) = pods["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pods["metadata"]["labels"].items()
+
+
+# The part of Argo CD's Application schema these manifests use (a custom resource: kubernetes-validate has none).
+APPLICATION_SCHEMA = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "argoproj.io/v1alpha1"}, "kind": {"const": "Application"},
+        "spec": {"type": "object", "required": ["project", "source", "destination"], "additionalProperties": False,
+                 "properties": {
+                     "project": {"type": "string"},
+                     "source": {"type": "object", "required": ["repoURL", "path"]},
+                     "destination": {"type": "object", "required": ["server", "namespace"], "additionalProperties": False,
+                                     "properties": {"server": {"type": "string"}, "namespace": {"type": "string"}}},
+                     "syncPolicy": {"type": "object", "additionalProperties": False, "properties": {
+                         "automated": {"type": "object"}, "retry": {"type": "object"},
+                         "syncOptions": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z]+=.+$"},
+                                         "contains": {"const": "CreateNamespace=true"}}}}}}}}
+
+
+@pytest.mark.parametrize("name", ["application-models.yaml", "application-rendered.yaml"])
+def test_argo_cd_applications_create_the_namespace_they_sync_into(name):
+    import jsonschema
+    doc = yaml.safe_load((REPO_ROOT / "config" / "argocd" / name).read_text())
+    jsonschema.Draft202012Validator(APPLICATION_SCHEMA).validate(doc)
+    assert doc["spec"]["destination"]["namespace"] == "gpushare-system"
