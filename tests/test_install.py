@@ -126,6 +126,9 @@ def test_the_wheel_ships_examples_and_gpushare_demo_runs_from_it(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("gpushare_elastic-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpushare_examples/fleet/gpus.yaml" in names and "templates/_pod-placement.j2" in names
+    modules = {str(p.relative_to(REPO_ROOT)) for top in ("controller", "gitops", "profiler_job", "worker", "schemas",
+                                                         "templates") for p in (REPO_ROOT / top).rglob("*.py")}
+    assert sorted(modules - set(names)) == [], "add the missing packages to [tool.setuptools] packages"
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site)}  # the wheel's modules first, not the checkout's
