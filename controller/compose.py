@@ -212,14 +212,19 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
                                     f"one GPU takes one composition's worker (they would claim it twice)",
                                     f"set spec.compositionRef.name to {other!r}, or give it another "
                                     "spec.gpu.product")
-        taken = served_by.get((slot.id, model.name))
-        if taken is not None:
-            raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
-                                  f"{model.name!r} for {taken} (a worker serves each model name once)",
-                                  "rename one of them, or give one another spec.gpu.product or compositionRef")
+        names = dict.fromkeys((model.name, *model.served_names))  # the name first, then the aliases, once each
+        for name in names:
+            taken = served_by.get((slot.id, name))
+            if taken is not None:
+                field = "metadata.name" if name == model.name else "spec.servedNames"
+                raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
+                                      f"{name!r} for {taken}, so {model.ref}'s {field} {name!r} would be "
+                                      "ambiguous (a worker serves each model name once)",
+                                      f"change {field} of one of them, or give one another spec.gpu.product or "
+                                      "compositionRef")
         served = _served(model, decision)
         composition_on[slot.id] = composition.name
-        served_by[(slot.id, model.name)] = model.ref
+        served_by.update({(slot.id, name): model.ref for name in names})
         workers[(slot, composition.name)].append(served)
 
     for decision in sorted(decisions, key=lambda d: d.key):

@@ -75,6 +75,8 @@ def structural(node: dict, defs: dict, at: str = "") -> dict:
             out["properties"] = {k: structural(v, defs, f"{at}.{k}") for k, v in value.items()}
         elif key == "items":
             out["items"] = structural(value, defs, f"{at}[]")
+        elif key == "uniqueItems" and value is True and node.get("items", {}).get("type") in ("string", "integer"):
+            out["x-kubernetes-list-type"] = "set"  # the API server refuses duplicates in a set of scalars
         elif key == "additionalProperties":
             if isinstance(value, dict):
                 out["additionalProperties"] = structural(value, defs, f"{at}.*")

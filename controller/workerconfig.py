@@ -27,7 +27,7 @@ def model_entry(model: ElasticModel, decision: Decision) -> dict:
         "residentLayers": decision.resident_layers,
         "contextTokens": model.slo.context_tokens,
         "concurrency": model.slo.concurrency,
-    }
+    } | ({"servedNames": list(model.served_names)} if model.served_names else {})
 
 
 @lru_cache(maxsize=1)

@@ -31,6 +31,7 @@ class ModelConfig:
     resident_layers: int | None = None
     revision: str | None = None
     dtype: str = "auto"
+    served_names: tuple[str, ...] = ()  # aliases: more names requests may use for this model
 
     @property
     def ref(self) -> str:
@@ -55,7 +56,7 @@ class WorkerConfig:
     models: tuple[ModelConfig, ...] = field(default_factory=tuple)
 
     def model(self, name: str) -> ModelConfig | None:
-        return next((m for m in self.models if m.name == name), None)
+        return next((m for m in self.models if m.name == name or name in m.served_names), None)
 
 
 def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
@@ -69,7 +70,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
             "schemas/worker-config.schema.json (the controller renders it; see docs/worker.md)",
         )
     assert isinstance(document, dict)
-    names = [m["name"] for m in document["models"]]
+    names = [n for m in document["models"] for n in dict.fromkeys((m["name"], *m.get("servedNames", ())))]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(
@@ -93,6 +94,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
                 budget_bytes=m["budgetBytes"], context_tokens=m["contextTokens"],
                 concurrency=m["concurrency"], resident_layers=m.get("residentLayers"),
                 revision=m.get("revision"), dtype=m.get("dtype", "auto"),
+                served_names=tuple(m.get("servedNames", ())),
             )
             for m in document["models"]
         ),
