@@ -37,7 +37,7 @@ from controller.leader import LeaderElection
 from controller.metrics import ControllerMetrics, Health, MetricsServer
 from controller.offline import OfflineResult
 from controller.reconcile import PassOutput
-from controller.reconcile_cli import credentials_from, default_workdir, show, site_compositions
+from controller.reconcile_cli import credentials_from, default_workdir, reviewer, show, site_compositions
 from controller.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target, publish
@@ -128,7 +128,8 @@ class ClusterReconciler:
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 max_backoff_s: float = MAX_BACKOFF_S, compositions: Mapping[str, Composition] | None = None):
+                 max_backoff_s: float = MAX_BACKOFF_S, compositions: Mapping[str, Composition] | None = None,
+                 review: Callable[[PublishResult], None] | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
         self.target = parse_target(target)
@@ -137,6 +138,7 @@ class ClusterReconciler:
         self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.renew_every_s, self.backoff_base_s, self.max_backoff_s = renew_every_s, backoff_base_s, max_backoff_s
         self.compositions = compositions  # None: the shipped ones
+        self.review = review  # --write-back pr:NAME: opens or updates the review branch's pull request
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str], bool] = {}
@@ -251,6 +253,11 @@ class ClusterReconciler:
             self.metrics.commits.inc()
             log.info("committed %s to %s: %s", published.commit[:12], published.branch,
                      published.message.splitlines()[0])
+        if self.review is not None:
+            try:
+                self.review(published)
+            except GitError as exc:  # the forge failed: the pass goes on, the next one retries
+                report.warnings.append((exc.reason, f"{exc.message}. Fix: {exc.fix}"))
         if renders:
             self._last = _Last(facts, published, renders[-1].output, renders[-1].ignored)
         else:  # no render: nothing moved since `last`
@@ -393,6 +400,11 @@ def run_cluster(args) -> int:
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
+    try:
+        review = reviewer(args, copy)
+    except GitError as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return 1
     election = LeaderElection(api_client, namespace=args.lease_namespace,
                               identity=args.identity or socket.gethostname())
     interval = args.interval or DEFAULT_INTERVAL_S
@@ -400,7 +412,7 @@ def run_cluster(args) -> int:
     stop = threading.Event()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
                                    target=args.write_back, health=health, sleep=stop.wait,
-                                   compositions=site_compositions(args))
+                                   compositions=site_compositions(args), review=review)
     try:
         if args.once:
             return _once(reconciler)

@@ -64,6 +64,18 @@ def last_change_lines(plan_md: str | None) -> tuple[str, ...]:
     return tuple(line for line in section.splitlines() if line.startswith("- "))
 
 
+def review_summary(plan_md: str, commit: str, base: str) -> str:
+    """The pull request body: PLAN.md's summary line and latest changes, and where the whole plan is."""
+    lines = plan_md.splitlines()
+    summary = next((line for line in lines[1:] if line.strip() and not line.startswith("#")), "")
+    changes = list(last_change_lines(plan_md))
+    body = [summary, "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(changes or ["None."]), "",
+            f"The whole plan: `rendered/PLAN.md` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
+            "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
+            "counts)."]
+    return "\n".join(line for line in body).strip() + "\n"
+
+
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
                   last_changes: Sequence[str] = ()) -> str:

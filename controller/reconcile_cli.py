@@ -15,14 +15,16 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from controller import report
 from controller.compositions import Composition, shipped_compositions
 from controller.offline import OfflineResult, reconcile_once
+from controller.review import open_review
 from controller.site import InstallParameterInvalid, install_parameters, with_install_parameters
-from gitops import Credentials, GitError, Identity, WorkingCopy, parse_target
+from gitops import Credentials, GitError, Identity, PublishResult, WorkingCopy, parse_target
+from gitops.forge import KINDS, forge_for
 from gitops.git import Git
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
@@ -65,7 +67,7 @@ def add_commands(sub) -> None:
     where.add_argument("--kube", action="store_true", help="facts from the Kubernetes API, status onto ElasticModels")
     rec.add_argument("--repo", required=True, help="the GitOps repository: a URL or a local path")
     rec.add_argument("--branch", default="main", help="the tracked branch (default: main)")
-    rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME",
+    rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME|pr:NAME",
                      help="commit to the tracked branch, or to a review branch for pull requests")
     rec.add_argument("--workdir", type=Path, help="the controller's checkout (default: a cache dir per repo)")
     loop = rec.add_mutually_exclusive_group()
@@ -74,6 +76,10 @@ def add_commands(sub) -> None:
     rec.add_argument("--worker-image", metavar="IMAGE",
                      help="the image workers and profiler Jobs run, for every composition that does not set its "
                           "own `image` (the install sets it from WORKER_IMAGE; default: the schema's default)")
+    rec.add_argument("--forge", choices=KINDS, help="pr:NAME: the forge's API (default: github for github.com, "
+                     "gitlab for gitlab.* hosts)")
+    rec.add_argument("--forge-api-url", metavar="URL", help="pr:NAME: the forge's API base URL (default: "
+                     "https://api.github.com, https://HOST/api/v4 for GitLab, https://HOST/api/v1 for Gitea)")
     rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
     rec.add_argument("--git-username", default="x-access-token")
     rec.add_argument("--git-ssh-key-file", type=Path)
@@ -121,16 +127,45 @@ def _reconcile(args) -> int:
     workdir = args.workdir or default_workdir(args.repo, args.branch)
     try:
         copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
+        review = reviewer(args, copy)
     except GitError as exc:
         return _fail(exc)
+
+    def one_pass(previous: PublishResult | None) -> OfflineResult:
+        result = reconcile_once(copy, args.write_back, previous, compositions=compositions)
+        show(result)
+        review(result.published)
+        return result
+
     if not args.interval:
         try:
-            show(reconcile_once(copy, args.write_back, compositions=compositions))
+            one_pass(None)
         except GitError as exc:
             return _fail(exc)
         return 0
-    return poll(lambda previous: reconcile_once(copy, args.write_back, previous, compositions=compositions),
-                args.interval)
+    return poll(one_pass, args.interval)
+
+
+def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:
+    """After a pass: with --write-back pr:NAME, open or update the review branch's pull request and say so,
+    once per new review branch head (a pass that pushed nothing calls the forge only once per process)."""
+    target = args.write_back
+    if not target.pull_request:
+        return lambda published: None
+    forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
+    reviewed: set[str | None] = set()
+
+    def review(published: PublishResult) -> None:
+        head = published.heads.get(target.review)
+        if head in reviewed:
+            return
+        pull = open_review(forge, copy, published, target)
+        reviewed.add(head)
+        if pull is not None:
+            print(f"{'opened' if pull.created else 'updated'} {forge.kind} pull request #{pull.number} "
+                  f"({target.review} into {copy.branch}): {pull.url}")
+
+    return review
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
@@ -139,7 +174,6 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
     while passes is None or done < passes:
         try:
             result = one_pass(previous)
-            show(result)
             previous, failures = result.published, 0
             wait = interval_s * random.uniform(0.9, 1.1)
         except GitError as exc:
@@ -160,12 +194,22 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
         out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors, output.revived))
         for error in output.rendered.errors:
             out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
-    if published.changed:
-        subject = published.message.splitlines()[0]
-        out.write(f"\ncommitted {published.commit[:12]} to {published.branch}: {subject}\n")
-    else:
-        out.write(f"\nno change ({published.branch} at {published.upstream[:12]})\n")
+    out.write(f"\n{outcome_line(published)}\n")
     out.flush()
+
+
+def outcome_line(published: PublishResult) -> str:
+    """What a pass did to git, naming the branch written and the commit it is at."""
+    if published.changed:
+        return f"committed {published.commit[:12]} to {published.branch}: {published.message.splitlines()[0]}"
+    tracked = next((name for name in published.heads if name != published.branch), published.branch)
+    head = published.heads.get(published.branch)
+    if published.branch == tracked:
+        return f"no change ({tracked} at {published.upstream[:12]})"
+    if head is None:
+        return (f"no change (review branch {published.branch} does not exist yet: nothing differs from "
+                f"{tracked} at {published.upstream[:12]})")
+    return f"no change ({published.branch} at {head[:12]}; {tracked} at {published.upstream[:12]})"
 
 
 def _fail(exc: GitError) -> int:
