@@ -141,7 +141,7 @@ class ClusterReconciler:
         self.review = review  # --write-back pr:NAME: opens or updates the review branch's pull request
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
-        self._contains: dict[tuple[str, str], bool] = {}
+        self._contains: dict[tuple[str, str, tuple[str, ...]], bool] = {}
 
     # ------------------------------------------------------------ the loop
 
@@ -279,7 +279,7 @@ class ClusterReconciler:
         commit = self._last_commit(revision, view.paths) if view.paths else None
         application = application_for(view.rendered_paths, applications)
         app = None if application is None else app_state(
-            application, lambda synced: commit is not None and self._synced_contains(commit, synced))
+            application, lambda synced: commit is not None and self._synced_contains(commit, synced, view.paths))
         workload = job = None
         if view.decision is not None and view.decision.mode != "refused":
             states = [live.workload(o) for o in view.objects("Deployment")]
@@ -301,18 +301,25 @@ class ClusterReconciler:
             self._commits[key] = found or None
         return self._commits[key]
 
-    def _synced_contains(self, commit: str, synced: str) -> bool:
-        """Whether the revision Argo CD synced descends from `commit` (a git ancestry check, fetched if unknown)."""
-        key = (commit, synced)
+    def _synced_contains(self, commit: str, synced: str, paths: tuple[str, ...]) -> bool:
+        """Whether the revision Argo CD synced holds what `commit` rendered for a model: it descends from `commit`
+        (fetched if unknown), or its `paths` have the same content there (a squash or rebase merge of a review
+        branch copies the tree, not the commit)."""
+        key = (commit, synced, paths)
         if key not in self._contains:
             if len(self._contains) > CACHE_ENTRIES:
                 self._contains.clear()
             try:
-                self._contains[key] = self.copy.head_contains(commit, synced)
+                self._contains[key] = self.copy.head_contains(commit, synced) or (
+                    bool(paths) and self._content(commit, paths) == self._content(synced, paths))
             except RevisionNotFound as exc:
                 log.warning("Argo CD synced %s: %s", synced[:12], exc.message)
                 return False
         return self._contains[key]
+
+    def _content(self, revision: str, paths: tuple[str, ...]) -> str:
+        """The blob ids of `paths` at `revision` (git ls-tree): equal text means equal content."""
+        return self.copy.git.text("ls-tree", "-r", revision, "--", *paths)
 
     def _write_status(self, obj: dict, view: ModelView | None, observed: Observed, now: str,
                       report: PassReport) -> None:
