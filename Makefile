@@ -39,6 +39,7 @@ demo: $(CORE)
 	$(VENV)/bin/gpushare demo
 
 test: $(FULL)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # Both images, then a smoke test of each: the controller's CLI runs the demo (git, no torch), the worker image
@@ -53,4 +54,4 @@ images:
 
 # One install manifest (config/'s objects) with CONTROLLER_IMAGE and WORKER_IMAGE set: kubectl apply -f install.yaml
 install.yaml: $(CORE)
-	$(PY) -m controller.installmanifest --controller-image $(CONTROLLER_IMAGE) --worker-image $(WORKER_IMAGE) > $@
+	$(PY) -m controller.cli.installmanifest --controller-image $(CONTROLLER_IMAGE) --worker-image $(WORKER_IMAGE) > $@

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.cli import main
+from controller.cli.commands import main
 from tests.conftest import REPO_ROOT
 from tests.gitserver import git_server  # noqa: F401  (fixture)
 
@@ -116,7 +116,7 @@ def test_reconcile_with_an_unreachable_remote_fails_with_the_fix(capsys, tmp_pat
 def test_bad_write_back_value_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         main(["reconcile", "--offline", "--repo", "x", "--write-back", "sideways"])
-    assert "neither 'direct' nor 'branch:NAME'" in capsys.readouterr().err
+    assert "neither 'direct', 'branch:NAME' nor 'pr:NAME'" in capsys.readouterr().err
 
 
 def test_the_console_script_runs_the_demo():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.names import service_name
+from controller.rendering.names import service_name
 from tests.cluster_loop_support import World, model_doc
 from tests.gitserver import git_server  # noqa: F401  (the fixture)
 from tests.kubedouble import kube  # noqa: F401  (the fixture)

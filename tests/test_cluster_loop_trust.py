@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-import controller.cluster_loop as cluster_loop
+import controller.cli.cluster_loop as cluster_loop
 from tests.cluster_loop_support import PRODUCT, World, model_doc
 from tests.gitserver import git_server  # noqa: F401  (the fixture)
 from tests.kubedouble import kube  # noqa: F401  (the fixture)
-from worker.verdicts import Verdict
+from contract.verdicts import Verdict
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +82,8 @@ def test_a_leader_deposed_while_it_rendered_does_not_push(world, monkeypatch):
     before = world.commits()
     render = cluster_loop.render_in_cluster
 
-    def slow_render(root, facts, compositions=None):
-        rendered = render(root, facts, compositions)
+    def slow_render(tree, facts, compositions=None):
+        rendered = render(tree, facts, compositions)
         assert not standby.election.try_acquire_or_renew()  # pod-b sees pod-a's fresh Lease
         world.clock.now += 20  # the render outlasts the Lease (15 s): pod-a's hold expires
         assert standby.election.try_acquire_or_renew()  # and pod-b takes over

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from controller.names import profile_configmap_name
+from controller.rendering.names import profile_configmap_name
 from profiler_job.args import ConfigMapTarget
 from profiler_job.publish import configmap_body
 from tests.cluster_loop_support import NODE, PRODUCT, REPO, World, measured_profile, model_doc

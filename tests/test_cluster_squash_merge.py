@@ -8,7 +8,7 @@ import pytest
 from tests.cluster_loop_support import REPO, World, model_doc
 from tests.gitserver import git, git_server  # noqa: F401  (the fixture)
 from tests.kubedouble import kube  # noqa: F401  (the fixture)
-from worker.verdicts import Verdict
+from contract.verdicts import Verdict
 
 pytestmark = pytest.mark.integration
 REVIEW = "gpushare/plan"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main
+from controller.cli.commands import main
 from gitops.forge import ForgeError, forge_for, repository_of
 from tests.conftest import REPO_ROOT
 from tests.gitserver import git, git_server  # noqa: F401  (the fixture)

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from kubernetes_validate import validate
 
-from controller.cli import _parser
-from controller.compose import compose
-from controller.compositions import load_compositions, shipped_compositions
-from controller.installmanifest import install_documents
-from controller.reconcile_cli import site_compositions
-from controller.site import InstallParameterInvalid, with_install_parameters
+from controller.cli.commands import _parser
+from controller.rendering.compose import compose
+from controller.rendering.compositions import load_compositions, shipped_compositions
+from controller.cli.installmanifest import install_documents
+from controller.cli.common import site_compositions
+from controller.rendering.site import InstallParameterInvalid, with_install_parameters
 from tests.compose_scenario import MODELS, PLAN, SLOTS
 from tests.conftest import REPO_ROOT
 
@@ -97,7 +97,7 @@ def test_bad_install_parameters_are_refused_with_the_schema_reason(values, match
 
 
 def test_reconcile_refuses_an_empty_worker_image_before_touching_git(capsys, tmp_path):
-    from controller.cli import main
+    from controller.cli.commands import main
     assert main(["reconcile", "--offline", "--repo", str(tmp_path / "none"), "--worker-image", ""]) == 2
     assert "[InstallParameterInvalid] install parameter image" in capsys.readouterr().err
 
@@ -105,14 +105,14 @@ def test_reconcile_refuses_an_empty_worker_image_before_touching_git(capsys, tmp
 def test_make_install_yaml_passes_the_one_setting_to_the_renderer():
     out = subprocess.run(["make", "-n", "-B", "install.yaml", "REGISTRY=registry.test/me", "VERSION=9.9"],
                          cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
-    (line,) = [line for line in out.splitlines() if "controller.installmanifest" in line]
+    (line,) = [line for line in out.splitlines() if "controller.cli.installmanifest" in line]
     words = shlex.split(line)
     assert words[words.index("--controller-image") + 1] == "registry.test/me/gpushare-controller:9.9"
     assert words[words.index("--worker-image") + 1] == "registry.test/me/gpushare-worker:9.9"
 
 
 def test_installmanifest_cli_writes_one_stream_of_every_object():
-    out = subprocess.run([sys.executable, "-m", "controller.installmanifest", "--controller-image", CONTROLLER_IMAGE,
+    out = subprocess.run([sys.executable, "-m", "controller.cli.installmanifest", "--controller-image", CONTROLLER_IMAGE,
                           "--worker-image", WORKER_IMAGE], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     streamed = [d for d in yaml.safe_load_all(out.stdout) if d]
     assert streamed == install_documents(REPO_ROOT / "config", controller_image=CONTROLLER_IMAGE,
@@ -126,13 +126,13 @@ def test_the_wheel_ships_examples_and_gpushare_demo_runs_from_it(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("gpushare_elastic-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "gpushare_examples/fleet/gpus.yaml" in names and "templates/_pod-placement.j2" in names
-    modules = {str(p.relative_to(REPO_ROOT)) for top in ("controller", "gitops", "profiler_job", "worker", "schemas",
+    modules = {str(p.relative_to(REPO_ROOT)) for top in ("contract", "controller", "gitops", "profiler_job", "worker", "schemas",
                                                          "templates") for p in (REPO_ROOT / top).rglob("*.py")}
     assert sorted(modules - set(names)) == [], "add the missing packages to [tool.setuptools] packages"
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site)}  # the wheel's modules first, not the checkout's
-    run = subprocess.run([sys.executable, "-m", "controller.cli", "demo"], cwd=tmp_path, env=env,
+    run = subprocess.run([sys.executable, "-m", "controller.cli.commands", "demo"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert f"seeded a throwaway git repository from {site / 'gpushare_examples' / 'fleet'}" in run.stdout

@@ -20,8 +20,8 @@ from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
 from transformers import AutoModelForCausalLM, BertConfig
 
 import schemas
-from controller.estimate import architecture_from_config, estimate_profile
-from controller.gpu_catalog import gpu_spec
+from contract.estimate import architecture_from_config, estimate_profile
+from contract.gpu_catalog import gpu_spec
 from profiler_job import errors
 from profiler_job.cli import main
 from profiler_job.measure.device import Device
@@ -213,7 +213,7 @@ def test_out_of_memory_while_measuring_names_the_flags_that_shrink_it(tiny_model
                                    tmp_path, Adapters(cuda_available=lambda: False,
                                                       from_pretrained=load_then_fail_forward))
     assert code == errors.OutOfMemory.exit_code
-    assert log.startswith("OutOfMemory: measuring ") and "--prefill-chunk-tokens (32) or --batch (1)" in log
+    assert log.startswith("OutOfMemory: measuring ") and "--context-tokens (a prefill chunk of 32) or --batch (1)" in log
 
 
 def test_encoder_model_is_an_unsupported_architecture(tiny_bert, tmp_path):

@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.compose import compose
-from controller.compose_errors import InvalidName
-from controller.render import yaml_quote
+from controller.rendering.compose import compose
+from controller.rendering.compose_errors import InvalidName
+from controller.rendering.render import yaml_quote
 from controller.types import Pending, Plan
 from tests.compose_scenario import SLOTS, decide, model
 
@@ -55,7 +55,7 @@ def _pass(hub: str):
                                  revision="main", reason="no profile"),))
     result = compose([served, waiting], plan, SLOTS[:1], {})
     assert result.errors == ()
-    return {(d["kind"], d["metadata"]["namespace"]): d for path, text in result.files.items()
+    return {(d["kind"], d["metadata"].get("namespace", "")): d for path, text in result.files.items()
             if path.endswith(".yaml") and path.startswith("rendered/") for d in yaml.safe_load_all(text)}
 
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from controller.compose import compose
-from controller.compose_errors import ServedNameTaken
-from controller.load import parse_model
+from controller.rendering.compose import compose
+from controller.rendering.compose_errors import ServedNameTaken
+from controller.inputs.load import parse_model
 from controller.serialize import model_to_doc
 from controller.types import Source
 from tests.compose_scenario import CHAT, CODER, MODELS, PLAN, SLOTS, SUMMARIZER

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import huggingface_hub.constants
 import pytest
 
-from controller.status import WorkerVerdict, conditions_for
+from controller.observe.status import WorkerVerdict, conditions_for
 from tests.test_status import ALL_GOOD, MODEL, RESIDENT
 from worker.download import ByteProgress, progress_line, snapshot
 from worker.errors import ModelLoadError

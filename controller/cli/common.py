@@ -1,0 +1,92 @@
+"""What the reconcile shells share: git credentials from flags, the checkout's place, how a pass is shown.
+
+Owns the small pieces that `gpushare reconcile --offline` (controller.cli.reconcile_cmd)
+and `--kube` (controller.cli.cluster_loop) both use, so neither imports the other: credentials,
+the checkout's place, the pass's printout and outcome line, the install's composition
+parameters (--worker-image) and the pull request step (--write-back pr:NAME).
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from controller.cli import report
+from controller.cli.offline import OfflineResult
+from controller.cli.review import open_review
+from controller.rendering.compositions import Composition, shipped_compositions
+from controller.rendering.site import install_parameters, with_install_parameters
+from gitops import Credentials, GitError, PublishResult, WorkingCopy
+from gitops.forge import forge_for
+
+
+def credentials_from(args) -> Credentials | None:
+    if not (args.git_token_file or args.git_ssh_key_file):
+        return None
+    return Credentials(token_file=args.git_token_file, username=args.git_username,
+                       ssh_key_file=args.git_ssh_key_file, known_hosts_file=args.git_known_hosts_file)
+
+
+def default_workdir(repo: str, branch: str) -> Path:
+    digest = hashlib.sha256(f"{repo}#{branch}".encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "gpushare" / f"checkout-{digest}"
+
+
+def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
+    out = out or sys.stdout
+    published, output = result.published, result.output
+    if output is not None and table:
+        out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors, output.revived))
+        for error in output.rendered.errors:
+            out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
+    out.write(f"\n{outcome_line(published)}\n")
+    out.flush()
+
+
+def outcome_line(published: PublishResult) -> str:
+    """What a pass did to git, naming the branch written and the commit it is at."""
+    if published.changed:
+        return f"committed {published.commit[:12]} to {published.branch}: {published.message.splitlines()[0]}"
+    tracked = next((name for name in published.heads if name != published.branch), published.branch)
+    head = published.heads.get(published.branch)
+    if published.branch == tracked:
+        return f"no change ({tracked} at {published.upstream[:12]})"
+    if head is None:
+        return (f"no change (review branch {published.branch} does not exist yet: nothing differs from "
+                f"{tracked} at {published.upstream[:12]})")
+    return f"no change ({published.branch} at {head[:12]}; {tracked} at {published.upstream[:12]})"
+
+
+def site_compositions(args) -> Mapping[str, Composition] | None:
+    """The shipped compositions with the install's parameters (--worker-image); None when none is set."""
+    values = install_parameters(worker_image=args.worker_image)
+    return with_install_parameters(shipped_compositions(), values) if values else None
+
+
+def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:
+    """After a pass: with --write-back pr:NAME, open or update the review branch's pull request and say so,
+    once per new review branch head (a pass that pushed nothing calls the forge only once per process)."""
+    target = args.write_back
+    if not target.pull_request:
+        return lambda published: None
+    forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
+    reviewed: set[str | None] = set()
+
+    def review(published: PublishResult) -> None:
+        head = published.heads.get(target.review)
+        if head in reviewed:
+            return
+        pull = open_review(forge, copy, published, target)
+        reviewed.add(head)
+        if pull is not None:
+            print(f"{'opened' if pull.created else 'updated'} {forge.kind} pull request #{pull.number} "
+                  f"({target.review} into {copy.branch}): {pull.url}")
+
+    return review
+
+
+def fail(exc: GitError) -> int:
+    print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+    return 1
