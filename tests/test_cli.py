@@ -127,6 +127,5 @@ def test_the_console_script_runs_the_demo():
 
 
 def test_validate_pointed_at_the_wrong_directory_fails(capsys, tmp_path):
-    with pytest.raises(SystemExit) as exc:
-        main(["validate", str(tmp_path)])
-    assert exc.value.code == 1 and "has no models/ directory" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path)]) == 1
+    assert "[NothingToValidate]" in capsys.readouterr().out

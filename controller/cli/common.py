@@ -8,6 +8,7 @@ parameters (--worker-image) and the pull request step (--write-back pr:NAME).
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -20,6 +21,8 @@ from controller.rendering.compositions import Composition, shipped_compositions
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
 from gitops.forge import forge_for
+
+log = logging.getLogger("gpushare.review")
 
 
 def credentials_from(args) -> Credentials | None:
@@ -81,8 +84,12 @@ def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:
         pull = open_review(forge, copy, published, target)
         reviewed.add(head)
         if pull is not None:
-            print(f"{'opened' if pull.created else 'updated'} {forge.kind} pull request #{pull.number} "
-                  f"({target.review} into {copy.branch}): {pull.url}")
+            line = (f"{'opened' if pull.created else 'updated'} {forge.kind} pull request #{pull.number} "
+                    f"({target.review} into {copy.branch}): {pull.url}")
+            if getattr(args, "interval", None):
+                log.info("%s", line)  # polling: a timestamped log line
+            else:
+                print(line)
 
     return review
 

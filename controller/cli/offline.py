@@ -6,7 +6,7 @@ Owns the adapter between the pure pass and gitops: read the checked-out tree
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,14 +33,19 @@ def pass_over(root: Path, compositions: Mapping[str, Composition] | None = None)
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
                    previous: PublishResult | None = None, *,
-                   compositions: Mapping[str, Composition] | None = None) -> OfflineResult:
-    """Render on top of upstream, commit if the generated tree changed, push (retrying lost races)."""
+                   compositions: Mapping[str, Composition] | None = None,
+                   progress: Callable[[str], None] = lambda phase: None) -> OfflineResult:
+    """Render on top of upstream, commit if the generated tree changed, push (retrying lost races);
+    `progress` hears each phase (a terminal shows it)."""
     outputs: list[PassOutput] = []
 
     def render(root: Path) -> Change:
+        progress("reading, planning and rendering the checkout")
         out = pass_over(root, compositions)
         outputs.append(out)
+        progress(f"planned {len(out.plan.decisions)} model(s); committing and pushing what changed")
         return Change(files=out.files, message=out.message)
 
+    progress(f"fetching {copy.branch}")
     published = publish(copy, render, owned=GENERATED, target=target, previous=previous)
     return OfflineResult(published, outputs[-1] if outputs else None)

@@ -7,6 +7,7 @@ timing is controller.cli.loop's; what a pass prints is controller.cli.common's).
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import shutil
 import sys
@@ -14,7 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import credentials_from, default_workdir, fail, reviewer, show, site_compositions
+from controller.cli.common import (credentials_from, default_workdir, fail, outcome_line, reviewer, show,
+                                   site_compositions)
+from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
 from controller.rendering.site import InstallParameterInvalid
@@ -22,6 +25,7 @@ from gitops import GitError, Identity, PublishResult, WorkingCopy, parse_target
 from gitops.forge import KINDS
 from gitops.git import Git
 
+log = logging.getLogger("gpushare.reconcile")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
 
@@ -108,8 +112,16 @@ def _reconcile(args) -> int:
         return fail(exc)
 
     def one_pass(previous: PublishResult | None) -> OfflineResult:
-        result = reconcile_once(copy, args.write_back, previous, compositions=compositions)
-        show(result)
+        if args.interval:  # polling: timestamped log lines, no table per pass
+            result = reconcile_once(copy, args.write_back, previous, compositions=compositions)
+            log.info("%s", outcome_line(result.published))
+        else:
+            progress = Progress()
+            try:
+                result = reconcile_once(copy, args.write_back, previous, compositions=compositions, progress=progress)
+            finally:
+                progress.done()
+            show(result)
         review(result.published)
         return result
 
@@ -130,13 +142,13 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
         try:
             result = one_pass(previous[0])
         except GitError as exc:
-            fail(exc)
+            log.error("[%s] %s Fix: %s", exc.reason, exc.message, exc.fix)
             return Outcome(False)
         previous[0] = result.published
         return Outcome(True)
 
     return run_loop(attempt, interval_s, wait=sleep, passes=passes,
-                    on_retry=lambda seconds: print(f"retrying in {seconds:.0f} s", file=sys.stderr))
+                    on_retry=lambda seconds: log.warning("retrying in %.0f s", seconds))
 
 
 def _demo(args) -> int:
