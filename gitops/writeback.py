@@ -135,6 +135,12 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
         parents.append(upstream)
     commit = copy.commit_tree(tree, parents, message + "\n")
     outcome = copy.push(commit, branch)
+    if outcome.status == "refused" and "checked out" in outcome.detail:
+        raise PushRejected(f"the remote is a non-bare repository with {branch} checked out, and git refuses to "
+                           f"update a checked-out branch ({outcome.detail})",
+                           "push to a bare repository (git clone --bare), or let the remote accept it with "
+                           "`git config receive.denyCurrentBranch updateInstead`, or write to another branch with "
+                           "--write-back branch:NAME")
     if outcome.status == "refused":
         raise PushRejected(f"the remote refused the push to {branch}: {outcome.detail}",
                            "allow the controller's identity to push to this branch (branch protection, "

@@ -24,8 +24,8 @@ def test_elastic_minimum_beyond_the_gpu_says_no_budget_helps():
 
 def test_budget_below_minimum_on_a_big_enough_gpu_names_the_budget_to_ask_for():
     text, got = explained([toy_model("a", 499)], [toy_slot(usable=10_000)], "a")
-    assert "Raise memoryBudget to at least 500 bytes" in got["a"].reason
-    assert "- at 500B (500 bytes) or more it runs elastic" in text
+    assert "Raise memoryBudget to at least 0.1Mi" in got["a"].reason  # 500 bytes, rounded up to a pasteable quantity
+    assert "- at memoryBudget 0.1Mi or more it runs elastic" in text
 
 
 def test_streaming_for_lack_of_room_does_not_ask_for_more_budget():

@@ -188,6 +188,8 @@ class ClusterReconciler:
             report.leader = self.election.try_acquire_or_renew()
             if report.leader:
                 self._pass(report)
+            elif getattr(self.election, "error", None):  # not a standby: the Lease could not be read at all
+                report.errors.append(self.election.error)
         except (ClusterError, GitError, LeadershipLost) as exc:
             report.errors.append((exc.reason, exc.message))
         for reason, message in report.warnings:
@@ -419,7 +421,8 @@ def run_cluster(args) -> int:
 def _once(reconciler: ClusterReconciler) -> int:
     report = reconciler.reconcile_once()
     if not report.leader and report.ok:
-        print("another replica holds the leader Lease: nothing written")
+        holder = getattr(reconciler.election, "holder", None)
+        print(f"another replica ({holder or 'unknown'}) holds the leader Lease: nothing written")
         return 0
     if report.published is not None:
         show(OfflineResult(report.published, report.output))

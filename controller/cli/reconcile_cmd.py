@@ -63,7 +63,7 @@ def add_commands(sub) -> None:
     where = rec.add_mutually_exclusive_group(required=True)
     where.add_argument("--offline", action="store_true", help="inventory from gpus.yaml, profiles from the repo")
     where.add_argument("--kube", action="store_true", help="facts from the Kubernetes API, status onto ElasticModels")
-    rec.add_argument("--repo", required=True, help="the GitOps repository: a URL or a local path")
+    rec.add_argument("--repo", default=".", help="the GitOps repository: a URL or a local path (default: .)")
     rec.add_argument("--branch", default="main", help="the tracked branch (default: main)")
     rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME|pr:NAME",
                      help="commit to the tracked branch, or to a review branch for pull requests")

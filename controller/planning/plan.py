@@ -34,6 +34,7 @@ from typing import Callable, Iterator, Mapping
 
 from controller.planning import cost
 from contract.quantity import format_bytes as fb
+from contract.quantity import paste_quantity as paste
 from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Pending, Plan, Profile
 
 TIER_SLO_SENSITIVE, TIER_OTHER = 0, 1
@@ -364,10 +365,10 @@ def _refused_below_minimum(ask: _Ask, limit: int, usable: int) -> Decision:
         fix = (f"No budget helps: a {ask.profile.gpu_product} has {fb(usable)} usable. Lower slo.contextTokens or "
                f"slo.concurrency, or choose a larger GPU (spec.gpu.product)")
     else:
-        fix = f"Raise memoryBudget to at least {minimum} bytes ({fb(minimum)}) or lower slo.contextTokens/concurrency"
+        fix = f"Raise memoryBudget to at least {paste(minimum)}, or lower slo.contextTokens/concurrency"
     reason = (f"need {_need_terms(ask)} > limit {fb(limit)}, and even streaming every layer needs "
               f"{fb(minimum)} on the GPU (embeddings, head, KV cache for {slo.context_tokens}×{slo.concurrency} "
-              f"tokens, activations, overhead, 2 stream buffers): {minimum - limit} bytes missing. {fix}")
+              f"tokens, activations, overhead, 2 stream buffers). Missing: {paste(minimum - limit)}. {fix}")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="BudgetBelowElasticMinimum")
 
 
@@ -375,7 +376,7 @@ def _no_capacity(ask: _Ask, nbytes: int, group: _ProductSlots) -> Decision:
     best = group.by_free.largest()
     free = best.free if best else 0
     reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot has left is {fb(free)} "
-              f"({len(group.states)} slots): {nbytes - free} bytes missing. Add a GPU, make room (remove a "
+              f"({len(group.states)} slots). Missing: {paste(nbytes - free)}. Add a GPU, make room (remove a "
               f"model or lower another's memoryBudget), or lower slo.contextTokens/concurrency")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="NoCapacity")
 
