@@ -91,7 +91,7 @@ SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
             previous: Mapping[tuple[str, str], Decision], *,
             compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = (),
-            processes: int = 1) -> Rendered:
+            processes: int = 1, profile_sources: Mapping[tuple[str, str], str] | None = None) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process."""
     compositions = shipped_compositions() if compositions is None else compositions
@@ -101,7 +101,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects(models, plan, slots, compositions)
     _namespaces(tree)
     changes = decision_changes(previous, plan)
-    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes)
+    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes, profile_sources)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
