@@ -3,6 +3,7 @@ that setting reaches every rendered worker and profiler Job, and the wheel ships
 from __future__ import annotations
 
 import os
+import shutil
 import re
 import shlex
 import subprocess
@@ -17,7 +18,7 @@ from controller.cli.commands import _parser
 from controller.rendering.compose import compose
 from controller.rendering.compositions import load_compositions, shipped_compositions
 from controller.cli.installmanifest import install_documents
-from controller.cli.common import site_compositions
+from controller.cli.common import install_values
 from controller.rendering.site import InstallParameterInvalid, with_install_parameters
 from tests.compose_scenario import MODELS, PLAN, SLOTS
 from tests.conftest import REPO_ROOT
@@ -65,7 +66,8 @@ def controller_args(docs) -> list[str]:
 def test_the_configured_worker_image_reaches_every_rendered_worker_and_profiler_job(docs):
     args = _parser().parse_args(controller_args(docs))  # the controller's real command line
     assert args.worker_image == WORKER_IMAGE
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=site_compositions(args)).files
+    compositions = with_install_parameters(shipped_compositions(), install_values(args))
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
     pods = []
     for path, text in files.items():
         doc = yaml.safe_load(text) if path.endswith(".yaml") else None
@@ -173,3 +175,21 @@ def test_argo_cd_applications_create_the_namespace_they_sync_into(name):
     doc = yaml.safe_load((REPO_ROOT / "config" / "argocd" / name).read_text())
     jsonschema.Draft202012Validator(APPLICATION_SCHEMA).validate(doc)
     assert doc["spec"]["destination"]["namespace"] == "gpushare-system"
+
+
+def test_repository_compositions_run_the_installs_worker_image_unless_they_set_their_own(tmp_path):
+    from controller.cli.offline import pass_over
+    root = tmp_path / "fleet"
+    shutil.copytree(REPO_ROOT / "examples" / "fleet", root)
+    (root / "compositions").mkdir()
+    shipped = (REPO_ROOT / "templates" / "compositions" / "default.yaml").read_text()
+    (root / "compositions" / "default.yaml").write_text(shipped.replace("    workerNamespace: gpushare-system\n",
+                                                                        "    workerNamespace: gpushare-system\n"
+                                                                        "    workerCpu: \"4\"\n"))
+    files = pass_over(root, processes=1, install={"image": WORKER_IMAGE}).rendered.files
+    specs = [yaml.safe_load(t)["spec"]["template"]["spec"] for p, t in files.items()
+             if "/deployment-" in p or "/job-" in p]
+    assert specs and all(set(images_in(s)) == {WORKER_IMAGE} for s in specs)
+    workers = [yaml.safe_load(t) for p, t in files.items() if "/deployment-worker-" in p]
+    assert workers and {w["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+                        for w in workers} == {"4"}  # the repository's composition rendered them

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from controller.cli import logs, report
+from controller.cli.offline import pass_over
 from controller.cli.validate import validate_paths
 from controller.rendering.planmd import decision_changes
 from controller.planning.explain import ModelNotFound, explain
@@ -92,12 +93,29 @@ def _require_dir(path: Path) -> None:
 
 
 def _validate(args) -> int:
-    inputs, compositions = validate_paths(args.paths)
+    """Each GitOps repo named (a directory with models/) gets the whole pass a reconcile would run (inputs, plan,
+    compose) without git: every error it would report; other directories and files are checked by kind."""
+    repos = [p for p in args.paths if p.is_dir() and (p / "models").is_dir()]
+    inputs, compositions = validate_paths([p for p in args.paths if p not in repos])
+    models, profiles, slots = len(inputs.models), len(inputs.profiles), len(inputs.slots)
+    total = len(inputs.errors)
     for line in report.error_lines(inputs.errors):
         print(line)
-    print(f"{len(inputs.models)} ElasticModel(s), {len(inputs.profiles)} profile(s), {len(inputs.slots)} GPU slot(s), "
-          f"{compositions} composition(s); {len(inputs.errors)} error(s)")
-    return 1 if inputs.errors else 0
+    for repo in repos:
+        output = pass_over(repo, processes=1)
+        refused = output.rendered.errors
+        for line in report.error_lines(output.inputs.errors):
+            print(line)
+        for error in refused:
+            print(f"{error.ref}: [{error.reason}] {error.message} Fix: {error.fix}")
+        for file in output.held:
+            print(f"{file}: a reconcile would read its last good copy until it is fixed")
+        total += len(output.inputs.errors) + len(refused)
+        models += len(output.inputs.models) - len(output.revived)
+        profiles, slots = profiles + len(output.inputs.profiles), slots + len(output.inputs.slots)
+    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s), {compositions} composition(s); "
+          f"{total} error(s)")
+    return 1 if total else 0
 
 
 def _plan(args) -> int:

@@ -11,13 +11,13 @@ import hashlib
 import logging
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from controller.cli import report
 from controller.cli.offline import OfflineResult
 from controller.cli.review import open_review
-from controller.rendering.compositions import Composition, shipped_compositions
+from controller.rendering.compositions import shipped_compositions
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
 from gitops.forge import forge_for
@@ -44,6 +44,10 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
         out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors, output.revived))
         for error in output.rendered.errors:
             out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
+    if output is not None and output.held:
+        out.write(f"read from the last good copy (the file is broken): {', '.join(output.held)}\n")
+    if result.hold is not None:
+        out.write(f"\nheld: {result.hold.message}\n  fix: {result.hold.fix}\n")
     out.write(f"\n{outcome_line(published)}\n")
     out.flush()
 
@@ -62,10 +66,12 @@ def outcome_line(published: PublishResult) -> str:
     return f"no change ({published.branch} at {head[:12]}; {tracked} at {published.upstream[:12]})"
 
 
-def site_compositions(args) -> Mapping[str, Composition] | None:
-    """The shipped compositions with the install's parameters (--worker-image); None when none is set."""
+def install_values(args) -> dict[str, object]:
+    """The install's composition parameters (--worker-image), checked against the composition schema
+    (InstallParameterInvalid); every pass applies them to the compositions it reads."""
     values = install_parameters(worker_image=args.worker_image)
-    return with_install_parameters(shipped_compositions(), values) if values else None
+    with_install_parameters(shipped_compositions(), values)  # refuse a bad value before any pass
+    return values
 
 
 def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:

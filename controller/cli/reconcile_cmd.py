@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import (credentials_from, default_workdir, fail, outcome_line, reviewer, show,
-                                   site_compositions)
+from controller.cli.common import (credentials_from, default_workdir, fail, install_values, outcome_line, reviewer,
+                                   show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
@@ -36,6 +36,17 @@ def duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30s, 2m or 500ms")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def share(text: str) -> float:
+    """A share between 0 and 1 (the --max-prune-share flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1; write e.g. 0.5")
+    return value
 
 
 def _target(text: str):
@@ -78,6 +89,9 @@ def add_commands(sub) -> None:
                      "gitlab for gitlab.* hosts)")
     rec.add_argument("--forge-api-url", metavar="URL", help="pr:NAME: the forge's API base URL (default: "
                      "https://api.github.com, https://HOST/api/v4 for GitLab, https://HOST/api/v1 for Gitea)")
+    rec.add_argument("--max-prune-share", type=share, default=None, metavar="SHARE",
+                     help="hold a pass that would remove more than this share (0 to 1) of the rendered objects "
+                          "(default: GPUSHARE_MAX_PRUNE_SHARE, else 0.5; 1 turns the guard off)")
     rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
     rec.add_argument("--git-username", default="x-access-token")
     rec.add_argument("--git-ssh-key-file", type=Path)
@@ -96,7 +110,7 @@ def add_commands(sub) -> None:
 
 def _reconcile(args) -> int:
     try:
-        compositions = site_compositions(args)
+        install = install_values(args)
     except InstallParameterInvalid as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}", file=sys.stderr)
         return 2
@@ -110,15 +124,19 @@ def _reconcile(args) -> int:
         review = reviewer(args, copy)
     except GitError as exc:
         return fail(exc)
+    share_limit = args.max_prune_share
 
     def one_pass(previous: PublishResult | None) -> OfflineResult:
         if args.interval:  # polling: timestamped log lines, no table per pass
-            result = reconcile_once(copy, args.write_back, previous, compositions=compositions)
+            result = reconcile_once(copy, args.write_back, previous, share_limit, install=install)
             log.info("%s", outcome_line(result.published))
+            if result.hold is not None:
+                log.warning("held: %s Fix: %s", result.hold.message, result.hold.fix)
         else:
             progress = Progress()
             try:
-                result = reconcile_once(copy, args.write_back, previous, compositions=compositions, progress=progress)
+                result = reconcile_once(copy, args.write_back, previous, share_limit, install=install,
+                                        progress=progress)
             finally:
                 progress.done()
             show(result)
@@ -127,22 +145,31 @@ def _reconcile(args) -> int:
 
     if not args.interval:
         try:
-            one_pass(None)
+            result = one_pass(None)
         except GitError as exc:
             return fail(exc)
-        return 0
+        return 1 if result.hold is not None else 0
     return poll(one_pass, args.interval)
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
-    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried."""
+    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried.
+    No exception ends the loop: an unexpected one (a bug, a file nobody foresaw) is reported with its type
+    and backed off like a git error, and the next pass renders again whatever moved."""
     previous: list = [None]
 
     def attempt() -> Outcome:
         try:
-            result = one_pass(previous[0])
+            result = one_pass(previous[0])  # it shows (or logs) the pass
         except GitError as exc:
             log.error("[%s] %s Fix: %s", exc.reason, exc.message, exc.fix)
+            return Outcome(False)
+        except Exception as exc:  # noqa: BLE001 - the loop must outlive any one pass
+            log.error("pass failed unexpectedly", exc_info=True)
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            print(f"gpushare: [PassCrashed] the pass raised {type(exc).__name__}: {text}\n"
+                  "  fix: report this as a bug with the log above; the loop goes on", file=sys.stderr)
+            previous[0] = None
             return Outcome(False)
         previous[0] = result.published
         return Outcome(True)
@@ -184,7 +211,8 @@ def seed_remote(source: Path, base: Path) -> Path:
     remote, seed = base / "fleet.git", base / "seed"
     user = Identity("platform-engineer", "platform@example.com")
     Git(base, identity=user).run("init", "-q", "--bare", "-b", "main", str(remote))
-    shutil.copytree(source, seed, ignore=shutil.ignore_patterns("rendered", "decisions"))
+    shutil.copytree(source, seed, symlinks=True,  # a link is committed as a link (the reader refuses one out)
+                    ignore=shutil.ignore_patterns("rendered", "decisions"))
     git = Git(seed, identity=user)
     git.run("init", "-q", "-b", "main")
     git.run("add", "--all")

@@ -1,20 +1,19 @@
-"""`gpushare validate [FILE|DIR...]`: check GitOps inputs, whole repositories or single files (a pre-commit hook).
+"""`gpushare validate FILE|DIR...` on files: single files or directories of YAML files (a pre-commit hook).
 
-Owns reading what the command line names: a directory holding models/ is a GitOps repository (every
-input, as a pass reads it); any other directory is every YAML file under it; a file is checked by the
-kind of each of its documents (ElasticModel, ModelProfile, GPUInventory, Composition). Models and
-profiles of all the named files are combined, so a name defined twice is reported. The parsing is
-controller.inputs.load's. Called by controller.cli.commands.
+Owns checking what the command line names that is not a GitOps repository (a repository gets the whole
+pass: controller.cli.commands): a directory is every YAML file under it; a file is checked by the kind of
+each of its documents (ElasticModel, ModelProfile, GPUInventory, Composition). Models and profiles of all
+the named files are combined, so a name defined twice is reported. The parsing is controller.inputs.load's
+and controller.rendering.compositions'. Called by controller.cli.commands.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import schemas
-from controller.inputs.load import (YAML_SUFFIXES, combine, load_documents, parse_inventory, parse_model,
-                                    parse_profile)
-from controller.inputs.reader import read_repo
+from controller.inputs.load import combine, load_documents, parse_inventory, parse_model, parse_profile
+from controller.inputs.repofiles import YAML_SUFFIXES
+from controller.rendering.compositions import parse_composition
 from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 KINDS = ("ElasticModel", "ModelProfile", "GPUInventory", "Composition")
@@ -33,13 +32,7 @@ def validate_paths(paths: list[Path]) -> tuple[Inputs, int]:
     """Every input the paths hold, checked; and how many compositions were among them."""
     found = _Found()
     for path in paths:
-        if path.is_dir() and (path / "models").is_dir():
-            inputs = read_repo(path).inputs
-            found.models += inputs.models
-            found.profiles += inputs.profiles
-            found.slots += inputs.slots
-            found.errors += inputs.errors
-        elif path.is_dir():
+        if path.is_dir():
             files = sorted(p for p in path.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file())
             if not files:
                 found.errors.append(InputError(str(path), None, "", reason="NothingToValidate",
@@ -80,18 +73,11 @@ def _file(path: Path, found: _Found) -> None:
             slots, errors = parse_inventory(doc, name, index)
             found.slots += slots
         elif kind == "Composition":
-            errors = _composition(doc, name, index)
-            found.compositions += not errors
+            composition, errors = parse_composition(doc, name, index)
+            found.compositions += composition is not None
         else:
             errors = [InputError(name, index, "kind", reason="UnknownKind",
                                  message=f"kind {kind!r} is none of {', '.join(KINDS)}",
                                  fix="set apiVersion gpushare.dev/v1alpha1 and one of those kinds, or leave the "
                                      "file out of the check")]
         found.errors += errors
-
-
-def _composition(doc: dict, file: str, index: int) -> list[InputError]:
-    problems = sorted(schemas.validator("composition").iter_errors(doc), key=lambda e: list(e.absolute_path))
-    return [InputError(file, index, ".".join(str(p) for p in e.absolute_path), reason="InvalidComposition",
-                       message=e.message, fix="see schemas/composition.schema.json for the allowed fields")
-            for e in problems]
