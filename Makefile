@@ -44,13 +44,17 @@ test: $(FULL)
 
 # Both images, then a smoke test of each: the controller's CLI runs the demo (git, no torch), the worker image
 # imports the worker and profiler and prints torch's CUDA version (the driver minimum follows from it).
+# BASE_IMAGE replaces python:3.11-slim (a mirror); BUILD_FLAGS reach the builder (e.g. --network host;
+# in a container without user namespaces: BUILDAH_ISOLATION=chroot make images BUILD_FLAGS="--network host").
+BUILD_FLAGS ?=
+RUN_CONTROLLER = $(if $(filter buildah,$(BUILDER)),buildah run $$(buildah from $(CONTROLLER_IMAGE)) -- gpushare,$(BUILDER) run --rm $(CONTROLLER_IMAGE))
+RUN_WORKER = $(if $(filter buildah,$(BUILDER)),buildah run $$(buildah from $(WORKER_IMAGE)) --,$(BUILDER) run --rm $(WORKER_IMAGE))
 images:
 	@test -n "$(BUILDER)" || { echo "make images: needs buildah, podman or docker (apt-get install -y buildah)"; exit 1; }
-	$(BUILD) --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Dockerfile.controller -t $(CONTROLLER_IMAGE) .
-	$(BUILD) --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Dockerfile.worker -t $(WORKER_IMAGE) .
-	$(if $(filter buildah,$(BUILDER)),podman,$(BUILDER)) run --rm $(CONTROLLER_IMAGE) demo
-	$(if $(filter buildah,$(BUILDER)),podman,$(BUILDER)) run --rm --entrypoint python $(WORKER_IMAGE) -c \
-	  "import torch, worker, profiler_job; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+	$(BUILD) $(BUILD_FLAGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Dockerfile.controller -t $(CONTROLLER_IMAGE) .
+	$(BUILD) $(BUILD_FLAGS) --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Dockerfile.worker -t $(WORKER_IMAGE) .
+	$(RUN_CONTROLLER) demo
+	$(RUN_WORKER) python -c "import torch, worker, profiler_job; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 # One install manifest (config/'s objects) with CONTROLLER_IMAGE and WORKER_IMAGE set: kubectl apply -f install.yaml
 install.yaml: $(CORE)

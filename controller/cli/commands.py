@@ -8,6 +8,7 @@ input has errors or a pass failed, 2 bad usage; `plan --detailed-exitcode`: 0 no
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from controller.planning.plan import plan
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logs.configure(args.log_format)
+    polling = bool(getattr(args, "interval", None) or getattr(args, "kube", False))
+    logs.configure(args.log_format, level=logging.INFO if polling else logging.WARNING)  # a one-shot run prints
     try:
         return args.run(args)
     except KeyboardInterrupt:

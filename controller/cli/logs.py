@@ -32,13 +32,13 @@ class JsonFormatter(_Utc):
         return json.dumps(line, ensure_ascii=False)
 
 
-def configure(log_format: str = "text", stream: TextIO | None = None) -> None:
-    """One stderr handler on the root logger, INFO and up, in `log_format`; replaces earlier handlers."""
+def configure(log_format: str = "text", stream: TextIO | None = None, *, level: int = logging.INFO) -> None:
+    """One stderr handler on the root logger, `level` and up, in `log_format`; replaces earlier handlers."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else _Utc(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
+    root.setLevel(level)
 
 
 class Progress:
