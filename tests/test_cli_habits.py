@@ -21,15 +21,10 @@ from controller.cli.reconcile_cmd import seed_remote
 from controller.inputs.reader import read_repo
 from controller.planning.plan import plan
 from tests.conftest import REPO_ROOT
+from tests.test_cli import run
 
 FLEET = REPO_ROOT / "examples" / "fleet"
 CHAT_FILE = FLEET / "models" / "llm" / "chat.yaml"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
