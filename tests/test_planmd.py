@@ -61,9 +61,10 @@ def test_columns_carry_budget_footprint_and_profile_source(text):
     assert "| A | research/big-70b | elastic | 20.0Gi | 150.0Gi | 20.0Gi | 9/80 | estimated |" in text
 
 
-def test_pinned_host_ram_per_slot_counts_swap_and_elastic_copies(text):
-    assert "Pinned host RAM for the worker's host copies (swap and elastic models): 37.0Gi." in section(
-        text, "node-a/gpu0")  # coder 18Gi + summarizer 19Gi wait in pinned host RAM
+def test_pinned_host_ram_per_slot_and_node_is_shown():
+    pinned = [replace(d, host_bytes=(5 << 30) if d.mode == "swap" else 0) for d in DECISIONS]
+    text = plan_markdown(MODELS, Plan(decisions=tuple(pinned), pending=PLAN.pending), SLOTS, (), ())
+    assert "Host RAM pinned here: 10.0Gi; node node-a: 10.0Gi of unknown (not planned)." in section(text, "node-a/gpu0")
 
 
 @pytest.mark.parametrize("previous, plan, summary", [

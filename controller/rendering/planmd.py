@@ -96,6 +96,10 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     on_slot: dict[str | None, list[Decision]] = {}
     for d in placed:
         on_slot.setdefault(d.slot, []).append(d)
+    node_of = {s.id: s.node for s in slots}
+    pinned: dict[str, int] = {}
+    for d in placed:
+        pinned[node_of.get(d.slot, "")] = pinned.get(node_of.get(d.slot, ""), 0) + d.host_bytes
     ordered = sorted(slots, key=lambda s: (s.node, s.index))
     views = [_SlotView.of(slot, on_slot.get(slot.id, [])) for slot in ordered]
     lines = [
@@ -116,7 +120,7 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
         "```",
     ]
     for view in views:
-        lines += _slot_section(view, by_key, sources)
+        lines += _slot_section(view, by_key, sources, pinned.get(view.slot.node, 0))
     lines += _section("Awaiting a profile", ("model", "model id", "GPU product", "reason"),
                       [(f"{p.namespace}/{p.name}", p.model, p.gpu_product, p.reason)
                        for p in sorted(plan.pending, key=lambda p: p.key)])
@@ -224,7 +228,8 @@ def _bar(view: _SlotView) -> str:
     return "".join(p.mark * n for p, n in zip(view.parts, counts))[:BAR_WIDTH].ljust(BAR_WIDTH, ".")
 
 
-def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str], str]) -> list[str]:
+def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str], str],
+                  node_pinned: int) -> list[str]:
     slot = view.slot
     header = ("bar", "model", "mode", "budget", "need", "GPU footprint", "layers", "profile", "TPOT predicted",
               "SLO")
@@ -236,18 +241,21 @@ def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, 
         rows.append((view.marks[d.key], ref, d.mode, format_bytes(d.budget_bytes), format_bytes(d.need_bytes),
                      footprint, f"{d.resident_layers}/{d.total_layers}",
                      sources.get((d.model, d.gpu_product or ""), "-"),
-                     "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms", _slo(by_key.get(d.key), d)))
+                     "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms" + (" (estimated)" if d.estimated
+                                                                                       else ""),
+                     _slo(by_key.get(d.key), d)))
     rows += [(p.mark, p.label, "", "", "", p.gib, "", "", "", "") for p in view.parts
              if p.mark == "~" or p.mark == "."]
     rows.append(("", "total", "", "", "", f"{_usable(view)} usable", "", "", "", ""))
-    pinned = sum(d.need_bytes for d in view.decisions if d.mode in ("swap", "elastic"))
     chart = [f'    "{p.mark} {p.label.split(" (")[0]}" : {p.tenths / 10:.1f}' for p in view.parts if p.tenths]
     return [
         "", f"## {slot.id} · {slot.product}", "",
         f"`|{_bar(view)}|` {_used(view)} of {_usable(view)} usable",
         *_table(header, rows),
         "",
-        f"Pinned host RAM for the worker's host copies (swap and elastic models): {format_bytes(pinned)}.",
+        f"Host RAM pinned here: {format_bytes(sum(d.host_bytes for d in view.decisions))}; node {slot.node}: "
+        f"{format_bytes(node_pinned)} of "
+        f"{format_bytes(slot.host_memory_bytes) if slot.host_memory_bytes else 'unknown (not planned)'}.",
         "",
         "```mermaid",
         "pie showData",
@@ -277,6 +285,8 @@ def _slo(model: ElasticModel | None, d: Decision) -> str:
     if not terms:
         return "-"  # no latency target set
     verdict = {True: "met", False: "missed", None: "not predicted"}[d.slo_met]
+    if d.estimated and d.slo_met is not None:
+        verdict += " by an estimate"  # never a bare "met" from an estimated profile
     return f"{', '.join(terms)} ({verdict})"
 
 
