@@ -26,6 +26,8 @@ def model_to_doc(m: ElasticModel) -> dict:
         spec["gpu"] = {"product": m.gpu_product}
     if m.composition != DEFAULT_COMPOSITION:
         spec["compositionRef"] = {"name": m.composition}
+    if m.served_names:
+        spec["servedNames"] = list(m.served_names)
     metadata: dict = {"name": m.name, "namespace": m.namespace}
     if m.source is not None:
         metadata["annotations"] = {SOURCE_ANNOTATION: m.source.file}

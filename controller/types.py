@@ -47,6 +47,7 @@ class ElasticModel:
     generation: int = 1
     has_slo: bool = False
     source: Source | None = field(default=None, compare=False)
+    served_names: tuple[str, ...] = ()  # spec.servedNames: aliases the worker also serves it under
 
     @property
     def key(self) -> tuple[str, str]:

@@ -24,8 +24,8 @@ def test_elastic_minimum_beyond_the_gpu_says_no_budget_helps():
 
 def test_budget_below_minimum_on_a_big_enough_gpu_names_the_budget_to_ask_for():
     text, got = explained([toy_model("a", 499)], [toy_slot(usable=10_000)], "a")
-    assert "Raise memoryBudget to at least 500 bytes" in got["a"].reason
-    assert "- at 500B (500 bytes) or more it runs elastic" in text
+    assert "Raise memoryBudget to at least 0.1Mi" in got["a"].reason  # 500 bytes, rounded up to a pasteable quantity
+    assert "- at memoryBudget 0.1Mi or more it runs elastic" in text
 
 
 def test_streaming_for_lack_of_room_names_the_neighbour_that_holds_it():
@@ -47,7 +47,7 @@ def test_no_capacity_names_the_neighbours_and_the_bytes_short():
     assert "lower memoryBudget to run elastic" not in got["f"].reason
     assert "Neighbours on node-a/gpu0: llm/e (elastic, 900B)" in text
     # the refusal's own numbers and the neighbours' agree: e at its minimum (500) leaves 400 of 900
-    assert "the most any slot had left is 400B (1 slots): 100 bytes missing" in got["f"].reason
+    assert "the most any slot had left is 400B (1 slots). Missing: 0.1Mi." in got["f"].reason  # 100 bytes, rounded up
     assert "where 400B is left to it (elastic neighbours at their minimum): 100 bytes short" in text
     assert "- it fits if llm/e (elastic, 900B) moves to another GPU" in text
 

@@ -92,8 +92,8 @@ def test_profile_of_another_revision_is_not_used():
 
 def test_refusal_below_minimum_names_missing_bytes_and_the_fix():
     got, _ = run([toy_model("a", 499)])
-    assert "1 bytes missing" in got["a"].reason
-    assert "at least 500 bytes" in got["a"].reason
+    assert "Missing: 0.1Mi." in got["a"].reason  # 1 byte, rounded up
+    assert "at least 0.1Mi" in got["a"].reason
 
 
 def test_slo_that_cannot_be_met_is_reported_with_both_numbers():

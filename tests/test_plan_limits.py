@@ -115,7 +115,7 @@ def test_swap_group_is_split_by_host_ram_and_refuses_with_the_bytes():
     assert sorted(d.mode for d in got.values()) == ["refused", "refused", "swap", "swap"]
     refused = next(d for d in got.values() if d.mode == "refused")
     assert refused.reason_code == "NoCapacity"
-    assert "bytes missing" in refused.reason
+    assert "Missing: " in refused.reason
 
 
 def test_swap_group_respects_members_ttft():

@@ -153,6 +153,6 @@ def test_plan_marks_models_served_from_their_last_good_spec(repo, capsys):
 
     reconcile_into(repo)
     (repo / "models/llm/chat.yaml").write_text("kind: [unclosed\n")
-    assert main(["plan", str(repo)]) == 0
+    assert main(["plan", str(repo)]) == 1  # input errors: exit 1, the rest still planned
     out = capsys.readouterr().out
     assert "llm/chat-small (last good spec)" in out and "InvalidYAML" in out

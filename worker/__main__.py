@@ -39,10 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from .api import create_app
+    from .auth import api_key_from_env, require_api_key
 
+    app = create_app(worker)
+    require_api_key(app, api_key_from_env())  # GPUSHARE_API_KEY: the composition's apiKeySecret
     worker.start()
     try:
-        uvicorn.run(create_app(worker), host=args.host, port=args.port, log_level=args.log_level,
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
                     timeout_graceful_shutdown=0.9 * args.grace_seconds)
     finally:
         worker.stop()

@@ -44,7 +44,7 @@ def error_response(error: WorkerError, headers: dict | None = None) -> JSONRespo
     return JSONResponse(error_body(error), status_code=error.status, headers=headers)
 
 
-def create_app(worker: Worker) -> ASGIApp:
+def create_app(worker: Worker) -> FastAPI:
     app = FastAPI(title="gpushare worker", docs_url=None, redoc_url=None, openapi_url=None)
     keepalive_s = worker.config.sse_keepalive_ms / 1000
 
@@ -127,7 +127,8 @@ def create_app(worker: Worker) -> ASGIApp:
         return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
                               parsed.include_usage, keepalive_s)
 
-    return BodyLimit(app, worker.config.max_request_bytes)
+    app.add_middleware(BodyLimit, max_bytes=worker.config.max_request_bytes)
+    return app
 
 
 class BodyLimit:

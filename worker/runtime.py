@@ -109,6 +109,7 @@ class Worker:
         if model is None:
             raise ModelNotFound("ModelNotFound", f"model {name!r} is not served here; GET /v1/models lists "
                                 "the served names (the ElasticModel names)", param="model")
+        name = model.name  # a spec.servedNames alias serves as the model it names
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")

@@ -272,6 +272,7 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         generation=meta.get("generation", 1),
         has_slo=slo is not None,
         source=source,
+        served_names=tuple(spec.get("servedNames", ())),
     ), []
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 from contract.quantity import format_bytes as fb
+from contract.quantity import paste_quantity as paste
 from controller.planning import cost
 from controller.planning.slots import Ask, SlotState
 from controller.types import Decision, ElasticModel, GpuSlot, Predicted
@@ -160,10 +161,10 @@ def refused_below_minimum(ask: Ask, limit: int, usable: int) -> Decision:
         fix = (f"No budget helps: a {ask.profile.gpu_product} has {fb(usable)} usable. Lower slo.contextTokens or "
                f"slo.concurrency, or choose a larger GPU (spec.gpu.product)")
     else:
-        fix = f"Raise memoryBudget to at least {minimum} bytes ({fb(minimum)}) or lower slo.contextTokens/concurrency"
+        fix = f"Raise memoryBudget to at least {paste(minimum)}, or lower slo.contextTokens/concurrency"
     reason = (f"need {_need_terms(ask)} > limit {fb(limit)}, and even streaming every layer needs "
               f"{fb(minimum)} on the GPU (embeddings, head, KV cache for {slo.context_tokens}×{slo.concurrency} "
-              f"tokens, activations, overhead, 2 stream buffers): {minimum - limit} bytes missing. {fix}")
+              f"tokens, activations, overhead, 2 stream buffers). Missing: {paste(minimum - limit)}. {fix}")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="BudgetBelowElasticMinimum")
 
 
@@ -183,12 +184,12 @@ def _refused(ask: Ask, code: str, info: dict) -> Decision:
         missing = ask.minimum.streamed_bytes - info["host_free"]
         reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but it would pin "
                   f"{fb(ask.minimum.streamed_bytes)} of host RAM where node {info['node']} had "
-                  f"{fb(info['host_free'])} left of {fb(info['host'])}: {missing} bytes missing. Add host RAM "
+                  f"{fb(info['host_free'])} left of {fb(info['host'])}. Missing: {paste(missing)}. Add host RAM "
                   f"or a node, or make room (fewer swap members or streamed layers there)")
     else:
         free = info["free"]
         reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot had left is {fb(free)} "
-                  f"({info['slots']} slots): {nbytes - free} bytes missing. Add a GPU, make room (remove a "
+                  f"({info['slots']} slots). Missing: {paste(nbytes - free)}. Add a GPU, make room (remove a "
                   f"model or lower another's memoryBudget), or lower slo.contextTokens/concurrency")
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code=code)
 

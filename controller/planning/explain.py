@@ -8,6 +8,7 @@ from __future__ import annotations
 from controller.planning import cost
 from controller.planning.neighbours import neighbour_lines
 from contract.quantity import format_bytes as fb
+from contract.quantity import paste_quantity as paste
 from controller.types import Decision, ElasticModel, Inputs, Plan
 
 
@@ -104,8 +105,9 @@ def _why_not(d: Decision, need_total: int, limit: int, minimum: int) -> list[str
 def _what_if(d: Decision, profile, model: ElasticModel, need_total: int, minimum: int, usable: int) -> list[str]:
     layer = max(profile.layer_bytes)
     if d.mode in ("resident", "swap"):
-        return [f"- below {fb(need_total)} ({need_total} bytes) it would run elastic, streaming layers",
-                f"- below {fb(minimum)} ({minimum} bytes) it would be refused"]
+        return [f"- it needs memoryBudget {paste(need_total)} or more to stay whole; with less it runs elastic, "
+                "streaming layers",
+                f"- it needs memoryBudget {paste(minimum)} or more to run at all; with less it is refused"]
     if d.reason_code == "ExceedsFreeSpace":
         return ["- no budget: it already covers the need; it streams because the slot has no room for it whole",
                 f"- it runs whole once its slot has {fb(need_total)} free for it (fewer or smaller models there)"]
@@ -113,7 +115,7 @@ def _what_if(d: Decision, profile, model: ElasticModel, need_total: int, minimum
         out = [f"- each further {fb(layer)} keeps one more of the {d.total_layers - d.resident_layers} "
                f"streamed layers resident"]
         if need_total <= usable:
-            out.append(f"- at {fb(need_total)} ({need_total} bytes) or more it fits whole: resident or swap")
+            out.append(f"- at memoryBudget {paste(need_total)} or more it fits whole: resident or swap")
         else:
             out.append(f"- it can never run whole on this GPU (need {fb(need_total)} > usable {fb(usable)})")
         return out
@@ -121,9 +123,9 @@ def _what_if(d: Decision, profile, model: ElasticModel, need_total: int, minimum
         if minimum > usable:
             return [f"- no budget: even streaming every layer needs {fb(minimum)}, more than the {fb(usable)} "
                     f"a {d.gpu_product} has; lower slo.contextTokens/concurrency or choose a larger GPU"]
-        whole = (f"- at {fb(need_total)} ({need_total} bytes) or more it fits whole" if need_total <= usable
+        whole = (f"- at memoryBudget {paste(need_total)} or more it fits whole" if need_total <= usable
                  else f"- it can never run whole on this GPU (need {fb(need_total)} > usable {fb(usable)})")
-        return [f"- at {fb(minimum)} ({minimum} bytes) or more it runs elastic", whole]
+        return [f"- at memoryBudget {paste(minimum)} or more it runs elastic", whole]
     if d.reason_code in ("LinkShareTooSmall", "HostMemoryFull"):
         return ["- see the neighbours above: a larger budget helps only where it keeps enough layers resident"]
     return ["- no budget alone: the GPUs of its product are full; add capacity or remove a model"]

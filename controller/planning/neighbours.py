@@ -10,6 +10,7 @@ from __future__ import annotations
 from controller.planning import cost
 from controller.planning.occupancy import device_bytes
 from contract.quantity import format_bytes as fb
+from contract.quantity import paste_quantity as paste
 from controller.types import Decision, GpuSlot, Inputs, Plan, Profile
 
 
@@ -123,7 +124,7 @@ def _link_advice(model, profile: Profile, slot: GpuSlot, placed: list[Decision])
            f"{', '.join(sorted(f'{o.namespace}/{o.name}' for o in streaming)) or 'none'})."]
     piece = cost.smallest_slice_meeting(profile, model.slo, slot.usable_bytes, n)
     if model.slo.tpot_ms is not None and piece is not None:
-        out.append(f"- its own: memoryBudget {piece.footprint} bytes ({fb(piece.footprint)}) keeps "
+        out.append(f"- its own: memoryBudget {paste(piece.footprint)} keeps "
                    f"{piece.resident_layers} layers resident, so it streams little enough for TPOT "
                    f"{model.slo.tpot_ms:g} ms at that share")
     if model.slo.tpot_ms is not None:
