@@ -276,3 +276,12 @@ def test_exact_never_refuses_more_than_greedy():
     inputs = _inputs(specs, [(1600, None), (1400, None)])
     refused = {m: sum(d.mode == "refused" for d in plan(inputs, method=m).decisions) for m in METHODS}
     assert refused["exact"] <= refused["greedy"]
+
+
+def test_a_first_plan_that_refused_for_room_is_settled_into_a_fixed_point():
+    """Found by hypothesis: the sticky repairs admit m1 by streaming m3, which a first greedy left out."""
+    specs = [(401, 1, None)] * 3 + [(1201, 1, None), (1201, 1, None), (1202, 2, None)]
+    inputs = _inputs(specs, [(500, None), (1202, 1300), (2904, 2500)])
+    first = plan(inputs, method="greedy")
+    assert plan(inputs, {d.key: d for d in first.decisions}, method="greedy") == first
+    assert not any("moved from" in d.reason for d in first.decisions)  # a first plan moves nothing

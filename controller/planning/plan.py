@@ -52,10 +52,31 @@ EXACT_MAX_MODELS = 10   # per GPU product; beyond this the greedy plans (bench/p
 EXACT_MAX_PAIRS = 40    # models × slots of one product
 
 
+SETTLE_PASSES = 3
+_PLACEMENT_FREE_REFUSALS = ("BudgetBelowElasticMinimum", "NoMatchingGPU")  # no placement could change these
+
+
 def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None, *,
          method: str = "auto") -> Plan:
-    """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them)."""
-    previous = previous or {}
+    """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them).
+
+    A first plan (no previous decisions) that refused a model for lack of room is settled: re-planned
+    with its own decisions until that changes nothing (at most SETTLE_PASSES more plans), because the sticky
+    repairs can admit a model the first greedy left out. So re-planning a plan's own decisions is a fixed
+    point, and the next pass does not move models the first could have placed better."""
+    result = _plan_once(inputs, previous or {}, method)
+    if previous or not any(d.mode == "refused" and d.reason_code not in _PLACEMENT_FREE_REFUSALS
+                           for d in result.decisions):
+        return result
+    for _ in range(SETTLE_PASSES):
+        again = _plan_once(inputs, {d.key: d for d in result.decisions}, method)
+        if again == result:
+            break
+        result = again
+    return result
+
+
+def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], method: str) -> Plan:
     slots_by_product: dict[str, list[GpuSlot]] = {}
     for slot in sorted(inputs.slots, key=lambda s: (s.product, s.node, s.index)):
         slots_by_product.setdefault(slot.product, []).append(slot)
