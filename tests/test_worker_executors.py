@@ -16,32 +16,14 @@ import httpx
 import pytest
 import yaml
 
-from worker.engine import Generation
-from worker.sampling import SamplingParams
-from worker.scheduler import ErrorEvent, FinishEvent
+from worker.scheduler import FinishEvent
 from worker_support import (  # noqa: F401  (fixtures are used by name)
-    REPO_ROOT, config_document, model_entry, started_worker, single_threaded_torch, tiny_models,
+    REPO_ROOT, Collector, config_document, generation, model_entry, started_worker, single_threaded_torch,
+    tiny_models,
 )
 
 WAIT_S = 60  # a bound on waiting for another thread; never reached when the behaviour holds
 NEIGHBOUR_STEPS = 5  # resident steps that must complete while a neighbour's swap-in or step is held open
-
-
-def generation(prompt=(72, 105), tokens=4) -> Generation:
-    return Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=tokens, temperature=0),
-                      eos_ids=frozenset(), decode=lambda ids: "")
-
-
-class Collector:
-    """A job's sink: records events; `done` is set by the finish or error event."""
-
-    def __init__(self):
-        self.events, self.done = [], threading.Event()
-
-    def __call__(self, event):
-        self.events.append(event)
-        if isinstance(event, (FinishEvent, ErrorEvent)):
-            self.done.set()
 
 
 def wait_for(predicate, what: str) -> None:

@@ -5,7 +5,8 @@ through the kubernetes client when `verdicts.configMap` is set), and serves the
 API with uvicorn. A bad config exits 2 with the reason; a refused model does not
 stop the worker. SIGTERM (or SIGINT) drains: new requests get 503 ShuttingDown, requests in
 flight may finish for most of `--grace-seconds`, then the rest get an error event and the
-process exits within the grace period, whatever the executors are doing.
+process exits within the grace period, whatever the executors are doing. A changed config file
+is applied in place (worker/watch.py).
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stall-seconds", type=float, default=DEFAULT_STALL_S,
                         help="/healthz fails when one step or swap runs this long, or requests wait while no "
                              "step completed for this long plus minResidencyMs")
+    parser.add_argument("--watch-seconds", type=float, default=10.0,
+                        help="check the config file this often and apply changes in place (0: never)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -42,11 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from .serve import serve
+    from .watch import ConfigWatch
 
     worker.start()
+    watch = ConfigWatch(args.config, worker, interval_s=args.watch_seconds)
+    if args.watch_seconds > 0:
+        watch.start()
     try:
         serve(worker, host=args.host, port=args.port, log_level=args.log_level, grace_s=args.grace_seconds)
     finally:
+        watch.stop()
         worker.stop(timeout_s=1)
     return 0
 
