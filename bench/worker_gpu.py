@@ -176,7 +176,7 @@ class Bench:
     def elastic(self) -> tuple[int, float, float]:
         from worker.admission import admit
         from worker.config import ModelConfig
-        from worker.memory import DeviceLedger, workspace_bytes
+        from worker.memory import DeviceLedger
         from worker.residency import make_residency
         from worker.shape import shape_from
 
@@ -186,7 +186,7 @@ class Bench:
         budget = int(self.args.budget_gib * (1 << 30))
         spec = ModelConfig(name="bench", namespace="bench", model="random", mode="elastic", budget_bytes=budget,
                            context_tokens=PROMPT_TOKENS + self.args.decode_tokens + 8, concurrency=1)
-        [applied] = admit([(spec, shape)], budget, slot="bench", workspace_bytes=workspace_bytes(self.device))
+        [applied] = admit([(spec, shape)], budget, slot="bench")
         if applied.verdict != "applied":
             raise SystemExit(f"elastic budget too small for this shape: {applied.message}")
         layers = applied.resident_layers

@@ -128,12 +128,12 @@ def test_kv_slots_are_the_admitted_reservation_and_a_full_batch_stays_within_the
     shape = read_shape(path)
     config = ModelConfig(name="m", namespace="llm", model=str(path), mode=mode, budget_bytes=1 << 40,
                          context_tokens=64, concurrency=4, resident_layers=layers)
-    need = need_for(config, shape, workspace_bytes=0)
-    # the rotary tables are buffers the checkpoint does not store: the footprint leaves them to the workspace,
-    # which is 0 on CPU, so they are added here
+    need = need_for(config, shape)
+    # the rotary tables are buffers the checkpoint does not store, so the footprint does not count them
     rope = 2 * 4 * (shape.hidden_size // shape.num_attention_heads // 2)
     residency = residency_of(path, mode, layers, budget=need.total + rope)
     residency.ledger.reserve("activation", need.activation)
+    residency.ledger.reserve("overhead", need.overhead)
     before = residency.ledger.placed_bytes if mode != "swap" else 0
     engine = engine_of(residency, concurrency=4, context=64, chunk=16, kv_bytes=need.kv_cache)
     weights = residency.ledger.placed_bytes - (before if mode != "swap" else 0)

@@ -20,10 +20,11 @@ from typing import Callable
 
 import torch
 
+from contract.footprint import PREFILL_CHUNK_TOKENS
+
 from .forward import Row, make_forward
 from .residency import Residency
 from .sampling import Sampler, SamplingParams
-from .shape import PREFILL_CHUNK_TOKENS
 from .transfer import swap_allocations
 
 _join_order = count()

@@ -6,10 +6,10 @@ batch; other steps (a prefill chunk in the batch) and buckets that could not be
 captured run eagerly through the same DecoderForward. Graphs are captured lazily, on a
 bucket's first decode-only step, on a side stream of the model's, in thread-local capture mode
 (other models keep running in their threads; captures themselves take turns), sharing one
-memory pool per model. The
-pool's bytes are charged to the model's ledger ("cuda-graphs"); a capture that would pass
-the budget is dropped and that bucket stays eager. Weights move on a swap-in, so
-`release` (swap-out) drops the graphs with the KV slots. Only constructed when CUDA is
+memory pool per model. The pool counts against the model's budget: the footprint's overhead
+reservation holds graph pools (contract/footprint.py), and a pool beyond it is charged on top
+("cuda-graphs"); a capture that would pass the budget is dropped and that bucket stays eager.
+Weights move on a swap-in, so `release` (swap-out) drops the graphs with the KV slots. Only constructed when CUDA is
 present (worker/forward/__init__.py); called by worker/engine.py.
 """
 from __future__ import annotations
@@ -119,8 +119,8 @@ class GraphedDecoder:
             self.eager_buckets.update(self.buckets)
             return None
         pool_bytes = _pool_bytes(self.pool)
-        try:
-            ledger.reserve("cuda-graphs", pool_bytes)
+        try:  # the footprint's overhead holds the graph pools; only a pool beyond it is charged on top
+            ledger.reserve("cuda-graphs", max(0, pool_bytes - ledger.reserved("overhead")))
         except BudgetExceeded as exc:
             log.warning("%s: graphs for batch %d would pass the budget (%s); that batch decodes eagerly",
                         ledger.model, bucket, exc.message)
