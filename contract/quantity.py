@@ -72,3 +72,14 @@ def format_bytes(n: int | None) -> str:
         if n >= size:
             return f"{sign}{n / size:.1f}{unit}"
     return f"{sign}{n}B"
+
+
+def paste_quantity(n: int, *, at_least: bool = True) -> str:
+    """`n` bytes as a quantity to paste into a spec (memoryBudget): Gi with at most one decimal (Mi below
+    1Gi), rounded in the safe direction: up when it is a minimum to reach (`at_least`), down when it is a
+    bound to stay under, so parse_bytes of the text is on the stated side of `n`."""
+    unit, size = ("Gi", 2**30) if n >= 2**30 else ("Mi", 2**20)
+    tenths, rest = divmod(max(0, n) * 10, size)
+    tenths += 1 if at_least and rest else 0
+    whole, tenth = divmod(tenths, 10)
+    return f"{whole}.{tenth}{unit}" if tenth else f"{whole}{unit}"

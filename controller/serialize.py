@@ -26,6 +26,8 @@ def model_to_doc(m: ElasticModel) -> dict:
         spec["gpu"] = {"product": m.gpu_product}
     if m.composition != DEFAULT_COMPOSITION:
         spec["compositionRef"] = {"name": m.composition}
+    if m.served_names:
+        spec["servedNames"] = list(m.served_names)
     metadata: dict = {"name": m.name, "namespace": m.namespace}
     if m.source is not None:
         metadata["annotations"] = {SOURCE_ANNOTATION: m.source.file}
@@ -48,7 +50,10 @@ def decision_to_dict(d: Decision) -> dict:
             "ttftMs": d.predicted.ttft_ms,
             "tpotMs": d.predicted.tpot_ms,
             "swapInMs": d.predicted.swap_in_ms,
+            "linkShareGBps": d.predicted.link_share_gbps,
         },
+        "estimated": d.estimated,
+        "hostBytes": d.host_bytes,
         "sloMet": d.slo_met,
         "reason": d.reason,
         "reasonCode": d.reason_code,
@@ -72,8 +77,11 @@ def decision_from_dict(doc: dict) -> Decision:
         budget_bytes=int(doc["budgetBytes"]),
         footprint_bytes=int(doc.get("footprintBytes", 0)),
         predicted=None if predicted is None else Predicted(
-            ttft_ms=predicted["ttftMs"], tpot_ms=predicted["tpotMs"], swap_in_ms=predicted.get("swapInMs")
+            ttft_ms=predicted["ttftMs"], tpot_ms=predicted["tpotMs"], swap_in_ms=predicted.get("swapInMs"),
+            link_share_gbps=predicted.get("linkShareGBps"),
         ),
+        estimated=bool(doc.get("estimated", False)),
+        host_bytes=int(doc.get("hostBytes", 0)),
         slo_met=doc.get("sloMet"),
         reason=doc.get("reason", ""),
         reason_code=doc.get("reasonCode", ""),

@@ -57,12 +57,14 @@ NO_CHANGE = "no change"
 
 @dataclass(frozen=True)
 class Target:
-    """Where commits go: the tracked branch (`review is None`) or a review branch."""
+    """Where commits go: the tracked branch (`review is None`) or a review branch; with `pull_request`, the
+    shell also opens or updates the branch's one pull request (gitops.forge)."""
 
     review: str | None = None
+    pull_request: bool = False
 
     def __str__(self) -> str:
-        return "direct" if self.review is None else f"branch:{self.review}"
+        return "direct" if self.review is None else f"{'pr' if self.pull_request else 'branch'}:{self.review}"
 
 
 @dataclass(frozen=True)
@@ -90,15 +92,18 @@ Render = Callable[[Path], Change]
 
 
 def parse_target(value: str | Target) -> Target:
-    """`direct` or `branch:NAME` (the `--write-back` flag)."""
+    """`direct`, `branch:NAME` or `pr:NAME` (the `--write-back` flag)."""
     if isinstance(value, Target):
         return value
     if value == "direct":
         return Target()
     if value.startswith("branch:"):
         return Target(check_branch_name(value.removeprefix("branch:")))
-    raise InvalidWriteBack(f"write-back target {value!r} is neither 'direct' nor 'branch:NAME'",
-                           "pass --write-back direct, or --write-back branch:gpushare/plan for a review branch")
+    if value.startswith("pr:"):
+        return Target(check_branch_name(value.removeprefix("pr:")), pull_request=True)
+    raise InvalidWriteBack(f"write-back target {value!r} is neither 'direct', 'branch:NAME' nor 'pr:NAME'",
+                           "pass --write-back direct, --write-back branch:gpushare/plan for a review branch, or "
+                           "--write-back pr:gpushare/plan to also open its pull request")
 
 
 def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...]
@@ -130,6 +135,12 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
         parents.append(upstream)
     commit = copy.commit_tree(tree, parents, message + "\n")
     outcome = copy.push(commit, branch)
+    if outcome.status == "refused" and "checked out" in outcome.detail:
+        raise PushRejected(f"the remote is a non-bare repository with {branch} checked out, and git refuses to "
+                           f"update a checked-out branch ({outcome.detail})",
+                           "push to a bare repository (git clone --bare), or let the remote accept it with "
+                           "`git config receive.denyCurrentBranch updateInstead`, or write to another branch with "
+                           "--write-back branch:NAME")
     if outcome.status == "refused":
         raise PushRejected(f"the remote refused the push to {branch}: {outcome.detail}",
                            "allow the controller's identity to push to this branch (branch protection, "

@@ -16,9 +16,10 @@ from controller.rendering.compose import compose
 from controller.rendering.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
 from controller.rendering.compositions import CompositionInvalid, load_compositions
 from controller.rendering.names import service_name
-from controller.types import Plan
+from controller.types import GpuSlot, Pending, Plan
 from templates import TEMPLATE_DIR
-from tests.compose_scenario import BIG, CHAT, CODER, FRESH, MODELS, PLAN, PREVIOUS, SLOTS, TINY, decide, model
+from tests.compose_scenario import (BIG, CHAT, CODER, DECISIONS, FRESH, GIB, L4, MODELS, PLAN, PREVIOUS, SLOTS, TINY,
+                                   decide, model)
 
 WORKERS = "rendered/gpushare-system"
 MIB = 1 << 20
@@ -143,7 +144,8 @@ def test_worker_namespace_is_a_composition_parameter(template_copy):
 # --- profiling: a model without a profile gets only its profiler ----------------------------------
 
 def test_pending_model_renders_only_its_profiler(tree):
-    mine = sorted(p for p in tree if p.startswith("rendered/llm/"))
+    mine = sorted(p for p in tree if p.startswith("rendered/llm/") and not p.startswith(("rendered/llm/service-",
+                                                                                         "rendered/llm/namespace-")))
     assert [p.rsplit("/", 1)[1].split("-")[0] for p in mine] == ["job", "role", "rolebinding", "serviceaccount"]
     assert not any("fresh" in p for p in tree if p.startswith(("decisions/", WORKERS)))
 
@@ -157,10 +159,64 @@ def test_profiler_job_spec(tree):
     assert container["command"] == ["python", "-m", "profiler_job"]
     assert container["args"] == ["--model", FRESH.model, "--revision", "main", "--gpu-product", "NVIDIA-H200",
                                  "--out", f"configmap:llm/{configmap}", "--require-gpu"]
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert spec["serviceAccountName"] == "gpushare-profiler"
     assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (2, 86400)
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+# --- profiling never waits for a GPU that workers hold -------------------------------------------------
+
+def profiler_pod(files: dict[str, str], namespace: str = "llm") -> tuple[dict, dict]:
+    (path,) = [p for p in files if p.startswith(f"rendered/{namespace}/job-")]
+    job = load(files, path)
+    return job, job["spec"]["template"]["spec"]
+
+
+def test_with_every_h200_held_the_profiler_runs_beside_the_worker_on_its_gpu(tree):
+    job, spec = profiler_pod(tree)  # the scenario's one H200 (node-a/gpu0) runs chat-small, coder, summarizer
+    (container,) = spec["containers"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "kubernetes.io/hostname": "node-a"}
+    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})  # a whole GPU would wait for ever
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "0"
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"gpushare.dev/beside-slot": "node-a/gpu0"}
+
+
+def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
+    free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
+    files = compose(MODELS, PLAN, (*SLOTS, free), {}).files
+    job, spec = profiler_pod(files)
+    (container,) = spec["containers"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
+    assert "annotations" not in job["spec"]["template"]["metadata"]
+    assert job["metadata"]["name"] != profiler_pod(compose(MODELS, PLAN, SLOTS, {}).files)[0]["metadata"]["name"]
+
+
+@pytest.mark.parametrize("composition", [
+    pytest.param("kai", id="kai-gpu-memory-share-of-the-freest-l4"),
+    pytest.param("hami", id="hami-gpumem-vgpu-of-the-freest-l4"),
+])
+def test_sharing_compositions_profile_beside_the_workers_with_a_memory_share(composition):
+    # both L4s are held: node-b/gpu0 by big-70b (20 GiB on the device), node-b/gpu1 by tiny (1 GiB): gpu1 is freer
+    late = model("late", "research", hub="Qwen/Qwen2.5-1.5B-Instruct", composition=composition, product=L4)
+    pending = Pending(name="late", namespace="research", model=late.model, gpu_product=L4, revision="main",
+                      reason="no profile yet")
+    result = compose((*MODELS, late), Plan(decisions=DECISIONS, pending=(pending,)), SLOTS, {})
+    assert result.errors == ()
+    job, spec = profiler_pod(result.files, "research")
+    (container,) = spec["containers"]
+    assert spec["nodeSelector"]["kubernetes.io/hostname"] == "node-b"
+    assert job["spec"]["template"]["metadata"]["annotations"]["gpushare.dev/beside-slot"] == "node-b/gpu1"
+    tiny_free = str(23 * 1024 - 1024)  # 24 GiB - the 1 GiB reserve - tiny's 1 GiB, in MiB
+    if composition == "kai":
+        assert spec["schedulerName"] == "kai-scheduler"
+        assert job["spec"]["template"]["metadata"]["annotations"]["gpu-memory"] == tiny_free
+        assert "limits" not in container["resources"]
+    else:
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": tiny_free}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
 
 
 def rules(role: dict) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
@@ -221,7 +277,11 @@ def cache_of(spec: dict) -> tuple[dict, dict, dict]:
     return volume, mount, {e["name"]: e for e in container["env"]}
 
 
-def test_model_cache_claim_is_read_write_for_the_profiler_and_read_only_for_the_worker(template_copy):
+HOST_CACHE = {"name": "cache", "hostPath": {"path": "/var/lib/gpushare/models", "type": "DirectoryOrCreate"}}
+TOKEN_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}}
+
+
+def test_model_cache_claim_is_read_write_for_profiler_and_worker_which_both_download(template_copy):
     compositions = with_parameters(template_copy, "modelCache: {claimName: hf-models}\n"
                                                   "    hfTokenSecret: {name: hf-token, key: token}")
     result = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
@@ -230,47 +290,80 @@ def test_model_cache_claim_is_read_write_for_the_profiler_and_read_only_for_the_
     for path in (job_path, f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"):
         kubernetes_validate.validate(load(result.files, path), "1.30", strict=True)
     job = load(result.files, job_path)["spec"]["template"]["spec"]
-    volume, mount, env = cache_of(job)
-    assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models"}}
-    assert mount == {"name": "cache", "mountPath": "/cache"}
-    assert env["HF_HOME"]["value"] == "/cache/hf" and env["HF_HUB_OFFLINE"]["value"] == "0"
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    worker = pod(result.files, "worker-node-a-gpu0-default")["spec"]
+    for spec in (job, worker):
+        volume, mount, env = cache_of(spec)
+        assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models"}}
+        assert mount == {"name": "cache", "mountPath": "/cache"}
+        assert env["HF_HOME"]["value"] == "/cache/hf" and env["HF_HUB_OFFLINE"]["value"] == "0"
+        assert env["HF_TOKEN"] == TOKEN_ENV
+        assert "initContainers" not in spec  # a claim's owner is set by fsGroup, not by a root init container
     assert (job["securityContext"]["fsGroup"], job["securityContext"]["fsGroupChangePolicy"]) == (10001,
                                                                                                    "OnRootMismatch")
-    volume, mount, env = cache_of(pod(result.files, "worker-node-a-gpu0-default")["spec"])
-    assert volume == {"name": "cache", "persistentVolumeClaim": {"claimName": "hf-models", "readOnly": True}}
-    assert mount == {"name": "cache", "mountPath": "/cache", "readOnly": True}
-    assert set(env) == {"HF_HOME"}  # offline, as the image sets it, and no token
     kai_volume = cache_of(pod(result.files, "worker-node-b-gpu0-kai")["spec"])[0]
-    assert kai_volume == {"name": "cache", "emptyDir": {}}  # parameters are per composition: kai's are unset
+    assert kai_volume == HOST_CACHE  # parameters are per composition: kai's are the defaults
 
 
-def test_hub_token_alone_keeps_the_profiler_offline_on_an_empty_cache(template_copy):
-    compositions = with_parameters(template_copy, "hfTokenSecret: {name: hf-token, key: token}")
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
-    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
-    volume, _, env = cache_of(load(files, job_path)["spec"]["template"]["spec"])
-    assert volume == {"name": "cache", "emptyDir": {}}
-    assert set(env) == {"HF_HOME", "HF_TOKEN"}
-
-
-def test_without_cache_or_token_parameters_pods_get_an_empty_cache_and_no_token(tree):
+def test_by_default_every_pod_downloads_into_the_nodes_host_path_cache(tree):
     (job_path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
     job = load(tree, job_path)["spec"]["template"]["spec"]
     for spec in (job, pod(tree, "worker-node-a-gpu0-default")["spec"]):
         volume, mount, env = cache_of(spec)
-        assert (volume, mount, set(env)) == ({"name": "cache", "emptyDir": {}}, {"name": "cache", "mountPath": "/cache"},
-                                             {"HF_HOME"})
-    assert "fsGroup" not in job["securityContext"]
+        assert (volume, mount) == (HOST_CACHE, {"name": "cache", "mountPath": "/cache"})
+        assert {name: env[name].get("value") for name in ("HF_HOME", "HF_HUB_OFFLINE")} == {"HF_HOME": "/cache/hf",
+                                                                                           "HF_HUB_OFFLINE": "0"}
+        assert "HF_TOKEN" not in env
+        (init,) = spec["initContainers"]  # hands the kubelet-created directory to the non-root user
+        assert (init["args"], init["securityContext"]["capabilities"]) == (["10001"], {"drop": ["ALL"],
+                                                                                      "add": ["CHOWN"]})
+        assert init["image"] == spec["containers"][0]["image"]
+
+
+def test_offline_parameter_alone_keeps_pods_off_the_hub(template_copy):
+    compositions = with_parameters(template_copy, "offline: true\n    modelCache: null")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
+    for spec in (load(files, job_path)["spec"]["template"]["spec"], pod(files, "worker-node-a-gpu0-default")["spec"]):
+        volume, _, env = cache_of(spec)
+        assert volume == {"name": "cache", "emptyDir": {}} and env["HF_HUB_OFFLINE"]["value"] == "1"
+        assert "HF_TOKEN" not in env and "initContainers" not in spec
+
+
+def test_node_selector_tolerations_and_api_key_reach_the_pods(template_copy):
+    compositions = with_parameters(template_copy, "nodeSelector: {pool: gpu, kubernetes.io/hostname: elsewhere}\n"
+                                   "    tolerations: [{key: dedicated, operator: Equal, value: llm, effect: NoExecute,"
+                                   " tolerationSeconds: 30}]\n"
+                                   "    apiKeySecret: {name: llm-api, key: key}")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
+    job = load(files, job_path)["spec"]["template"]["spec"]
+    worker = pod(files, "worker-node-a-gpu0-default")["spec"]
+    assert worker["nodeSelector"] == {"kubernetes.io/hostname": "node-a", "nvidia.com/gpu.product": "NVIDIA-H200",
+                                      "pool": "gpu"}  # the slot's own labels are never overridden
+    assert job["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "gpu",
+                                   "kubernetes.io/hostname": "node-a"}  # beside node-a's worker: its node wins
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute",
+                  "tolerationSeconds": 30}
+    assert worker["tolerations"] == job["tolerations"] == [toleration]
+    env = cache_of(worker)[2]
+    assert env["GPUSHARE_API_KEY"] == {"name": "GPUSHARE_API_KEY",
+                                       "valueFrom": {"secretKeyRef": {"name": "llm-api", "key": "key"}}}
+    assert "GPUSHARE_API_KEY" not in cache_of(job)[2]
 
 
 @pytest.mark.parametrize("parameters, path", [
-    pytest.param("modelCache: {}", "modelCache", id="cache-without-claim-name"),
-    pytest.param("modelCache: {claimName: Bad_Name}", "claimName", id="cache-claim-not-dns-1123"),
+    pytest.param("modelCache: {}", "modelCache", id="cache-without-claim-or-path"),
+    pytest.param("modelCache: {claimName: Bad_Name}", "modelCache", id="cache-claim-not-dns-1123"),
+    pytest.param("modelCache: {hostPath: var/models}", "modelCache", id="cache-path-relative"),
+    pytest.param("modelCache: {hostPath: /var/../etc}", "modelCache", id="cache-path-climbs-up"),
     pytest.param("hfTokenSecret: {name: hf-token}", "hfTokenSecret", id="token-secret-without-key"),
     pytest.param("hfTokenSecret: {name: hf-token, key: 'a/b'}", "key", id="token-key-with-slash"),
+    pytest.param("nodeSelector: {pool: 'a b'}", "nodeSelector", id="node-selector-value-not-a-label-value"),
+    pytest.param("tolerations: [{key: a, operator: Maybe}]", "operator", id="toleration-operator-unknown"),
+    pytest.param("allowedNamespaces: [Monitoring]", "allowedNamespaces", id="allowed-namespace-not-dns-1123"),
+    pytest.param("apiKeySecret: {name: llm-api}", "apiKeySecret", id="api-key-secret-without-key"),
 ])
-def test_malformed_cache_or_token_parameters_are_refused(template_copy, parameters, path):
+def test_malformed_composition_parameters_are_refused(template_copy, parameters, path):
     with pytest.raises(CompositionInvalid, match=f"spec/parameters/.*{path}"):
         with_parameters(template_copy, parameters)
 
@@ -363,3 +456,41 @@ def test_worker_accepts_its_config(tree):
     config = parse_config(worker_yaml(tree, "worker-node-b-gpu0-kai"))
     assert [(m.name, m.mode) for m in config.models] == [("big-70b", "elastic")]
     assert (config.verdicts.namespace, config.verdicts.name) == ("gpushare-system", "worker-node-b-gpu0-kai-verdicts")
+
+
+# --- reachable, protected endpoints ---------------------------------------------------------------------
+
+def test_each_placed_model_gets_a_stable_service_in_its_own_namespace_with_its_url(tree):
+    alias = load(tree, "rendered/llm/service-chat-small.yaml")
+    assert alias["spec"] == {"type": "ExternalName", "externalName":
+                             f"{service_name('llm', 'chat-small')}.gpushare-system.svc.cluster.local"}
+    assert alias["metadata"]["annotations"] == {"gpushare.dev/elasticmodel": "llm/chat-small",
+                                                "gpushare.dev/url": "http://chat-small.llm.svc/v1"}
+    assert "rendered/research/service-big-70b.yaml" in tree
+    assert not any(p.endswith(("service-huge.yaml", "service-fresh.yaml")) for p in tree)  # refused, pending
+
+
+def test_network_policy_admits_only_the_served_namespaces_and_the_named_ones(template_copy):
+    compositions = with_parameters(template_copy, "allowedNamespaces: [monitoring, llm]")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    policy = load(files, f"{WORKERS}/networkpolicy-worker-node-a-gpu0-default.yaml")
+    kubernetes_validate.validate(policy, "1.30", strict=True)
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gpushare-worker",
+                                                            "gpushare.dev/worker": "worker-node-a-gpu0-default"}
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert source["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["llm", "monitoring"]}]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    kai = load(files, f"{WORKERS}/networkpolicy-worker-node-b-gpu0-kai.yaml")  # kai's parameters are the defaults
+    assert kai["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["research"]
+
+
+def test_every_namespace_written_into_gets_a_namespace_argo_cd_never_prunes(tree):
+    namespaces = {p.split("/")[1]: load(tree, p) for p in tree if "/namespace-" in p}
+    assert sorted(namespaces) == ["gpushare-system", "llm", "research"]
+    for name, doc in namespaces.items():
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+        assert doc["metadata"]["name"] == name
+        assert doc["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+                                                  "argocd.argoproj.io/sync-wave": "-1"}

@@ -111,7 +111,7 @@ def test_the_typed_index_names_exactly_the_objects_the_files_hold():
     for path, text in rendered.files.items():
         if path.startswith("rendered/") and path.endswith(".yaml"):
             doc = yaml.safe_load(text)
-            parsed[path] = (doc["kind"], doc["metadata"]["namespace"], doc["metadata"]["name"])
+            parsed[path] = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])  # Namespace: ""
             if doc["kind"] == "ConfigMap" and "worker.yaml" in doc.get("data", {}):
                 where = yaml.safe_load(doc["data"]["worker.yaml"])["verdicts"]["configMap"]
                 sources.add((where["namespace"], where["name"]))

@@ -68,10 +68,10 @@ def test_device_bytes_adds_resident_and_elastic_and_counts_the_swap_area_once():
 
 def test_plan_md_shows_each_slot_with_a_bar_of_bytes_used():
     text = plan_markdown(MODELS, PLAN, SLOTS, decision_changes(PREVIOUS, PLAN), ())
-    # node-a/gpu0: chat 2Gi + swap area max(18Gi, 19Gi) = 21Gi of 140Gi usable → 15% → 3 of 20
-    assert "## node-a/gpu0 · NVIDIA-H200\n\n`[###.................]` 21.0Gi of 140.0Gi usable (15%)" in text
-    assert "| llm/chat-small | resident | 2.0Gi | 2.0Gi | 24/24 | 8.5 ms | TPOT ≤ 50 ms (met) |" in text
-    assert "| research/big-70b | elastic | 150.0Gi | 20.0Gi | 9/80 | 2600.0 ms | - |" in text
+    # node-a/gpu0: chat 2Gi (A) + swap area max(18Gi, 19Gi) = 21Gi of 140Gi usable: 1 + 5 of 40 marks
+    assert "## node-a/gpu0 · NVIDIA-H200\n\n`|A~~~~~" + "." * 34 + "|` 21.0Gi of 140.0Gi usable" in text
+    assert "| A | llm/chat-small | resident | 8.0Gi | 2.0Gi | 2.0Gi | 24/24 | - | 8.5 ms | TPOT ≤ 50 ms (met) |" in text
+    assert "| A | research/big-70b | elastic | 20.0Gi | 150.0Gi | 20.0Gi | 9/80 | - | 2600.0 ms | - |" in text
     assert "| llm/fresh | mistralai/Mistral-7B-Instruct-v0.3 | NVIDIA-H200 |" in text
     assert "| llm/huge | BudgetTooSmall |" in text
 
@@ -107,8 +107,8 @@ def test_plan_md_cells_cannot_break_the_table():
 def test_shipped_compositions_load_with_defaults():
     found = load_compositions()
     assert sorted(found) == ["default", "hami", "kai"]
-    assert found["kai"].per_worker[-1] == "worker-deployment-kai.yaml.j2"
-    assert found["default"].parameters["image"] == "ghcr.io/gpushare/gpushare-elastic:0.1.0"
+    assert found["kai"].per_worker[-2:] == ("worker-deployment-kai.yaml.j2", "worker-networkpolicy.yaml.j2")
+    assert found["default"].parameters["image"] == "ghcr.io/gpushare/gpushare-worker:0.1.0"
     assert found["hami"].parameters["profilerBackoffLimit"] == 2
 
 

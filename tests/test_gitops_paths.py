@@ -91,13 +91,14 @@ def test_branch_names(name, ok):
 
 @pytest.mark.parametrize("value, expected", [
     ("direct", Target()), ("branch:gpushare/plan", Target("gpushare/plan")),
+    ("pr:gpushare/plan", Target("gpushare/plan", pull_request=True)),
 ])
 def test_write_back_targets(value, expected):
     assert parse_target(value) == expected
     assert str(parse_target(value)) == value
 
 
-@pytest.mark.parametrize("value", ["", "Direct", "branch:", "branch:-x", "pr:plan"])
+@pytest.mark.parametrize("value", ["", "Direct", "branch:", "branch:-x", "pull:plan", "pr:"])
 def test_bad_write_back_targets_are_refused(value):
     with pytest.raises(InvalidWriteBack):
         parse_target(value)

@@ -122,7 +122,7 @@ def test_a_review_branch_no_op_names_the_review_branch_head():
     out = io.StringIO()
     result = _published("gpushare/plan", "a" * 40, {"main": "a" * 40, "gpushare/plan": "b" * 40})
     show(OfflineResult(result, None), out)
-    assert f"no change (gpushare/plan at {'b' * 12})" in out.getvalue()
+    assert f"no change (gpushare/plan at {'b' * 12}; main at {'a' * 12})" in out.getvalue()
 
 
 class _FakeCopy:

@@ -89,7 +89,7 @@ def test_validate_exits_1_and_plan_json_stays_strict(kind, fixture, tmp_path, ca
     assert main(["validate", str(root)]) == 1
     out = capsys.readouterr().out
     assert fixture.name.split("--")[0] in out and SECRET not in out
-    assert main(["plan", str(root), "-o", "json"]) == 0
+    assert main(["plan", str(root), "-o", "json"]) == 1  # input errors: exit 1, the JSON still printed
     doc = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"plan -o json printed {name}"))
     assert doc["errors"]
 

@@ -55,7 +55,7 @@ def _pass(hub: str):
                                  revision="main", reason="no profile"),))
     result = compose([served, waiting], plan, SLOTS[:1], {})
     assert result.errors == ()
-    return {(d["kind"], d["metadata"]["namespace"]): d for path, text in result.files.items()
+    return {(d["kind"], d["metadata"].get("namespace", "")): d for path, text in result.files.items()
             if path.endswith(".yaml") and path.startswith("rendered/") for d in yaml.safe_load_all(text)}
 
 

@@ -150,6 +150,10 @@ SLO_CASES = [
     ("missed", dataclasses.replace(RESIDENT, mode="swap", slo_met=False, predicted=Predicted(900.0, 20.0, 700.0)),
      ("False", "SLOMissed"), ["TTFT 900.0 ms (SLO 500 ms)", "swap mode"]),
     ("refused-has-no-prediction", BELOW_MINIMUM, ("Unknown", "NotPredicted"), ["no prediction"]),
+    ("met-by-an-estimate-is-never-a-bare-met", dataclasses.replace(RESIDENT, estimated=True),
+     ("Unknown", "MetByEstimate"), ["TPOT 20.0 ms (SLO 50 ms)", "estimated profile (not measured"]),
+    ("missed-by-an-estimate-says-so", dataclasses.replace(RESIDENT, estimated=True, slo_met=False),
+     ("False", "SLOMissed"), ["from an estimated profile"]),
 ]
 
 
@@ -193,6 +197,9 @@ def test_status_patch_body_and_assigned_removal():
     assert body["status"]["assigned"]["gpu"] == {"product": "NVIDIA-H200", "slot": "node-a/gpu0"}
     # merge-patch null deletes a decision that no longer exists (e.g. awaiting a new profile)
     assert status_patch(MODEL, conditions, None)["status"]["assigned"] is None
+    # the endpoint of a placed model, and null (delete) for one that is no longer served
+    assert status_patch(MODEL, conditions, RESIDENT, "http://chat.llm.svc/v1")["status"]["url"] == "http://chat.llm.svc/v1"
+    assert status_patch(MODEL, conditions, None)["status"]["url"] is None
 
 
 def _desired(observed=ALL_GOOD, decision=RESIDENT, previous=()):
@@ -218,7 +225,7 @@ NEEDS_WRITE_CASES = [
 def test_needs_write(make_current, expected):
     if make_current is None:  # a model with no decision: desired says assigned=null, the store has none
         desired = _desired(decision=None, observed=Observed())
-        current = {k: v for k, v in desired.items() if k != "assigned"}
+        current = {k: v for k, v in desired.items() if k not in ("assigned", "url")}  # the store keeps no nulls
     elif make_current == "stored-assigned":  # the decision went away (new profile needed): remove it
         desired = _desired(decision=None, observed=Observed())
         current = dict(desired, assigned={"mode": "resident"})

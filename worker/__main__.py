@@ -44,15 +44,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc.reason}: {exc.message}", file=sys.stderr)
         return 2
 
+    from .api import create_app
+    from .auth import api_key_from_env, require_api_key
     from .serve import serve
     from .watch import ConfigWatch
 
+    app = create_app(worker)
+    require_api_key(app, api_key_from_env())  # GPUSHARE_API_KEY: the composition's apiKeySecret
     worker.start()
     watch = ConfigWatch(args.config, worker, interval_s=args.watch_seconds)
     if args.watch_seconds > 0:
         watch.start()
     try:
-        serve(worker, host=args.host, port=args.port, log_level=args.log_level, grace_s=args.grace_seconds)
+        serve(worker, app, host=args.host, port=args.port, log_level=args.log_level, grace_s=args.grace_seconds)
     finally:
         watch.stop()
         worker.stop(timeout_s=1)

@@ -35,6 +35,7 @@ class ModelConfig:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     footprint: Terms | None = None  # the controller's planned terms; None: estimate from the checkpoint
+    served_names: tuple[str, ...] = ()  # aliases: more names requests may use for this model
 
     @property
     def ref(self) -> str:
@@ -64,7 +65,7 @@ class WorkerConfig:
     models: tuple[ModelConfig, ...] = field(default_factory=tuple)
 
     def model(self, name: str) -> ModelConfig | None:
-        return next((m for m in self.models if m.name == name), None)
+        return next((m for m in self.models if m.name == name or name in m.served_names), None)
 
 
 def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
@@ -78,7 +79,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
             "schemas/worker-config.schema.json (the controller renders it; see docs/worker.md)",
         )
     assert isinstance(document, dict)
-    names = [m["name"] for m in document["models"]]
+    names = [n for m in document["models"] for n in dict.fromkeys((m["name"], *m.get("servedNames", ())))]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(
@@ -104,6 +105,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
                 revision=m.get("revision"), dtype=m.get("dtype", "auto"),
                 ttft_ms=m.get("slo", {}).get("ttftMs"), tpot_ms=m.get("slo", {}).get("tpotMs"),
                 footprint=terms_from_document(m["footprint"]) if "footprint" in m else None,
+                served_names=tuple(m.get("servedNames", ())),
             )
             for m in document["models"]
         ),

@@ -1,8 +1,8 @@
 """Model files: resolve a hub id or path to a local directory, and load tokenizer and host weights.
 
 Called by the runtime: `resolve` before admission (to read the shape), `load` after
-a model was admitted. Everything stays offline: a hub id must already be in the
-local cache (the profiler or an init container puts it there).
+a model was admitted. A hub id missing from the cache downloads into it on first use
+(worker.download), unless HF_HUB_OFFLINE is set; loading reads local files only.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from .config import ModelConfig
+from .download import snapshot
 from .errors import ModelLoadError
 
 
@@ -19,17 +20,7 @@ def resolve(model: ModelConfig) -> Path:
     path = Path(model.model)
     if path.is_dir():
         return path
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(model.model, revision=model.revision, local_files_only=True))
-    except Exception as exc:  # not cached, bad id, or revision missing
-        raise ModelLoadError(
-            "ModelNotCached",
-            f"{model.ref}: {model.model!r} is neither a directory nor in the local hub cache "
-            f"({exc.__class__.__name__}); "
-            "mount the model's files and set spec.model to their path, or pre-fetch it into the cache",
-        ) from exc
+    return snapshot(model.model, model.revision)
 
 
 def load(directory: Path, dtype: str):

@@ -188,7 +188,7 @@ class Worker:
 
     def lookup(self, name: str) -> ServedModel:
         """The model `name` ready to serve, or ModelNotFound / ModelUnavailable (refused or loading)."""
-        self.lookup_config(name)
+        name = self.lookup_config(name).name  # a spec.servedNames alias serves as the model it names
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")
@@ -223,7 +223,8 @@ class Worker:
 
     # state
     def model_state(self, name: str) -> str:
-        """loading, serving or refused."""
+        """loading, serving or refused (`name` may be a served-name alias)."""
+        name = self._canonical(name)
         with self._lock:
             verdict = self.verdicts.get(name)
             if verdict is not None and verdict.verdict == "refused":
@@ -240,10 +241,15 @@ class Worker:
             refused_models = {n: v.reason for n, v in self.verdicts.items() if v.verdict == "refused"}
             serving = sorted(self.served)
         if model is not None:
-            ready = model in serving
+            ready = self._canonical(model) in serving
         else:
             ready = bool(serving) or (self._loaded.is_set() and not loading)
         return ready, {"ready": ready, "loading": loading, "serving": serving, "refused": refused_models}
+
+    def _canonical(self, name: str) -> str:
+        """The model's own name for `name` (itself, or the model a served-name alias names)."""
+        model = self.config.model(name)
+        return model.name if model is not None else name
 
     def health(self) -> tuple[bool, dict]:
         """Liveness: the executors make progress (worker.scheduler.Scheduler.health) and the loader lives."""

@@ -15,7 +15,6 @@ import threading
 
 import uvicorn
 
-from .api import create_app
 from .runtime import Worker
 
 log = logging.getLogger(__name__)
@@ -41,7 +40,8 @@ class DrainingServer(uvicorn.Server):
         self.worker.stop(timeout_s=0.1 * self.grace_s)
 
 
-def serve(worker: Worker, *, host: str, port: int, log_level: str, grace_s: float) -> None:
-    config = uvicorn.Config(create_app(worker), host=host, port=port, log_level=log_level,
+def serve(worker: Worker, app, *, host: str, port: int, log_level: str, grace_s: float) -> None:
+    """Serve `app` (the worker's API) until an exit signal, then stop within `grace_s`."""
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
                             timeout_graceful_shutdown=0.95 * grace_s)
     DrainingServer(worker, grace_s, config).run()

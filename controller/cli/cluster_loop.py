@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -40,7 +40,7 @@ from controller.kube.leader import LeaderElection
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, prune_share_setting
-from controller.cli.common import credentials_from, default_workdir, show
+from controller.cli.common import credentials_from, default_workdir, install_values, reviewer, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
@@ -130,7 +130,8 @@ class ClusterReconciler:
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None):
+                 max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None,
+                 install: Mapping[str, object] | None = None, review: Callable[[PublishResult], None] | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
         self.target = parse_target(target)
@@ -139,9 +140,11 @@ class ClusterReconciler:
         self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.renew_every_s, self.backoff_base_s, self.max_backoff_s = renew_every_s, backoff_base_s, max_backoff_s
         self.max_prune_share = prune_share_setting() if max_prune_share is None else max_prune_share
+        self.install = install  # the install's composition parameters (--worker-image)
+        self.review = review  # --write-back pr:NAME: opens or updates the review branch's pull request
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
-        self._contains: dict[tuple[str, str], bool] = {}
+        self._contains: dict[tuple[str, str, tuple[str, ...]], bool] = {}
 
     # ------------------------------------------------------------ the loop
 
@@ -185,6 +188,8 @@ class ClusterReconciler:
             report.leader = self.election.try_acquire_or_renew()
             if report.leader:
                 self._pass(report)
+            elif getattr(self.election, "error", None):  # not a standby: the Lease could not be read at all
+                report.errors.append(self.election.error)
         except (ClusterError, GitError, LeadershipLost) as exc:
             report.errors.append((exc.reason, exc.message))
         except Exception as exc:  # noqa: BLE001 - one pass's bug must not end the loop: report it, back off
@@ -237,7 +242,7 @@ class ClusterReconciler:
         renders = []
 
         def render(root: Path) -> Change:
-            rendered = render_in_cluster(read_tree(root), facts, self.max_prune_share)
+            rendered = render_in_cluster(read_tree(root), facts, self.max_prune_share, self.install)
             renders.append(rendered)
             self._renew()
             return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)
@@ -254,6 +259,11 @@ class ClusterReconciler:
             self.metrics.commits.inc()
             log.info("committed %s to %s: %s", published.commit[:12], published.branch,
                      published.message.splitlines()[0])
+        if self.review is not None:
+            try:
+                self.review(published)
+            except GitError as exc:  # the forge failed: the pass goes on, the next one retries
+                report.warnings.append((exc.reason, f"{exc.message}. Fix: {exc.fix}"))
         if renders:
             self._last = _Last(facts, published, renders[-1].output, renders[-1].ignored)
         else:  # no render: nothing moved since `last`
@@ -278,7 +288,7 @@ class ClusterReconciler:
         commit = self._last_commit(revision, view.paths) if view.paths else None
         application = application_for(view.rendered_paths, applications)
         app = None if application is None else app_state(
-            application, lambda synced: commit is not None and self._synced_contains(commit, synced))
+            application, lambda synced: commit is not None and self._synced_contains(commit, synced, view.paths))
         workload = job = None
         if view.decision is not None and view.decision.mode != "refused":
             states = [live.workload(o) for o in view.objects("Deployment")]
@@ -300,18 +310,25 @@ class ClusterReconciler:
             self._commits[key] = found or None
         return self._commits[key]
 
-    def _synced_contains(self, commit: str, synced: str) -> bool:
-        """Whether the revision Argo CD synced descends from `commit` (a git ancestry check, fetched if unknown)."""
-        key = (commit, synced)
+    def _synced_contains(self, commit: str, synced: str, paths: tuple[str, ...]) -> bool:
+        """Whether the revision Argo CD synced holds what `commit` rendered for a model: it descends from `commit`
+        (fetched if unknown), or its `paths` have the same content there (a squash or rebase merge of a review
+        branch copies the tree, not the commit)."""
+        key = (commit, synced, paths)
         if key not in self._contains:
             if len(self._contains) > CACHE_ENTRIES:
                 self._contains.clear()
             try:
-                self._contains[key] = self.copy.head_contains(commit, synced)
+                self._contains[key] = self.copy.head_contains(commit, synced) or (
+                    bool(paths) and self._content(commit, paths) == self._content(synced, paths))
             except RevisionNotFound as exc:
                 log.warning("Argo CD synced %s: %s", synced[:12], exc.message)
                 return False
         return self._contains[key]
+
+    def _content(self, revision: str, paths: tuple[str, ...]) -> str:
+        """The blob ids of `paths` at `revision` (git ls-tree): equal text means equal content."""
+        return self.copy.git.text("ls-tree", "-r", revision, "--", *paths)
 
     def _write_status(self, obj: dict, view: ModelView | None, observed: Observed, now: str,
                       report: PassReport) -> None:
@@ -326,7 +343,8 @@ class ClusterReconciler:
         decision = view.decision if view is not None else None
         pending = view.pending if view is not None else None
         previous = (obj.get("status") or {}).get("conditions") or []
-        body = status_patch(model, conditions_for(model, decision, pending, error, observed, previous, now), decision)
+        body = status_patch(model, conditions_for(model, decision, pending, error, observed, previous, now), decision,
+                            view.url if view is not None else None)
         if not needs_write(obj.get("status"), body["status"]):
             return
         if not self.election.is_leader:
@@ -386,6 +404,11 @@ def run_cluster(args) -> int:
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
+    try:
+        review = reviewer(args, copy)
+    except GitError as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return 1
     election = LeaderElection(api_client, namespace=args.lease_namespace,
                               identity=args.identity or socket.gethostname())
     interval = args.interval or DEFAULT_INTERVAL_S
@@ -393,7 +416,8 @@ def run_cluster(args) -> int:
     stop = threading.Event()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
                                    target=args.write_back, health=health, sleep=stop.wait,
-                                   max_prune_share=args.max_prune_share)
+                                   max_prune_share=args.max_prune_share, install=install_values(args),
+                                   review=review)
     try:
         if args.once:
             return _once(reconciler)
@@ -406,7 +430,8 @@ def run_cluster(args) -> int:
 def _once(reconciler: ClusterReconciler) -> int:
     report = reconciler.reconcile_once()
     if not report.leader and report.ok:
-        print("another replica holds the leader Lease: nothing written")
+        holder = getattr(reconciler.election, "holder", None)
+        print(f"another replica ({holder or 'unknown'}) holds the leader Lease: nothing written")
         return 0
     if report.published is not None:
         show(OfflineResult(report.published, report.output))

@@ -1,17 +1,21 @@
 """The `gpushare` command line: validate, plan, explain, reconcile, demo.
 
 Owns argument parsing and exit codes only; each subcommand calls the stage modules
-(load -> plan -> report/explain, or the reconcile loop). Exit codes: 0 ok, 1 the
-input has errors (validate) or a pass failed, 2 bad usage.
+(load -> plan -> report/explain, or the reconcile loop). Exit codes, as terraform's: 0 ok, 1 the
+input has errors or a pass failed, 2 bad usage; `plan --detailed-exitcode`: 0 no change, 1 errors,
+2 the plan changes decisions. A model is named NAME or NS/NAME everywhere; --repo defaults to `.`.
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
-from controller.cli import report
+from controller.cli import logs, report
 from controller.cli.offline import pass_over
+from controller.cli.validate import validate_paths
+from controller.rendering.planmd import decision_changes
 from controller.planning.explain import ModelNotFound, explain
 from controller.inputs.reader import read_repo
 from controller.planning.plan import plan
@@ -20,6 +24,8 @@ from controller.planning.plan import plan
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    polling = bool(getattr(args, "interval", None) or getattr(args, "kube", False))
+    logs.configure(args.log_format, level=logging.INFO if polling else logging.WARNING)  # a one-shot run prints
     try:
         return args.run(args)
     except KeyboardInterrupt:
@@ -28,20 +34,27 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpushare", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines (polling, cluster mode): timestamped text, or one JSON object per line")
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    validate = sub.add_parser("validate", help="check a GitOps repo's inputs; exit 1 on any error (a PR check)")
-    validate.add_argument("path", type=Path)
+    validate = sub.add_parser("validate", help="check GitOps inputs, a repo or single files; exit 1 on any error "
+                                               "(a PR check or a pre-commit hook)")
+    validate.add_argument("paths", type=Path, nargs="*", default=[Path(".")], metavar="FILE|DIR",
+                          help="a GitOps repo (with models/), a directory of YAML files or a file (default: .)")
     validate.set_defaults(run=_validate)
 
     plan_cmd = sub.add_parser("plan", help="show where and how each ElasticModel would run")
-    plan_cmd.add_argument("path", type=Path)
-    plan_cmd.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
+    plan_cmd.add_argument("path", type=Path, nargs="?", default=Path("."), help="the GitOps repo (default: .)")
+    plan_cmd.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
+    plan_cmd.add_argument("--detailed-exitcode", action="store_true",
+                          help="exit 0 when no decision changes, 2 when some do, 1 on input errors (terraform's)")
     plan_cmd.set_defaults(run=_plan)
 
     explain_cmd = sub.add_parser("explain", help="the arithmetic behind one model's mode, in plain words")
-    explain_cmd.add_argument("name")
-    explain_cmd.add_argument("--repo", type=Path, required=True)
+    explain_cmd.add_argument("name", metavar="[NS/]NAME")
+    explain_cmd.add_argument("--repo", type=Path, default=Path("."), help="the GitOps repo (default: .)")
     explain_cmd.add_argument("-n", "--namespace")
     explain_cmd.set_defaults(run=_explain)
 
@@ -49,6 +62,26 @@ def _parser() -> argparse.ArgumentParser:
 
     add_commands(sub)
     return parser
+
+
+def model_ref(text: str, namespace: str | None) -> tuple[str | None, str]:
+    """(namespace, name) of `NAME` or `NS/NAME` (kubectl's habit); -n must agree with an NS/ given."""
+    given, _, name = text.rpartition("/")
+    if not name or text.count("/") > 1:
+        raise ValueError(f"{text!r} is neither NAME nor NS/NAME; write e.g. llm/chat-small")
+    if given and namespace and given != namespace:
+        raise ValueError(f"{text!r} names namespace {given!r} but -n says {namespace!r}; give one of them")
+    return given or namespace, name
+
+
+def _version() -> str:
+    """The installed distribution's version (the images' tags follow it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpushare-elastic")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def _require_dir(path: Path) -> None:
@@ -62,19 +95,27 @@ def _require_dir(path: Path) -> None:
 
 
 def _validate(args) -> int:
-    """The whole pass a reconcile would run (inputs, plan, compose), without git: every error it would report."""
-    _require_dir(args.path)
-    output = pass_over(args.path, processes=1)
-    inputs, refused = output.inputs, output.rendered.errors
+    """Each GitOps repo named (a directory with models/) gets the whole pass a reconcile would run (inputs, plan,
+    compose) without git: every error it would report; other directories and files are checked by kind."""
+    repos = [p for p in args.paths if p.is_dir() and (p / "models").is_dir()]
+    inputs, compositions = validate_paths([p for p in args.paths if p not in repos])
+    models, profiles, slots = len(inputs.models), len(inputs.profiles), len(inputs.slots)
+    total = len(inputs.errors)
     for line in report.error_lines(inputs.errors):
         print(line)
-    for error in refused:
-        print(f"{error.ref}: [{error.reason}] {error.message} Fix: {error.fix}")
-    for file in output.held:
-        print(f"{file}: a reconcile would read its last good copy until it is fixed")
-    total = len(inputs.errors) + len(refused)
-    models = len(inputs.models) - len(output.revived)
-    print(f"{models} ElasticModel(s), {len(inputs.profiles)} profile(s), {len(inputs.slots)} GPU slot(s); "
+    for repo in repos:
+        output = pass_over(repo, processes=1)
+        refused = output.rendered.errors
+        for line in report.error_lines(output.inputs.errors):
+            print(line)
+        for error in refused:
+            print(f"{error.ref}: [{error.reason}] {error.message} Fix: {error.fix}")
+        for file in output.held:
+            print(f"{file}: a reconcile would read its last good copy until it is fixed")
+        total += len(output.inputs.errors) + len(refused)
+        models += len(output.inputs.models) - len(output.revived)
+        profiles, slots = profiles + len(output.inputs.profiles), slots + len(output.inputs.slots)
+    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s), {compositions} composition(s); "
           f"{total} error(s)")
     return 1 if total else 0
 
@@ -85,18 +126,29 @@ def _plan(args) -> int:
     inputs, revived = snapshot.planned()  # as a reconcile pass plans
     result = plan(inputs, snapshot.previous)
     render = {"table": lambda: report.as_table(result, inputs.slots, inputs.errors, revived),
+              "wide": lambda: report.as_table(result, inputs.slots, inputs.errors, revived, profiles=inputs.profiles),
               "json": lambda: report.as_json(result, inputs.errors),
               "yaml": lambda: report.as_yaml(result, inputs.errors)}[args.output]
     sys.stdout.write(render())
-    return 0
+    if inputs.errors:
+        print(f"gpushare: {len(inputs.errors)} input error(s): the plan leaves those models out (or keeps their last "
+              "good spec); `gpushare validate` lists them with their fixes", file=sys.stderr)
+        return 1
+    changes = decision_changes(snapshot.previous, result)
+    return 2 if args.detailed_exitcode and changes else 0
 
 
 def _explain(args) -> int:
+    try:
+        namespace, name = model_ref(args.name, args.namespace)
+    except ValueError as exc:
+        print(f"gpushare: [InvalidName] {exc}", file=sys.stderr)
+        return 2
     _require_dir(args.repo)
     snapshot = read_repo(args.repo)
     inputs, _ = snapshot.planned()  # exactly what `plan` and a reconcile pass plan
     try:
-        sys.stdout.write(explain(inputs, plan(inputs, snapshot.previous), args.name, args.namespace))
+        sys.stdout.write(explain(inputs, plan(inputs, snapshot.previous), name, namespace))
     except ModelNotFound as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1

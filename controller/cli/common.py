@@ -1,18 +1,28 @@
 """What the reconcile shells share: git credentials from flags, the checkout's place, how a pass is shown.
 
 Owns the small pieces that `gpushare reconcile --offline` (controller.cli.reconcile_cmd)
-and `--kube` (controller.cli.cluster_loop) both use, so neither imports the other.
+and `--kube` (controller.cli.cluster_loop) both use, so neither imports the other: credentials,
+the checkout's place, the pass's printout and outcome line, the install's composition
+parameters (--worker-image) and the pull request step (--write-back pr:NAME).
 """
 from __future__ import annotations
 
 import hashlib
+import logging
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from controller.cli import report
 from controller.cli.offline import OfflineResult
-from gitops import Credentials, GitError
+from controller.cli.review import open_review
+from controller.rendering.compositions import shipped_compositions
+from controller.rendering.site import install_parameters, with_install_parameters
+from gitops import Credentials, GitError, PublishResult, WorkingCopy
+from gitops.forge import forge_for
+
+log = logging.getLogger("gpushare.review")
 
 
 def credentials_from(args) -> Credentials | None:
@@ -38,13 +48,56 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
         out.write(f"read from the last good copy (the file is broken): {', '.join(output.held)}\n")
     if result.hold is not None:
         out.write(f"\nheld: {result.hold.message}\n  fix: {result.hold.fix}\n")
-    if published.changed:
-        subject = published.message.splitlines()[0]
-        out.write(f"\ncommitted {published.commit[:12]} to {published.branch}: {subject}\n")
-    else:
-        head = published.heads.get(published.branch) or published.upstream  # the branch written, not the tracked one
-        out.write(f"\nno change ({published.branch} at {head[:12]})\n")
+    out.write(f"\n{outcome_line(published)}\n")
     out.flush()
+
+
+def outcome_line(published: PublishResult) -> str:
+    """What a pass did to git, naming the branch written and the commit it is at."""
+    if published.changed:
+        return f"committed {published.commit[:12]} to {published.branch}: {published.message.splitlines()[0]}"
+    tracked = next((name for name in published.heads if name != published.branch), published.branch)
+    head = published.heads.get(published.branch)
+    if published.branch == tracked:
+        return f"no change ({tracked} at {published.upstream[:12]})"
+    if head is None:
+        return (f"no change (review branch {published.branch} does not exist yet: nothing differs from "
+                f"{tracked} at {published.upstream[:12]})")
+    return f"no change ({published.branch} at {head[:12]}; {tracked} at {published.upstream[:12]})"
+
+
+def install_values(args) -> dict[str, object]:
+    """The install's composition parameters (--worker-image), checked against the composition schema
+    (InstallParameterInvalid); every pass applies them to the compositions it reads."""
+    values = install_parameters(worker_image=args.worker_image)
+    with_install_parameters(shipped_compositions(), values)  # refuse a bad value before any pass
+    return values
+
+
+def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:
+    """After a pass: with --write-back pr:NAME, open or update the review branch's pull request and say so,
+    once per new review branch head (a pass that pushed nothing calls the forge only once per process)."""
+    target = args.write_back
+    if not target.pull_request:
+        return lambda published: None
+    forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
+    reviewed: set[str | None] = set()
+
+    def review(published: PublishResult) -> None:
+        head = published.heads.get(target.review)
+        if head in reviewed:
+            return
+        pull = open_review(forge, copy, published, target)
+        reviewed.add(head)
+        if pull is not None:
+            line = (f"{'opened' if pull.created else 'updated'} {forge.kind} pull request #{pull.number} "
+                    f"({target.review} into {copy.branch}): {pull.url}")
+            if getattr(args, "interval", None):
+                log.info("%s", line)  # polling: a timestamped log line
+            else:
+                print(line)
+
+    return review
 
 
 def fail(exc: GitError) -> int:

@@ -9,6 +9,7 @@ files to gitops.publish. Called by `gpushare reconcile --offline` and `gpushare 
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from controller.inputs.reader import read_repo
 from controller.inputs.repofiles import owned_files
 from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
                                          prune_share_setting, run_pass)
+from controller.rendering.site import with_install_parameters
 from gitops import Change, PublishResult, Target, WorkingCopy, publish
 
 
@@ -27,27 +29,37 @@ class OfflineResult:
     hold: PruneHold | None = None  # the pass would have pruned too much: nothing was committed
 
 
-def pass_over(root: Path, processes: int | None = None) -> PassOutput:
-    """The pass over a checked-out GitOps tree (pure but for reading files)."""
+def pass_over(root: Path, processes: int | None = None, install: Mapping[str, object] | None = None) -> PassOutput:
+    """The pass over a checked-out GitOps tree (pure but for reading files); `install`: the install's composition
+    parameters (controller.rendering.site), in place of the defaults the compositions leave unset."""
     snapshot = read_repo(root)
+    compositions = snapshot.compositions
+    if install and compositions is not None:
+        compositions = with_install_parameters(compositions, install)
     return run_pass(snapshot.inputs, snapshot.records, last_plan_md=snapshot.last_plan_md,
-                    compositions=snapshot.compositions, processes=processes or available_processes(),
+                    compositions=compositions, processes=processes or available_processes(),
                     last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
-                   previous: PublishResult | None = None, max_prune_share: float | None = None) -> OfflineResult:
+                   previous: PublishResult | None = None, max_prune_share: float | None = None, *,
+                   install: Mapping[str, object] | None = None,
+                   progress: Callable[[str], None] = lambda phase: None) -> OfflineResult:
     """Render on top of upstream, commit if the generated tree changed, push (retrying lost races); hold the
-    commit when it would shrink the rendered objects by more than `max_prune_share` (default: the setting)."""
+    commit when it would shrink the rendered objects by more than `max_prune_share` (default: the setting).
+    `progress` hears each phase (a terminal shows it)."""
     share = prune_share_setting() if max_prune_share is None else max_prune_share
     outputs: list[tuple[PassOutput, PruneHold | None]] = []
 
     def render(root: Path) -> Change:
-        out = pass_over(root)
+        progress("reading, planning and rendering the checkout")
+        out = pass_over(root, install=install)
         guarded = guarded_change(owned_files(root, GENERATED), out.files, share, keep=out.keep)
         outputs.append((out, guarded.hold))
+        progress(f"planned {len(out.plan.decisions)} model(s); committing and pushing what changed")
         return Change(files=guarded.files, message=out.message, keep=guarded.keep)
 
+    progress(f"fetching {copy.branch}")
     published = publish(copy, render, owned=GENERATED, target=target, previous=previous)
     output, hold = outputs[-1] if outputs else (None, None)
     return OfflineResult(published, output, hold)

@@ -15,16 +15,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import credentials_from, default_workdir, fail, show
+from controller.cli.common import (credentials_from, default_workdir, fail, install_values, outcome_line, reviewer,
+                                   show)
+from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
-from controller.cli.offline import reconcile_once
-from gitops import GitError, Identity, WorkingCopy, parse_target
+from controller.cli.offline import OfflineResult, reconcile_once
+from controller.rendering.site import InstallParameterInvalid
+from gitops import GitError, Identity, PublishResult, WorkingCopy, parse_target
+from gitops.forge import KINDS
 from gitops.git import Git
 
-EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet"
+log = logging.getLogger("gpushare.reconcile")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
-log = logging.getLogger("gpushare.reconcile")
 
 
 def duration(text: str) -> float:
@@ -53,19 +56,39 @@ def _target(text: str):
         raise argparse.ArgumentTypeError(f"{exc.message}; {exc.fix}") from None
 
 
+def example_fleet() -> Path:
+    """examples/fleet: package data (gpushare_examples) in a wheel or an image, the checkout's directory
+    in an editable install made before pyproject.toml mapped it (`make` reinstalls when pyproject.toml changes)."""
+    try:
+        from gpushare_examples import FLEET
+    except ImportError:
+        return Path(__file__).resolve().parents[2] / "examples" / "fleet"
+    return FLEET
+
+
+EXAMPLE_FLEET = example_fleet()
+
+
 def add_commands(sub) -> None:
     rec = sub.add_parser("reconcile", help="plan, render and commit back to git (offline or against a cluster)")
     where = rec.add_mutually_exclusive_group(required=True)
     where.add_argument("--offline", action="store_true", help="inventory from gpus.yaml, profiles from the repo")
     where.add_argument("--kube", action="store_true", help="facts from the Kubernetes API, status onto ElasticModels")
-    rec.add_argument("--repo", required=True, help="the GitOps repository: a URL or a local path")
+    rec.add_argument("--repo", default=".", help="the GitOps repository: a URL or a local path (default: .)")
     rec.add_argument("--branch", default="main", help="the tracked branch (default: main)")
-    rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME",
+    rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME|pr:NAME",
                      help="commit to the tracked branch, or to a review branch for pull requests")
     rec.add_argument("--workdir", type=Path, help="the controller's checkout (default: a cache dir per repo)")
     loop = rec.add_mutually_exclusive_group()
     loop.add_argument("--once", action="store_true", help="one pass, then exit (the default offline)")
     loop.add_argument("--interval", type=duration, help="poll: one pass every DURATION (e.g. 30s), with jitter")
+    rec.add_argument("--worker-image", metavar="IMAGE",
+                     help="the image workers and profiler Jobs run, for every composition that does not set its "
+                          "own `image` (the install sets it from WORKER_IMAGE; default: the schema's default)")
+    rec.add_argument("--forge", choices=KINDS, help="pr:NAME: the forge's API (default: github for github.com, "
+                     "gitlab for gitlab.* hosts)")
+    rec.add_argument("--forge-api-url", metavar="URL", help="pr:NAME: the forge's API base URL (default: "
+                     "https://api.github.com, https://HOST/api/v4 for GitLab, https://HOST/api/v1 for Gitea)")
     rec.add_argument("--max-prune-share", type=share, default=None, metavar="SHARE",
                      help="hold a pass that would remove more than this share (0 to 1) of the rendered objects "
                           "(default: GPUSHARE_MAX_PRUNE_SHARE, else 0.5; 1 turns the guard off)")
@@ -86,6 +109,11 @@ def add_commands(sub) -> None:
 
 
 def _reconcile(args) -> int:
+    try:
+        install = install_values(args)
+    except InstallParameterInvalid as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}", file=sys.stderr)
+        return 2
     if args.kube:
         from controller.cli.cluster_loop import run_cluster
 
@@ -93,17 +121,35 @@ def _reconcile(args) -> int:
     workdir = args.workdir or default_workdir(args.repo, args.branch)
     try:
         copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
+        review = reviewer(args, copy)
     except GitError as exc:
         return fail(exc)
     share_limit = args.max_prune_share
+
+    def one_pass(previous: PublishResult | None) -> OfflineResult:
+        if args.interval:  # polling: timestamped log lines, no table per pass
+            result = reconcile_once(copy, args.write_back, previous, share_limit, install=install)
+            log.info("%s", outcome_line(result.published))
+            if result.hold is not None:
+                log.warning("held: %s Fix: %s", result.hold.message, result.hold.fix)
+        else:
+            progress = Progress()
+            try:
+                result = reconcile_once(copy, args.write_back, previous, share_limit, install=install,
+                                        progress=progress)
+            finally:
+                progress.done()
+            show(result)
+        review(result.published)
+        return result
+
     if not args.interval:
         try:
-            result = reconcile_once(copy, args.write_back, max_prune_share=share_limit)
+            result = one_pass(None)
         except GitError as exc:
             return fail(exc)
-        show(result)
         return 1 if result.hold is not None else 0
-    return poll(lambda previous: reconcile_once(copy, args.write_back, previous, share_limit), args.interval)
+    return poll(one_pass, args.interval)
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
@@ -114,10 +160,9 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
 
     def attempt() -> Outcome:
         try:
-            result = one_pass(previous[0])
-            show(result)
+            result = one_pass(previous[0])  # it shows (or logs) the pass
         except GitError as exc:
-            fail(exc)
+            log.error("[%s] %s Fix: %s", exc.reason, exc.message, exc.fix)
             return Outcome(False)
         except Exception as exc:  # noqa: BLE001 - the loop must outlive any one pass
             log.error("pass failed unexpectedly", exc_info=True)
@@ -130,7 +175,7 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
         return Outcome(True)
 
     return run_loop(attempt, interval_s, wait=sleep, passes=passes,
-                    on_retry=lambda seconds: print(f"retrying in {seconds:.0f} s", file=sys.stderr))
+                    on_retry=lambda seconds: log.warning("retrying in %.0f s", seconds))
 
 
 def _demo(args) -> int:

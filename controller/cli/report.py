@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 
 import yaml
 
 from contract.quantity import format_bytes as fb
 from controller.serialize import plan_to_dict
-from controller.types import Decision, GpuSlot, InputError, Plan
+from controller.types import Decision, GpuSlot, InputError, Plan, Profile
 
 COLUMNS = ("NAME", "MODEL", "BUDGET", "NEED", "MODE", "LAYERS", "TPOT", "SLO")
+WIDE = ("NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT", "TPOT", "SWAP-IN", "SLO", "PROFILE")
 
 
 def as_json(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
@@ -37,8 +39,15 @@ def as_yaml(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
 
 
 def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, ...] = (),
-             revived: tuple[str, ...] = ()) -> str:
-    """`revived`: namespace/name planned from their last good spec (their document is broken now)."""
+             revived: tuple[str, ...] = (), *, profiles: Sequence[Profile] | None = None) -> str:
+    """`revived`: namespace/name planned from their last good spec (their document is broken now).
+    With `profiles` (`-o wide`), more columns: footprint, TTFT, swap-in and the profile's source."""
+    sources = None if profiles is None else {(p.model, p.gpu_product): p.source for p in profiles}
+    columns = COLUMNS if sources is None else WIDE
+
+    def table(rows: list[Decision]) -> list[str]:
+        return _table([_row(d, revived, sources) for d in rows], columns)
+
     by_slot: dict[str | None, list[Decision]] = {}
     for d in plan.decisions:
         by_slot.setdefault(d.slot, []).append(d)
@@ -47,11 +56,11 @@ def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, .
         rows = by_slot.get(slot.id, [])
         used = _slot_used(rows)
         out.append(f"{slot.id} ({slot.product}): {fb(used)} of {fb(slot.usable_bytes)} usable")
-        out += _table([_row(d, revived) for d in rows]) if rows else ["  (empty)"]
+        out += table(rows) if rows else ["  (empty)"]
         out.append("")
     if by_slot.get(None):
         out.append("refused:")
-        out += _table([_row(d, revived) for d in by_slot[None]])
+        out += table(by_slot[None])
         out += [f"  {d.namespace}/{d.name}: {d.reason}" for d in by_slot[None]]
         out.append("")
     if plan.pending:
@@ -78,15 +87,24 @@ def _slot_used(rows: list[Decision]) -> int:
     return sum(d.footprint_bytes for d in rows if d.mode in ("resident", "elastic")) + swap
 
 
-def _row(d: Decision, revived: tuple[str, ...] = ()) -> tuple[str, ...]:
+def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str, str], str] | None = None
+         ) -> tuple[str, ...]:
     layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
-    tpot = f"{d.predicted.tpot_ms:g}ms" if d.predicted else "-"
-    slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met]
+    estimated = " (est.)" if d.estimated else ""  # predictions from an estimated profile
+    tpot = f"{d.predicted.tpot_ms:g}ms{estimated}" if d.predicted else "-"
+    slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met] + (estimated if d.slo_met is not None else "")
     name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
-    return (name, d.model, fb(d.budget_bytes), fb(d.need_bytes) if d.need_bytes else "-", d.mode, layers, tpot, slo)
+    need = fb(d.need_bytes) if d.need_bytes else "-"
+    if sources is None:
+        return (name, d.model, fb(d.budget_bytes), need, d.mode, layers, tpot, slo)
+    ttft = f"{d.predicted.ttft_ms:g}ms" if d.predicted else "-"
+    swap_in = f"{d.predicted.swap_in_ms:g}ms" if d.predicted and d.predicted.swap_in_ms is not None else "-"
+    footprint = fb(d.footprint_bytes) if d.footprint_bytes else "-"
+    return (name, d.model, fb(d.budget_bytes), need, footprint, d.mode, layers, ttft, tpot, swap_in, slo,
+            sources.get((d.model, d.gpu_product), "-"))
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+def _table(rows: list[tuple[str, ...]], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
     fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
-    return [fmt.format(*COLUMNS).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
+    return [fmt.format(*columns).rstrip()] + [fmt.format(*r).rstrip() for r in rows]

@@ -75,6 +75,8 @@ def structural(node: dict, defs: dict, at: str = "") -> dict:
             out["properties"] = {k: structural(v, defs, f"{at}.{k}") for k, v in value.items()}
         elif key == "items":
             out["items"] = structural(value, defs, f"{at}[]")
+        elif key == "uniqueItems" and value is True and node.get("items", {}).get("type") in ("string", "integer"):
+            out["x-kubernetes-list-type"] = "set"  # the API server refuses duplicates in a set of scalars
         elif key == "additionalProperties":
             if isinstance(value, dict):
                 out["additionalProperties"] = structural(value, defs, f"{at}.*")
@@ -131,6 +133,8 @@ def status_schema() -> dict:
                 "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
                 "items": _condition_schema(),
             },
+            "url": {"type": "string", "description": "The model's OpenAI base URL inside the cluster: its Service "
+                    "in its own namespace (http://NAME.NAMESPACE.svc/v1); unset until it is placed."},
             "assigned": {
                 "type": "object",
                 "description": "The controller's decision: the mode, where, and why in numbers.",
@@ -143,7 +147,9 @@ def status_schema() -> dict:
                     "budgetBytes": {"type": "integer", "format": "int64"},
                     "footprintBytes": {"type": "integer", "format": "int64"},
                     "predicted": {"type": "object", "properties": {
-                        "ttftMs": number, "tpotMs": number, "swapInMs": number}},
+                        "ttftMs": number, "tpotMs": number, "swapInMs": number, "linkShareGBps": number}},
+                    "estimated": {"type": "boolean"},
+                    "hostBytes": {"type": "integer", "format": "int64"},
                     "sloMet": {"type": "boolean"},
                     "reason": {"type": "string"}, "reasonCode": {"type": "string"}, "profile": {"type": "string"},
                 },
@@ -205,6 +211,7 @@ def crd() -> dict:
                     _column("Model", ".spec.model", priority=1),
                     _column("Budget", ".spec.memoryBudget", priority=1),
                     _column("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
+                    _column("URL", ".status.url", priority=1, description="the OpenAI base URL in the cluster"),
                     _column("Age", ".metadata.creationTimestamp", type_="date"),
                 ],
                 "schema": {"openAPIV3Schema": open_api_schema()},

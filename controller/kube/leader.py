@@ -44,6 +44,8 @@ class LeaderElection:
         self._observed_version: str | None = None
         self._observed_at = 0.0
         self._renewed_at: float | None = None
+        self.holder: str | None = None  # who holds the Lease, as last read
+        self.error: tuple[str, str] | None = None  # (reason, message) of the last attempt's API failure
 
     @property
     def is_leader(self) -> bool:
@@ -52,8 +54,10 @@ class LeaderElection:
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True while this identity holds the Lease."""
         now = self.clock()
+        self.error = None
         try:
             lease = self._read()
+            self.holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
             if lease is None:
                 self._write(self._create, self._record(now, None))
             else:
@@ -68,10 +72,15 @@ class LeaderElection:
                 return False
             log.warning("lease %s/%s: API error HTTP %s; leader until the renew deadline",
                         self.namespace, self.name, exc.status)
+            self.error = ("LeaseAPIError", f"the API server answered HTTP {exc.status} ({exc.reason}) to the Lease "
+                          f"{self.namespace}/{self.name}; check the controller's RBAC for leases and the API server")
             return self.is_leader
         except urllib3.exceptions.HTTPError as exc:
             log.warning("lease %s/%s: API unreachable (%s); leader until the renew deadline",
                         self.namespace, self.name, type(exc).__name__)
+            self.error = ("APIServerUnreachable", f"the Kubernetes API server did not answer ({type(exc).__name__}) "
+                          f"while reading the Lease {self.namespace}/{self.name}; check --kubeconfig, the server "
+                          "address and the network")
             return self.is_leader
         self._renewed_at = now
         return True

@@ -195,6 +195,10 @@ def _synced(observed: Observed) -> tuple[_Cond, tuple[_Cond, bool] | None]:
 def _live_blocker(decision: Decision, observed: Observed) -> tuple[_Cond, bool] | None:
     verdict = observed.verdict if observed.verdict is not None and observed.verdict.slot == decision.slot else None
     current = verdict if verdict is not None and verdict.mode == decision.mode else None
+    if current is not None and current.verdict == "refused" and not current.need_bytes:
+        # not a memory refusal: the model could not be fetched or read (a gated or missing hub model, bad files)
+        return _Cond("Ready", FALSE, current.reason or "WorkerRefused",
+                     f"the worker on {decision.slot} could not load the model: {current.message}"), True
     if current is not None and current.verdict == "refused":
         message = (f"the worker on {decision.slot} refused {decision.mode}: needs {format_bytes(current.need_bytes)}, "
                    f"{format_bytes(current.available_bytes)} available, {format_bytes(current.missing_bytes)} missing "
@@ -233,6 +237,10 @@ def _slo(model: ElasticModel, decision: Decision | None) -> list[_Cond]:
     if slo.tpot_ms is not None:
         parts.append(f"TPOT {predicted.tpot_ms:.1f} ms (SLO {slo.tpot_ms:g} ms)")
     numbers = "predicted " + ", ".join(parts)
+    if decision.estimated:
+        numbers += " from an estimated profile (not measured; a profiler Job measures it)"
+        if decision.slo_met:  # an estimate alone never says a bare "met"
+            return [_Cond("SLOMet", UNKNOWN, "MetByEstimate", numbers)]
     if decision.slo_met:
         return [_Cond("SLOMet", TRUE, "SLOMet", numbers)]
     return [_Cond("SLOMet", FALSE, "SLOMissed", f"{numbers} in {decision.mode} mode")]
@@ -247,12 +255,15 @@ def _short(revision: str | None) -> str:
     return revision[:7] if revision else "none"
 
 
-def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision | None) -> dict:
-    """The merge-patch body for the status subresource. `assigned: None` removes a stale decision."""
+def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision | None,
+                 url: str | None = None) -> dict:
+    """The merge-patch body for the status subresource. `assigned: None` removes a stale decision, `url: None`
+    the endpoint of a model that is no longer served."""
     return {"status": {
         "observedGeneration": model.generation,
         "conditions": conditions,
         "assigned": decision_to_dict(decision) if decision is not None else None,
+        "url": url,
     }}
 
 

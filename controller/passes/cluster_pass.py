@@ -35,6 +35,7 @@ from controller.observe.facts import ProfileDocument
 from controller.passes.reconcile import PassOutput, PruneHold, available_processes, guarded_change, run_pass
 from controller.rendering.compose import Rendered
 from controller.rendering.names import profile_configmap_name
+from controller.rendering.site import with_install_parameters
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
 
 MEASURED_DIR = f"{MEASURED_PROFILES_DIR}/"
@@ -156,13 +157,18 @@ class ClusterRender:
     hold: PruneHold | None = None  # too much would be pruned: the Change keeps upstream's tree
 
 
-def render_in_cluster(tree: TreeInputs, facts: ClusterFacts, max_prune_share: float = 1.0) -> ClusterRender:
+def render_in_cluster(tree: TreeInputs, facts: ClusterFacts, max_prune_share: float = 1.0,
+                      install: Mapping[str, object] | None = None) -> ClusterRender:
     """The pass over a parsed tree with the cluster's facts; the files add the measured profiles. A pass that
-    would shrink the rendered objects by more than `max_prune_share` keeps upstream's tree (`hold`)."""
+    would shrink the rendered objects by more than `max_prune_share` keeps upstream's tree (`hold`). `install`:
+    the install's composition parameters (controller.rendering.site) over the defaults compositions leave unset."""
+    compositions = tree.compositions
+    if install and compositions is not None:
+        compositions = with_install_parameters(compositions, install)
     measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots))
     replaced = frozenset(measured.files)
     inputs = tree.combined(facts.slots, measured.profiles, replaced, [*facts.errors, *measured.errors])
-    output = run_pass(inputs, tree.records, last_plan_md=tree.last_plan_md, compositions=tree.compositions,
+    output = run_pass(inputs, tree.records, last_plan_md=tree.last_plan_md, compositions=compositions,
                       processes=available_processes(), last_good=tree.last_good_except(replaced), held=tree.held,
                       owners=tree.owners)
     new = [path for path, text in measured.files.items() if tree.measured_profiles.get(path) != text]
@@ -206,6 +212,7 @@ class ModelView:
     error: InputError | None = None
     paths: tuple[str, ...] = ()  # generated files that hold its objects or decision
     live: tuple[LiveObject, ...] = ()
+    url: str | None = None  # its endpoint: the gpushare.dev/url of its Service in its own namespace
 
     def objects(self, kind: str) -> tuple[LiveObject, ...]:
         return tuple(o for o in self.live if o.kind == kind)
@@ -232,7 +239,8 @@ def model_views(output: PassOutput) -> dict[tuple[str, str], ModelView]:
         owned = tuple(sorted(paths.get(ref, ())))
         views[key] = ModelView(model=models.get(key), decision=decisions.get(key), pending=pending.get(key),
                                error=errors.get(key), paths=owned,
-                               live=tuple(o for p in owned for o in live.get(p, ())))
+                               live=tuple(o for p in owned for o in live.get(p, ())),
+                               url=output.rendered.urls.get(ref))
     return views
 
 

@@ -71,8 +71,9 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
+    sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
-                       last_changes=last_change_lines(last_plan_md), processes=processes)
+                       last_changes=last_change_lines(last_plan_md), processes=processes, profile_sources=sources)
     quiet = quiet_changes(records, planned.models, result)
     now, keep = kept_owners(rendered, owners or {})
     return PassOutput(planned, result, rendered, revived,

@@ -32,6 +32,7 @@ from controller.rendering.kube_validate import warm as warm_validators
 from controller.rendering.names import (dns_label, is_dns_label, is_label_value, profile_configmap_name, profiler_job_name,
                               service_name, worker_name)
 from controller.planning.occupancy import device_bytes
+from controller.rendering.profiling_place import Beside, profiling_place
 from controller.rendering.planmd import Change, decision_changes, plan_markdown
 from controller.rendering.render import RenderError, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
@@ -69,6 +70,7 @@ class Rendered:
     changes: tuple[Change, ...]
     objects: dict[str, RenderedObject] = field(default_factory=dict)  # rendered/ path → its object
     verdict_sources: frozenset[tuple[str, str]] = frozenset()  # each rendered worker's verdicts ConfigMap
+    urls: dict[str, str] = field(default_factory=dict)  # namespace/name -> its endpoint (status.url)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class _Tree:
     owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     objects: dict[str, RenderedObject] = field(default_factory=dict)
     verdict_sources: set[tuple[str, str]] = field(default_factory=set)
+    urls: dict[str, str] = field(default_factory=dict)
 
     def add(self, unit: list[_File], owners: Sequence[str]) -> None:
         """Write every file of one unit, or none of them when one would overwrite a different object."""
@@ -105,6 +108,7 @@ class _Tree:
             self.owners[path].update(refs)
         self.objects.update(other.objects)
         self.verdict_sources.update(other.verdict_sources)
+        self.urls.update(other.urls)
 
 
 @dataclass(frozen=True)
@@ -118,13 +122,13 @@ PARALLEL_MIN_DECISIONS = 2000  # below this, one process renders faster than sev
 # What the shipped templates render: their validators are compiled once, before forking.
 SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
                  ("batch/v1", "Job"), ("rbac.authorization.k8s.io/v1", "Role"),
-                 ("rbac.authorization.k8s.io/v1", "RoleBinding"))
+                 ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("networking.k8s.io/v1", "NetworkPolicy"))
 
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
             previous: Mapping[tuple[str, str], Decision], *,
             compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = (),
-            processes: int = 1) -> Rendered:
+            processes: int = 1, profile_sources: Mapping[tuple[str, str], str] | None = None) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process."""
     compositions = shipped_compositions() if compositions is None else compositions
@@ -132,8 +136,9 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
+    _namespaces(tree)
     changes = decision_changes(previous, plan)
-    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes)
+    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes, profile_sources)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
@@ -141,6 +146,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         changes=changes,
         objects=dict(sorted(tree.objects.items())),
         verdict_sources=frozenset(tree.verdict_sources),
+        urls=dict(sorted(tree.urls.items())),
     )
 
 
@@ -149,7 +155,7 @@ def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot
     """Every generated file but PLAN.md: profiler Jobs, worker objects, Services, decision files."""
     by_key = {m.key: m for m in models}
     tree, errors = _Tree(), []
-    _profiling_step(plan.pending, by_key, compositions, tree, errors)
+    _profiling_step(plan.pending, by_key, compositions, tree, errors, slots, plan.decisions)
     workers, refused = _group(plan.decisions, by_key, {s.id: s for s in slots}, compositions, errors)
     served = _serving_step(workers, compositions, tree, errors)
     for decision in sorted(refused + served, key=lambda d: d.key):
@@ -211,11 +217,13 @@ def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: obj
 
 
 def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: Mapping[str, Composition],
-                    tree: _Tree, errors: list[ComposeError]) -> None:
-    """Each model awaiting a profile: its composition's profiling objects, nothing else."""
+                    tree: _Tree, errors: list[ComposeError], slots: Sequence[GpuSlot],
+                    decisions: Sequence[Decision]) -> None:
+    """Each model awaiting a profile: its composition's profiling objects, on a free GPU or beside the workers."""
     def render(item: Pending) -> None:
         model, composition = _admit(item, by_key, compositions)
-        tree.add(_profiling(model, item, composition), [model.ref])
+        beside = profiling_place(item.gpu_product, slots, decisions)
+        tree.add(_profiling(model, item, composition, beside), [model.ref])
 
     for item in sorted(pending, key=lambda p: p.key):
         _guarded(errors, render, item)
@@ -241,14 +249,19 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
                                     f"one GPU takes one composition's worker (they would claim it twice)",
                                     f"set spec.compositionRef.name to {other!r}, or give it another "
                                     "spec.gpu.product")
-        taken = served_by.get((slot.id, model.name))
-        if taken is not None:
-            raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
-                                  f"{model.name!r} for {taken} (a worker serves each model name once)",
-                                  "rename one of them, or give one another spec.gpu.product or compositionRef")
+        names = dict.fromkeys((model.name, *model.served_names))  # the name first, then the aliases, once each
+        for name in names:
+            taken = served_by.get((slot.id, name))
+            if taken is not None:
+                field = "metadata.name" if name == model.name else "spec.servedNames"
+                raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
+                                      f"{name!r} for {taken}, so {model.ref}'s {field} {name!r} would be "
+                                      "ambiguous (a worker serves each model name once)",
+                                      f"change {field} of one of them, or give one another spec.gpu.product or "
+                                      "compositionRef")
         served = _served(model, decision)
         composition_on[slot.id] = composition.name
-        served_by[(slot.id, model.name)] = model.ref
+        served_by.update({(slot.id, name): model.ref for name in names})
         workers[(slot, composition.name)].append(served)
 
     for decision in sorted(decisions, key=lambda d: d.key):
@@ -273,6 +286,9 @@ def _serving_step(workers: Mapping[tuple[GpuSlot, str], list[_Served]],
             if _guarded(errors, lambda m: tree.add(_service(m.model, composition, worker.context), [m.model.ref]),
                         member):
                 served.append(member.decision)
+                model = member.model  # its endpoint, when the composition rendered its Service in its namespace
+                if f"{RENDERED}/{model.namespace}/service-{model.name}.yaml" in tree.objects:
+                    tree.urls[model.ref] = model_url(model, int(composition.parameters["servicePort"]))
     return served
 
 
@@ -312,18 +328,21 @@ def _served(model: ElasticModel, decision: Decision) -> _Served:
     return _Served(model, decision, entry)
 
 
-def _profiling(model: ElasticModel, pending: Pending, composition: Composition) -> list[_File]:
+def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
+               beside: Beside | None) -> list[_File]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
     configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
     context = {
         "params": composition.parameters,
         "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
         "job": {
-            "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,
-                                      str(composition.parameters["image"])),
+            "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,  # where it runs is in
+                                      str(composition.parameters["image"])  # its name: a Job is immutable
+                                      + (f"@{beside.slot.id}" if beside else "")),
             "product": pending.gpu_product,
             "configmap": configmap,
             "out": f"configmap:{model.namespace}/{configmap}",
+            "beside": beside.context() if beside else None,
         },
     }
     return _render(composition, composition.profiling, context, model.ref)
@@ -363,6 +382,7 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
             "host_memory": f"{math.ceil(host_bytes / MIB)}Mi",
             "startup_failure_threshold": startup_failure_threshold(sum(d.need_bytes for d in decisions)),
             "verdicts": verdicts,
+            "namespaces": sorted({m.model.namespace for m in members}),  # whose pods the NetworkPolicy admits
         },
     }
     return _Worker(_render(composition, composition.per_worker, context, ref), context)
@@ -375,9 +395,42 @@ def startup_failure_threshold(load_bytes: int) -> int:
 
 
 def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[_File]:
-    context = worker_context | {"model": _model_context(model),
-                                "service": {"name": service_name(model.namespace, model.name)}}
+    params = composition.parameters
+    name = service_name(model.namespace, model.name)
+    context = worker_context | {"model": _model_context(model), "service": {
+        "name": name,
+        "target": f"{name}.{worker_context['worker']['namespace']}.svc.{params['clusterDomain']}",
+        "url": model_url(model, int(params["servicePort"])),
+    }}
     return _render(composition, composition.per_model, context, model.ref)
+
+
+def model_url(model: ElasticModel, service_port: int) -> str:
+    """The OpenAI base URL of a placed model, from any pod: its Service in its own namespace (status.url)."""
+    port = "" if service_port == 80 else f":{service_port}"
+    return f"http://{model.name}.{model.namespace}.svc{port}/v1"
+
+
+NAMESPACE_SYNC_OPTIONS = "Prune=false,Delete=false"  # Argo CD never deletes a namespace it created for models
+
+
+def _namespaces(tree: _Tree) -> None:
+    """A Namespace object for each namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so Argo CD
+    creates model namespaces before the objects in them (sync wave -1) and never prunes or deletes one."""
+    inside: dict[str, set[str]] = defaultdict(set)
+    for path in tree.files:
+        if path.startswith(f"{RENDERED}/"):
+            inside[path.split("/")[1]].update(tree.owners[path])
+    for namespace, refs in sorted(inside.items()):
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "gpushare"},
+            "annotations": {"argocd.argoproj.io/sync-options": NAMESPACE_SYNC_OPTIONS,
+                            "argocd.argoproj.io/sync-wave": "-1"}}}
+        path = _safe_path(sorted(refs)[0] if refs else namespace, RENDERED, namespace, f"namespace-{namespace}.yaml")
+        tree.files[path] = dump(doc)
+        tree.owners[path].update(refs)
+        tree.objects[path] = RenderedObject("Namespace", "", namespace)
 
 
 def _model_context(model: ElasticModel) -> dict:

@@ -43,6 +43,7 @@ class Composition:
     per_model: tuple[str, ...]
     env: SandboxedEnvironment = field(compare=False, repr=False)
     source: str | None = field(default=None, compare=False)  # the repository file; None when shipped
+    explicit: frozenset[str] = frozenset()  # the parameters its file sets (the rest took the defaults)
 
 
 @lru_cache(maxsize=1)
@@ -92,6 +93,7 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         per_worker=tuple(lists[1]),
         per_model=tuple(lists[2]),
         env=env,
+        explicit=frozenset(doc["spec"].get("parameters", {})),
     )
 
 
@@ -134,6 +136,7 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
         per_model=tuple(lists["spec.steps.serving.perModel"]),
         env=_shipped_environment(),
         source=file,
+        explicit=frozenset(doc["spec"].get("parameters", {})),
     ), []
 
 

@@ -8,6 +8,8 @@ controller.rendering.compose. Pure and deterministic: no clock, everything sorte
 """
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,7 +18,7 @@ from controller.planning.occupancy import device_bytes
 from contract.quantity import format_bytes
 from controller.types import Decision, ElasticModel, GpuSlot, Plan
 
-BAR_WIDTH = 20
+BAR_WIDTH = 40
 
 
 @dataclass(frozen=True)
@@ -57,31 +59,68 @@ CHANGES_HEADING = "## Latest decision changes"
 
 def last_change_lines(plan_md: str | None) -> tuple[str, ...]:
     """The change lines of a previous PLAN.md, carried forward by a pass in which no decision moved
-    (so that such a pass regenerates identical bytes and commits nothing)."""
+    (so that such a pass regenerates identical bytes and commits nothing); its summary of those changes first."""
     if not plan_md or CHANGES_HEADING not in plan_md:
         return ()
     section = plan_md.split(CHANGES_HEADING, 1)[1].split("\n## ", 1)[0]
-    return tuple(line for line in section.splitlines() if line.startswith("- "))
+    summary = _SUMMARY.search(plan_md)
+    return ((f"{SUMMARY_MARK}{summary.group(1)}",) if summary else ()) + tuple(
+        line for line in section.splitlines() if line.startswith("- "))
+
+
+SUMMARY_MARK = "summary: "
+_SUMMARY = re.compile(r"^\*\*Plan:\*\* (.*) · \d+ profiler Jobs? to run\.$", re.M)
+
+
+def review_summary(plan_md: str, commit: str, base: str) -> str:
+    """The pull request body: PLAN.md's summary line and latest changes, and where the whole plan is."""
+    lines = plan_md.splitlines()
+    summary = next((line for line in lines[1:] if line.strip() and not line.startswith("#")), "")
+    changes = list(last_change_lines(plan_md))
+    body = [summary, "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(changes or ["None."]), "",
+            f"The whole plan: `rendered/PLAN.md` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
+            "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
+            "counts)."]
+    return "\n".join(line for line in body).strip() + "\n"
 
 
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
-                  last_changes: Sequence[str] = ()) -> str:
+                  last_changes: Sequence[str] = (), sources: Mapping[tuple[str, str], str] | None = None) -> str:
+    """`sources`: each (model id, GPU product)'s profile source (estimated, measured), shown per model."""
     by_key = {m.key: m for m in models}
+    sources = sources or {}
     decisions = sorted(plan.decisions, key=lambda d: d.key)
     placed = [d for d in decisions if d.mode != "refused"]
     refused = [d for d in decisions if d.mode == "refused"]
-    lines = [
-        "# gpushare plan",
-        "",
-        f"{len(placed)} placed on {len(slots)} GPU slots · {len(plan.pending)} awaiting a profile · "
-        f"{len(refused)} refused · {len(errors)} not rendered.",
-    ]
     on_slot: dict[str | None, list[Decision]] = {}
     for d in placed:
         on_slot.setdefault(d.slot, []).append(d)
-    for slot in sorted(slots, key=lambda s: (s.node, s.index)):
-        lines += _slot_section(slot, on_slot.get(slot.id, []), by_key)
+    node_of = {s.id: s.node for s in slots}
+    pinned: dict[str, int] = {}
+    for d in placed:
+        pinned[node_of.get(d.slot, "")] = pinned.get(node_of.get(d.slot, ""), 0) + d.host_bytes
+    ordered = sorted(slots, key=lambda s: (s.node, s.index))
+    views = [_SlotView.of(slot, on_slot.get(slot.id, [])) for slot in ordered]
+    lines = [
+        "# gpushare plan",
+        "",
+        summary_line(changes, plan, on_slot, [c for c in last_changes if c.startswith(SUMMARY_MARK)]),
+        "",
+        f"{len(placed)} placed on {len(slots)} GPU slots · {len(plan.pending)} awaiting a profile · "
+        f"{len(refused)} refused · {len(errors)} not rendered.",
+        "",
+        "## GPUs",
+        "",
+        "One line per GPU: a letter per model (its share of the usable memory), `~` the swap area its swap "
+        "models share one at a time, `.` free.",
+        "",
+        "```",
+        *_gpu_lines(views),
+        "```",
+    ]
+    for view in views:
+        lines += _slot_section(view, by_key, sources, pinned.get(view.slot.node, 0))
     lines += _section("Awaiting a profile", ("model", "model id", "GPU product", "reason"),
                       [(f"{p.namespace}/{p.name}", p.model, p.gpu_product, p.reason)
                        for p in sorted(plan.pending, key=lambda p: p.key)])
@@ -91,27 +130,139 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
                       [(e.ref, e.reason, f"{e.message}; fix: {e.fix}")
                        for e in sorted(errors, key=lambda e: (e.ref, e.reason, e.message))])
     lines += ["", CHANGES_HEADING, ""]
-    lines += [f"- {_cell(c.summary)}" for c in changes] or list(last_changes) or ["None yet."]
+    lines += ([f"- {_cell(c.summary)}" for c in changes] or [c for c in last_changes if c.startswith("- ")]
+              or ["None yet."])
     return "\n".join(lines) + "\n"
 
 
-def _slot_section(slot: GpuSlot, decisions: list[Decision], by_key: Mapping) -> list[str]:
-    used, capacity = device_bytes(decisions), slot.usable_bytes
-    share = used / capacity if capacity else 0.0
-    filled = min(BAR_WIDTH, round(share * BAR_WIDTH))
-    header = ("model", "mode", "need", "footprint", "layers", "TPOT predicted", "SLO")
-    rows = [(
-        f"{d.namespace}/{d.name}", d.mode, format_bytes(d.need_bytes), format_bytes(d.footprint_bytes),
-        f"{d.resident_layers}/{d.total_layers}",
-        "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms",
-        _slo(by_key.get(d.key), d),
-    ) for d in decisions]
+def summary_line(changes: Sequence[Change], plan: Plan, on_slot: Mapping[str | None, list[Decision]],
+                 carried: Sequence[str] = ()) -> str:
+    """terraform's summary: models added, changed, removed or refused by the latest decision changes; workers
+    that (re)start because their models changed; profiler Jobs the tree runs. A pass in which no decision
+    moved keeps the last summary of changes (`carried`), as it keeps their list."""
+    jobs = len(plan.pending)
+    tail = f"{jobs} profiler Job{'s' * (jobs != 1)} to run."
+    if not changes and carried:
+        return f"**Plan:** {carried[0].removeprefix(SUMMARY_MARK)} · {tail}"
+    added = sum(1 for c in changes if c.before is None and c.after is not None and c.after.mode != "refused")
+    changed = sum(1 for c in changes if c.before is not None and c.after is not None and c.after.mode != "refused")
+    removed = sum(1 for c in changes if c.after is None)
+    refused = sum(1 for c in changes if c.after is not None and c.after.mode == "refused")
+    touched = {d.slot for c in changes for d in (c.before, c.after) if d is not None and d.slot is not None}
+    restarting = sum(1 for slot in touched if on_slot.get(slot))
+    return (f"**Plan:** {added} to add, {changed} to change, {removed} to remove, {refused} refused · "
+            f"{restarting} worker{'s' * (restarting != 1)} restarting · {tail}")
+
+
+@dataclass(frozen=True)
+class _Part:
+    mark: str  # the bar letter, `~` the swap area, `.` free
+    label: str
+    gib: str  # tenths of GiB, summing with the slot's other parts to its usable memory
+    tenths: int
+
+
+@dataclass(frozen=True)
+class _SlotView:
+    slot: GpuSlot
+    decisions: tuple[Decision, ...]
+    parts: tuple[_Part, ...]
+    marks: Mapping[tuple[str, str], str]  # model key -> its mark
+    used: int
+
+    @classmethod
+    def of(cls, slot: GpuSlot, decisions: list[Decision]) -> "_SlotView":
+        fixed = [d for d in decisions if d.mode in ("resident", "elastic")]
+        swap = [d for d in decisions if d.mode == "swap"]
+        marks = {d.key: MARKS[i % len(MARKS)] for i, d in enumerate(fixed)} | {d.key: "~" for d in swap}
+        raw = [(marks[d.key], f"{d.namespace}/{d.name}", d.footprint_bytes) for d in fixed]
+        if swap:
+            members = ", ".join(f"{d.namespace}/{d.name}" for d in swap)
+            raw.append(("~", f"swap area ({members}: one at a time)", max(d.footprint_bytes for d in swap)))
+        used = device_bytes(decisions)
+        raw.append((".", "free", max(0, slot.usable_bytes - used)))
+        tenths = _tenths([b for _, _, b in raw], slot.usable_bytes)
+        parts = tuple(_Part(m, label, _gib(t), t) for (m, label, _), t in zip(raw, tenths))
+        return cls(slot, tuple(decisions), parts, marks, used)
+
+
+MARKS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _tenths(values: list[int], total: int) -> list[int]:
+    """Each value in tenths of GiB, rounded so that they add up to `total` rounded (largest remainders)."""
+    exact = [v * 10 / (1 << 30) for v in values]
+    floors = [int(x) for x in exact]
+    goal = round(total * 10 / (1 << 30))
+    order = sorted(range(len(values)), key=lambda i: (-(exact[i] - floors[i]), i))
+    for i in order[:max(0, goal - sum(floors))]:
+        floors[i] += 1
+    return floors
+
+
+def _gib(tenths: int) -> str:
+    return f"{tenths // 10}.{tenths % 10}Gi"
+
+
+def _gpu_lines(views: Sequence[_SlotView]) -> list[str]:
+    width = max((len(v.slot.id) for v in views), default=0)
+    product = max((len(v.slot.product) for v in views), default=0)
+    return [f"{v.slot.id:<{width}}  {v.slot.product:<{product}}  |{_bar(v)}|  {_used(v)} of {_usable(v)} usable"
+            for v in views]
+
+
+def _used(view: _SlotView) -> str:
+    return _gib(sum(p.tenths for p in view.parts if p.mark != "."))
+
+
+def _usable(view: _SlotView) -> str:
+    return _gib(sum(p.tenths for p in view.parts))
+
+
+def _bar(view: _SlotView) -> str:
+    """BAR_WIDTH characters; each part at least one when it holds anything, the rest by share."""
+    total = sum(p.tenths for p in view.parts) or 1
+    counts = [max(1 if p.tenths else 0, round(p.tenths * BAR_WIDTH / total)) for p in view.parts]
+    free = len(counts) - 1  # the free part absorbs the rounding, never below zero
+    counts[free] = max(0, BAR_WIDTH - sum(counts[:free]))
+    return "".join(p.mark * n for p, n in zip(view.parts, counts))[:BAR_WIDTH].ljust(BAR_WIDTH, ".")
+
+
+def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str], str],
+                  node_pinned: int) -> list[str]:
+    slot = view.slot
+    header = ("bar", "model", "mode", "budget", "need", "GPU footprint", "layers", "profile", "TPOT predicted",
+              "SLO")
+    area = {p.label: p.gib for p in view.parts}
+    rows = []
+    for d in sorted(view.decisions, key=lambda d: (d.mode == "swap", d.key)):  # in the bar's order
+        ref = f"{d.namespace}/{d.name}"
+        footprint = "in the swap area" if d.mode == "swap" else area[ref]
+        rows.append((view.marks[d.key], ref, d.mode, format_bytes(d.budget_bytes), format_bytes(d.need_bytes),
+                     footprint, f"{d.resident_layers}/{d.total_layers}",
+                     sources.get((d.model, d.gpu_product or ""), "-"),
+                     "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms" + (" (estimated)" if d.estimated
+                                                                                       else ""),
+                     _slo(by_key.get(d.key), d)))
+    rows += [(p.mark, p.label, "", "", "", p.gib, "", "", "", "") for p in view.parts
+             if p.mark == "~" or p.mark == "."]
+    rows.append(("", "total", "", "", "", f"{_usable(view)} usable", "", "", "", ""))
+    chart = [f'    "{p.mark} {p.label.split(" (")[0]}" : {p.tenths / 10:.1f}' for p in view.parts if p.tenths]
     return [
         "", f"## {slot.id} · {slot.product}", "",
-        f"`[{'#' * filled}{'.' * (BAR_WIDTH - filled)}]` {format_bytes(used)} of {format_bytes(capacity)} "
-        f"usable ({share:.0%})",
-        *(_table(header, rows) if rows else ["", "No models."]),
-    ]
+        f"`|{_bar(view)}|` {_used(view)} of {_usable(view)} usable",
+        *_table(header, rows),
+        "",
+        f"Host RAM pinned here: {format_bytes(sum(d.host_bytes for d in view.decisions))}; node {slot.node}: "
+        f"{format_bytes(node_pinned)} of "
+        f"{format_bytes(slot.host_memory_bytes) if slot.host_memory_bytes else 'unknown (not planned)'}.",
+        "",
+        "```mermaid",
+        "pie showData",
+        f"    title {slot.id} {slot.product}: GiB of {sum(p.tenths for p in view.parts) / 10:.1f} usable",
+        *chart,
+        "```",
+    ] if view.decisions else ["", f"## {slot.id} · {slot.product}", "", "No models."]
 
 
 def _section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -134,6 +285,8 @@ def _slo(model: ElasticModel | None, d: Decision) -> str:
     if not terms:
         return "-"  # no latency target set
     verdict = {True: "met", False: "missed", None: "not predicted"}[d.slo_met]
+    if d.estimated and d.slo_met is not None:
+        verdict += " by an estimate"  # never a bare "met" from an estimated profile
     return f"{', '.join(terms)} ({verdict})"
 
 

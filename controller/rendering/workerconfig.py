@@ -32,6 +32,8 @@ def model_entry(model: ElasticModel, decision: Decision) -> dict:
         "contextTokens": model.slo.context_tokens,
         "concurrency": model.slo.concurrency,
     }
+    if model.served_names:
+        entry["servedNames"] = list(model.served_names)
     if decision.dtype is not None:
         entry["dtype"] = decision.dtype
     if decision.terms is not None:

@@ -1,0 +1,29 @@
+"""The pull request of a review branch: after a pass pushed `--write-back pr:BRANCH`, open or update it.
+
+Owns what the request says: its title is the review branch head's commit subject (what changed and
+why), its body PLAN.md's summary at that commit (controller.planmd.review_summary). Nothing is opened
+when the review branch does not exist or holds the tracked branch's tree (nothing to review). Called
+by the reconcile shells (offline and cluster) after gitops.publish; the HTTP is gitops.forge's.
+"""
+from __future__ import annotations
+
+from gitops import PublishResult, WorkingCopy
+from gitops.forge import Forge, PullRequest
+from gitops.writeback import Target
+
+from controller.rendering.planmd import review_summary
+
+PLAN_PATH = "rendered/PLAN.md"
+
+
+def open_review(forge: Forge, copy: WorkingCopy, published: PublishResult, target: Target) -> PullRequest | None:
+    """The review branch's one pull request, opened or updated; None when there is nothing to review."""
+    head = published.heads.get(target.review or "")
+    if head is None or copy.tree_of(head) == copy.tree_of(published.upstream):
+        return None
+    subject = copy.git.text("log", "-1", "--format=%s", head)
+    try:
+        plan = copy.git.text("show", f"{head}:{PLAN_PATH}")
+    except Exception:  # noqa: BLE001 - a tree without PLAN.md still gets a request, with the subject only
+        plan = ""
+    return forge.ensure(target.review, copy.branch, subject, review_summary(plan, head, copy.branch))
