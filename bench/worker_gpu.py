@@ -146,11 +146,11 @@ class Bench:
                 synchronize(self.device)
                 return time.perf_counter() - started
 
+        engine = new_engine(residency, len(self.prompt) + 2 * n + 8)
+
         def ours(tokens: int) -> float:
             started = time.perf_counter()
-            generation = new_generation(self.prompt, tokens)
-            while not generation.done:
-                generation.step(model, self.device)
+            run_alone(engine, new_generation(self.prompt, tokens))
             synchronize(self.device)
             return time.perf_counter() - started
 
@@ -176,7 +176,7 @@ class Bench:
     def elastic(self) -> tuple[int, float, float]:
         from worker.admission import admit
         from worker.config import ModelConfig
-        from worker.memory import DeviceLedger, workspace_bytes
+        from worker.memory import DeviceLedger
         from worker.residency import make_residency
         from worker.shape import shape_from
 
@@ -186,7 +186,7 @@ class Bench:
         budget = int(self.args.budget_gib * (1 << 30))
         spec = ModelConfig(name="bench", namespace="bench", model="random", mode="elastic", budget_bytes=budget,
                            context_tokens=PROMPT_TOKENS + self.args.decode_tokens + 8, concurrency=1)
-        [applied] = admit([(spec, shape)], budget, slot="bench", workspace_bytes=workspace_bytes(self.device))
+        [applied] = admit([(spec, shape)], budget, slot="bench")
         if applied.verdict != "applied":
             raise SystemExit(f"elastic budget too small for this shape: {applied.message}")
         layers = applied.resident_layers
@@ -198,12 +198,14 @@ class Bench:
         streamed = []
         residency.on_streamed_bytes = streamed.append
         generation = new_generation(self.prompt, self.args.decode_tokens + 1)
-        generation.step(residency.model, self.device)  # prefill + first token
+        engine = new_engine(residency, PROMPT_TOKENS + self.args.decode_tokens + 8)
+        engine.join(generation)
+        engine.step()  # prefill + first token
         streamed.clear()
         synchronize(self.device)
         started = time.perf_counter()
         while not generation.done:
-            generation.step(residency.model, self.device)
+            engine.step()
         synchronize(self.device)
         elapsed_ms = (time.perf_counter() - started) * 1000
         tokens = self.args.decode_tokens
@@ -241,6 +243,19 @@ def new_generation(prompt: list[int], tokens: int):
 
     return Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=tokens, temperature=0),
                       eos_ids=frozenset(), decode=lambda ids: "")
+
+
+def new_engine(residency, context_tokens: int):
+    """The worker's engine over `residency`, one sequence slot."""
+    from worker.engine import ModelEngine
+
+    return ModelEngine(residency, concurrency=1, context_tokens=context_tokens, kv_bytes=0)
+
+
+def run_alone(engine, generation) -> None:
+    engine.join(generation)
+    while not generation.done:
+        engine.step()
 
 
 def per_token_ms(run, tokens: int, repeats: int = 3) -> float:

@@ -18,14 +18,14 @@ KEY = "sk-test-7f3a9c"
 
 @pytest.fixture(scope="module")
 def served(tiny_models, tmp_path_factory):
-    """The app `python -m worker` builds with GPUSHARE_API_KEY set (uvicorn.run captured, not called)."""
+    """The app `python -m worker` builds with GPUSHARE_API_KEY set (worker.serve.serve captured, not called)."""
     config = tmp_path_factory.mktemp("auth") / "worker.yaml"
     config.write_text(yaml.safe_dump(config_document([model_entry("guarded", tiny_models["gpt2"], "resident")])))
     captured = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GPUSHARE_API_KEY", KEY)
-        patch.setattr("uvicorn.run", lambda app, **kwargs: captured.setdefault("app", app))
-        patch.setattr("worker.runtime.Worker.stop", lambda self: captured.setdefault("worker", self))
+        patch.setattr("worker.serve.serve", lambda worker, app, **kwargs: captured.setdefault("app", app))
+        patch.setattr("worker.runtime.Worker.stop", lambda self, **kwargs: captured.setdefault("worker", self))
         assert worker_main.main(["--config", str(config), "--log-level", "warning"]) == 0
     captured["worker"].wait_loaded(60)
     with ServerThread(captured["app"]) as thread:

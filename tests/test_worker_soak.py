@@ -120,10 +120,11 @@ class Load:
             except (httpx.TransportError, OSError) as exc:  # counted: the soak asserts which actions saw them
                 self.statuses[f"transport:{type(exc).__name__}:{action.__name__}"] += 1
 
-    def _record(self, what: str, response: httpx.Response) -> None:
+    def _record(self, what: str, response: httpx.Response, text: str | None = None) -> None:
         self.statuses[str(response.status_code)] += 1
         if response.status_code >= 500:
-            self.server_errors.append(f"{what}: {response.status_code} {response.text[:200]}")
+            body = response.text if text is None else text  # a streamed body was read as it came
+            self.server_errors.append(f"{what}: {response.status_code} {body[:200]}")
 
     async def valid(self, client):
         model = self.random.choice(["r", "e", "sa", "sb"])
@@ -137,7 +138,7 @@ class Load:
         if body["stream"]:
             async with client.stream("POST", path, json=body) as response:
                 text = "".join([chunk async for chunk in response.aiter_text()])
-            self._record(f"valid stream {body}", response)
+            self._record(f"valid stream {body}", response, text)
             assert response.status_code != 200 or text.endswith("data: [DONE]\n\n"), text[-200:]
         else:
             self._record(f"valid {body}", await client.post(path, json=body))

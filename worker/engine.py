@@ -1,42 +1,50 @@
-"""One request's generation: chunked prefill, then one token per step, against a KV cache.
+"""One model's continuous batch: sequences join and leave at step boundaries, prefill is chunked
+and interleaved with decode, and each step is one forward pass for the whole batch.
 
-Owns stop conditions (end-of-text tokens, stop strings, max_tokens) and
-incremental detokenisation. The scheduler calls `Generation.step` from its single
-executor thread; the model it is given is already on the device in its mode.
+`Generation` is one request's state: prompt, sampled tokens, stop conditions (end-of-text
+tokens, stop strings, max_tokens) and incremental detokenisation. `ModelEngine` seats up
+to `concurrency` generations in static KV slots (kept compact: a leaving sequence's slot
+is refilled by the last one) and runs a step: every decoding sequence feeds one token,
+and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
+sequences in join order, so a long prompt is cut across steps while the running
+sequences keep decoding. Tokens are chosen by worker/sampling.py, one row per sequence.
+
+Called by worker/scheduler.py (one executor thread per model), the profiler and the
+benches; the forward passes live in worker/forward/.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
-from functools import lru_cache
+from itertools import count
 from typing import Callable
 
 import torch
-from transformers import DynamicCache
 
 from contract.footprint import PREFILL_CHUNK_TOKENS
 
+from .forward import Row, make_forward
+from .residency import Residency
 from .sampling import Choice, Sampler, SamplingParams
+from .transfer import swap_allocations
+
+_join_order = count()
 
 
-@lru_cache(maxsize=None)
-def _cache_argument(model_class: type) -> str:
-    """transformers >= 5.24 names the KV cache argument `cache`; earlier releases `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
-
-@dataclass
+@dataclass(eq=False)
 class Generation:
     prompt_ids: list[int]
     params: SamplingParams
     eos_ids: frozenset[int]
     decode: Callable[[list[int]], str]
-    prefill_chunk: int = PREFILL_CHUNK_TOKENS
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
-    _fed: int = 0
-    _emitted: int = 0
-    _cache: DynamicCache | None = None
+    cached: int = 0  # tokens of this sequence in its KV slot
+    slot: int | None = None
+    joined: int = 0
+    _emitted: int = 0  # characters of _text handed out
+    _text: str = ""  # the output detokenised so far
+    _prefix: int = 0  # incremental detokenisation: context tokens start here
+    _read: int = 0  # ... and the tokens up to here are in _text
     _sampler: Sampler | None = None
     _reported: list[Choice] = field(default_factory=list)
 
@@ -46,23 +54,23 @@ class Generation:
 
     @property
     def prefilling(self) -> bool:
-        return self._fed < len(self.prompt_ids)
+        return self.cached < len(self.prompt_ids)
 
-    @torch.inference_mode()
-    def step(self, model, device: torch.device) -> str | None:
-        """Run one forward pass: a prefill chunk (returns None until the prompt is consumed) or one
-        decode step. Returns the text that became final with this step ("" while it is held back)."""
-        if self._cache is None:
-            self._cache = DynamicCache(config=model.config)
+    def next_tokens(self, budget: int) -> tuple[int, ...]:
+        """The tokens this sequence feeds next: up to `budget` prompt tokens, else its last output token."""
         if self.prefilling:
-            chunk = self.prompt_ids[self._fed: self._fed + self.prefill_chunk]
-            self._fed += len(chunk)
-            logits = self._forward(model, device, chunk)
-            if self.prefilling:
-                return None
-        else:
-            logits = self._forward(model, device, self.output_ids[-1:])
-        token = self._sample(logits)
+            return tuple(self.prompt_ids[self.cached: self.cached + budget])
+        return (self.output_ids[-1],)
+
+    def accept(self, logits: torch.Tensor) -> str:
+        """Choose the next token from this sequence's row of logits; returns the text that became final
+        ("" while it is held back)."""
+        if self._sampler is None:
+            self._sampler = Sampler(self.params)
+        choice = self._sampler.choose(logits, self.output_ids)
+        if self.params.logprobs is not None:
+            self._reported.append(choice)
+        token = choice.token
         self.output_ids.append(token)
         if token in self.eos_ids:
             self.output_ids.pop()
@@ -78,36 +86,105 @@ class Generation:
         reported, self._reported = tuple(self._reported), []
         return reported
 
-    def release(self) -> None:
-        """Drop the KV cache (the request finished or was cancelled)."""
-        self._cache = None
-
-    def _forward(self, model, device: torch.device, ids: list[int]) -> torch.Tensor:
-        input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-        out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1,
-                    **{_cache_argument(type(model)): self._cache})
-        return out.logits[0, -1].float()
-
-    def _sample(self, logits: torch.Tensor) -> int:
-        if self._sampler is None:
-            self._sampler = Sampler(self.params)
-        choice = self._sampler.choose(logits, self.output_ids)
-        if self.params.logprobs is not None:
-            self._reported.append(choice)
-        return choice.token
-
     def _text_delta(self) -> str:
-        """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string."""
-        text = self.decode(self.output_ids)
+        """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string.
+        Detokenised incrementally (a few tokens of context per step, as streaming servers do), so a long
+        output costs the same per token as a short one."""
+        before = len(self._text)
+        window = self.decode(self.output_ids[self._prefix:])
+        head = self.decode(self.output_ids[self._prefix:self._read])
+        if len(window) > len(head) and (self.done or not window.endswith("\ufffd")):
+            self._text += window[len(head):]
+            self._prefix, self._read = self._read, len(self.output_ids)
+        longest = max((len(s) for s in self.params.stop), default=0)
         for stop in self.params.stop:
-            at = text.find(stop)
+            at = self._text.find(stop, max(0, before - longest + 1))
             if at != -1:
-                text, self.finish_reason = text[:at], "stop"
-        if not self.done:
-            hold = max((len(s) - 1 for s in self.params.stop), default=0)
-            safe = len(text) - hold
-            while safe > 0 and text[safe - 1] == "\ufffd":
-                safe -= 1
-            text = text[:max(safe, self._emitted)]
-        delta, self._emitted = text[self._emitted:], max(self._emitted, len(text))
+                self._text, self.finish_reason = self._text[:at], "stop"
+        final = len(self._text) if self.done else max(len(self._text) - max(longest - 1, 0), self._emitted)
+        delta, self._emitted = self._text[self._emitted:final], max(self._emitted, final)
         return delta
+
+
+class ModelEngine:
+    """The running batch of one model and the forward it steps with."""
+
+    def __init__(self, residency: Residency, *, concurrency: int, context_tokens: int, kv_bytes: int,
+                 prefill_chunk: int = PREFILL_CHUNK_TOKENS, graphs: bool = True):
+        self.residency = residency
+        self.concurrency = concurrency
+        self.prefill_chunk = prefill_chunk
+        self.forward = make_forward(residency, slots=concurrency, context_tokens=context_tokens,
+                                    kv_bytes=kv_bytes, graphs=graphs)
+        self.seated: list[Generation] = []  # index = KV slot
+        self.steps = 0
+        if residency.on_device:
+            self.forward.allocate()
+
+    @property
+    def path(self) -> str:
+        return self.forward.path
+
+    @property
+    def free_slots(self) -> int:
+        return self.concurrency - len(self.seated)
+
+    def activate(self) -> None:
+        """Swap-in: weights onto the device, then the KV slots, on the swap group's allocation stream."""
+        with swap_allocations(self.residency.device):
+            self.residency.activate()
+            self.forward.allocate()
+
+    def deactivate(self) -> None:
+        """Swap-out (the batch is empty): drop the KV slots and the device weights."""
+        for generation in list(self.seated):
+            self.leave(generation)
+        self.forward.release()
+        self.residency.deactivate()
+
+    def join(self, generation: Generation) -> None:
+        """Seat `generation` in a free slot; it takes part from the next step on."""
+        if not self.free_slots:
+            raise RuntimeError(f"{self.residency.ledger.model}: all {self.concurrency} KV slots are taken")
+        generation.slot, generation.joined = len(self.seated), next(_join_order)
+        self.seated.append(generation)
+
+    def leave(self, generation: Generation) -> None:
+        """Free `generation`'s slot at once; the last seated sequence moves into it (slots stay compact)."""
+        slot = generation.slot
+        if slot is None:
+            return
+        self.forward.free(slot)
+        last = self.seated.pop()
+        if last is not generation:
+            self.forward.move(last.slot, slot, last.cached)
+            last.slot = slot
+            self.seated[slot] = last
+        generation.slot = None
+
+    def step(self) -> list[tuple[Generation, str | None]]:
+        """One forward pass for every seated sequence. Returns (generation, text delta) per sequence that
+        took part; the delta is None for a prefill chunk that did not finish the prompt. Finished
+        sequences leave the batch."""
+        decoding = [g for g in self.seated if not g.prefilling]
+        prefilling = sorted((g for g in self.seated if g.prefilling), key=lambda g: g.joined)
+        budget = self.prefill_chunk - len(decoding)
+        plan: list[tuple[Generation, tuple[int, ...]]] = [(g, g.next_tokens(1)) for g in decoding]
+        for generation in prefilling:
+            if budget <= 0:
+                break
+            tokens = generation.next_tokens(budget)
+            plan.append((generation, tokens))
+            budget -= len(tokens)
+        if not plan:
+            return []
+        logits = self.forward.run([Row(g.slot, g.cached, tokens) for g, tokens in plan])
+        self.steps += 1
+        results: list[tuple[Generation, str | None]] = []
+        for (generation, tokens), row in zip(plan, logits):
+            generation.cached += len(tokens)
+            results.append((generation, None if generation.prefilling else generation.accept(row)))
+        for generation, _ in results:
+            if generation.done:
+                self.leave(generation)
+        return results

@@ -82,6 +82,10 @@ class DeviceLedger:
             self._charge(nbytes - self._reserved.get(label, 0), label)
             self._reserved[label] = nbytes
 
+    def reserved(self, label: str) -> int:
+        """Bytes held under reservation `label` (0 when none)."""
+        return self._reserved.get(label, 0)
+
     def empty(self, nbytes: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
         """A new uninitialised flat device tensor of `nbytes`, charged to this model."""
         with self._lock:

@@ -1,16 +1,18 @@
 """The worker: admission, loading, and the state the API serves (verdicts, readiness, status).
 
 `Worker.start` reads every model's shape, admits against the memory really available,
-publishes the verdicts, then loads the applied models in a background thread (each
-becomes servable as soon as it is loaded). Called by `python -m worker` and tests;
-the API reads it through `lookup`, `submit`, `status` and `readiness`.
+publishes the verdicts, then loads the applied models in a background thread, smallest
+first; each model serves (its own executor thread starts) as soon as it is loaded, without
+waiting for its neighbours. Called by `python -m worker` and tests; the API reads it
+through `lookup`, `submit`, `status`, `model_state`, `readiness` and `health`.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -20,15 +22,16 @@ from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation
+from .engine import Generation, ModelEngine
 from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
+from .reconfigure import ConfigDiff, diff
 from .metrics import WorkerMetrics
 from .prompts import PromptEncoder
 from .residency import Residency, make_residency
-from .scheduler import Event, Job, Scheduler
+from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
 
@@ -38,11 +41,12 @@ log = logging.getLogger(__name__)
 @dataclass
 class ServedModel:
     """A loaded model: its tokenizer (guarded: the executor decodes while handlers encode with their own
-    copy, `prompts`), its vocabulary size and its residency."""
+    copy, `prompts`), its vocabulary size, its residency and its engine."""
 
     config: ModelConfig
     tokenizer: object
     residency: Residency
+    engine: ModelEngine
     eos_ids: frozenset[int]
     vocab_size: int
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -59,13 +63,15 @@ class ServedModel:
 class Worker:
     def __init__(self, config: WorkerConfig, *, device: torch.device | None = None,
                  probe: FreeBytesProbe | None = None, publisher: Publisher | None = None,
-                 metrics: WorkerMetrics | None = None, clock: Callable[[], float] = time.monotonic):
+                 metrics: WorkerMetrics | None = None, clock: Callable[[], float] = time.monotonic,
+                 stall_s: float = DEFAULT_STALL_S):
         self.config = config
         self.device = device or _pick_device(config.device)
         self.probe = probe or (cuda_free_bytes if self.device.type == "cuda" else no_probe)
         self.metrics = metrics or WorkerMetrics()
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
-                                   max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock)
+                                   max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock,
+                                   stall_s=stall_s)
         self.started_at = int(time.time())
         self.available_bytes = 0
         self.verdicts: dict[str, Verdict] = {}
@@ -77,16 +83,13 @@ class Worker:
         self._lock = threading.Lock()
         self._loader = threading.Thread(target=self._load_admitted, name="worker-loader", daemon=True)
         self._loaded = threading.Event()
+        self._loader_died: str | None = None
+        self._apply_lock = threading.Lock()
 
     # lifecycle
     def start(self) -> None:
         """Admit (synchronously), publish verdicts, start the executor, load applied models in the background."""
-        for model in self.config.models:
-            try:
-                self.directories[model.name] = resolve(model)
-                self.shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
-            except ModelLoadError as exc:
-                self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
+        self.shapes.update(self._read_shapes(self.config.models))
         self.available_bytes = available_bytes(self.config.capacity_bytes, self.probe)
         readable = [(m, self.shapes[m.name]) for m in self.config.models if m.name in self.shapes]
         for verdict in admit(readable, self.available_bytes, slot=self.config.slot_id):
@@ -98,18 +101,87 @@ class Worker:
     def wait_loaded(self, timeout_s: float | None = None) -> bool:
         return self._loaded.wait(timeout_s)
 
-    def stop(self) -> None:
-        self.scheduler.stop()
+    def drain(self, timeout_s: float) -> bool:
+        """Graceful stop, first half: admit nothing new and wait up to `timeout_s` for the requests in
+        flight to finish. True when they all did."""
+        self.scheduler.drain()
+        deadline = time.monotonic() + timeout_s
+        while not self.scheduler.idle():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def apply(self, new: WorkerConfig, *, drain_timeout_s: float = 600.0) -> ConfigDiff:
+        """Apply a changed config in place (worker/reconfigure.py says what changes): unchanged models keep
+        serving untouched; retuned ones get their new budget and priority; re-laid-out and removed ones
+        drain and free their memory; re-laid-out and added ones are admitted against what the others leave
+        and load. A model that no longer fits is refused alone (a re-laid-out one keeps its old layout
+        serving). Returns the diff; a slot or device change is not applied (it needs a restart)."""
+        with self._apply_lock:
+            self._loaded.wait()
+            change = diff(self.config, new)
+            if change.restart_needed:
+                log.error("config change not applied: %s", change.restart_needed)
+                return change
+            self.scheduler.retune(min_residency_s=new.min_residency_ms / 1000, max_queued=new.max_queued_requests)
+            staying = {m.name for m in new.models if m.name in change.unchanged} | {m.name for m in change.retuned}
+            incoming = self._read_shapes([*change.relaid, *change.added])
+            order = [m for m in new.models if m.name in staying] + [m for m in new.models if m.name in incoming]
+            verdicts = {v.name: v for v in admit([(m, self.shapes[m.name] if m.name in staying else incoming[m.name])
+                                                  for m in order], self.available_bytes, slot=new.slot_id)}
+            kept_old: dict[str, ModelConfig] = {}
+            to_load: list[ModelConfig] = []
+            for model in change.retuned:
+                if verdicts[model.name].verdict != "applied":
+                    kept_old[model.name] = self.config.model(model.name)
+                elif not self._retune(model, verdicts[model.name]):
+                    incoming[model.name] = self.shapes[model.name]
+                    to_load.append(model)
+            for model in change.relaid:
+                if model.name in incoming and verdicts[model.name].verdict == "applied":
+                    to_load.append(model)
+                elif model.name in self.served:
+                    kept_old[model.name] = self.config.model(model.name)
+            to_load += [m for m in change.added if m.name in incoming and verdicts[m.name].verdict == "applied"]
+            stuck = self._retire([*change.removed, *(m.name for m in to_load if m.name in self.served)],
+                                 drain_timeout_s)
+            to_load = [m for m in to_load if m.name not in stuck]
+            effective = tuple(kept_old.get(m.name, m) for m in new.models)
+            with self._lock:
+                self.config = replace(new, models=effective)
+                for name in change.removed:
+                    self.verdicts.pop(name, None)
+            for name, verdict in verdicts.items():
+                if name in kept_old:
+                    self._set_verdict(replace(verdict, message=f"{verdict.message}; it keeps serving its "
+                                                               "previous configuration"))
+                elif name in incoming:
+                    self._set_verdict(verdict)
+            for model in sorted(to_load, key=lambda m: incoming[m.name].weight_bytes):
+                self.shapes[model.name] = incoming[model.name]
+                self._load_guarded(model)
+            self._publish_verdicts()
+            log.info("config applied in place: %s", change.summary())
+            return change
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.scheduler.stop(timeout_s)
         if self._publish:
             self._publish.stop()
 
     # serving
-    def lookup(self, name: str) -> ServedModel:
+    def lookup_config(self, name: str) -> ModelConfig:
+        """The configured model `name`, or ModelNotFound."""
         model = self.config.model(name)
         if model is None:
             raise ModelNotFound("ModelNotFound", f"model {name!r} is not served here; GET /v1/models lists "
                                 "the served names (the ElasticModel names)", param="model")
-        name = model.name  # a spec.servedNames alias serves as the model it names
+        return model
+
+    def lookup(self, name: str) -> ServedModel:
+        """The model `name` ready to serve, or ModelNotFound / ModelUnavailable (refused or loading)."""
+        name = self.lookup_config(name).name  # a spec.servedNames alias serves as the model it names
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")
@@ -143,15 +215,41 @@ class Worker:
         return self.scheduler.submit(name, generation, sink)
 
     # state
-    def readiness(self) -> tuple[bool, dict]:
-        """Ready when every applied model is loaded; refused models are listed, they do not block readiness."""
+    def model_state(self, name: str) -> str:
+        """loading, serving or refused (`name` may be a served-name alias)."""
+        name = self._canonical(name)
+        with self._lock:
+            verdict = self.verdicts.get(name)
+            if verdict is not None and verdict.verdict == "refused":
+                return "refused"
+            return "serving" if name in self.served else "loading"
+
+    def readiness(self, model: str | None = None) -> tuple[bool, dict]:
+        """Per model: ready while it serves. The worker: ready as soon as one model serves (each model
+        serves once loaded, its neighbours still loading get 503 ModelLoading), or once loading ended
+        with nothing to serve. Refused models are listed; they never block readiness."""
         with self._lock:
             applied = [n for n, v in self.verdicts.items() if v.verdict == "applied"]
             loading = [n for n in applied if n not in self.served]
             refused_models = {n: v.reason for n, v in self.verdicts.items() if v.verdict == "refused"}
-        ready = self._loaded.is_set() and not loading
-        return ready, {"ready": ready, "loading": loading, "serving": sorted(self.served),
-                       "refused": refused_models}
+            serving = sorted(self.served)
+        if model is not None:
+            ready = self._canonical(model) in serving
+        else:
+            ready = bool(serving) or (self._loaded.is_set() and not loading)
+        return ready, {"ready": ready, "loading": loading, "serving": serving, "refused": refused_models}
+
+    def _canonical(self, name: str) -> str:
+        """The model's own name for `name` (itself, or the model a served-name alias names)."""
+        model = self.config.model(name)
+        return model.name if model is not None else name
+
+    def health(self) -> tuple[bool, dict]:
+        """Liveness: the executors make progress (worker.scheduler.Scheduler.health) and the loader lives."""
+        live, detail = self.scheduler.health()
+        if self._loader_died:
+            live, detail = False, {**detail, "live": False, "loader": self._loader_died}
+        return live, detail
 
     def status(self) -> dict:
         ready, _ = self.readiness()
@@ -168,6 +266,9 @@ class Worker:
                 peakDeviceBytes=ledger.peak_bytes if ledger else 0,
                 onDevice=bool(served and served.residency.on_device),
             )
+            if served:
+                entry["forward"] = served.engine.path
+                entry["running"] = len(served.engine.seated)
             if served and model.mode == "elastic":
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())
             models.append(entry)
@@ -179,26 +280,85 @@ class Worker:
 
     # internals
     def _load_admitted(self) -> None:
-        for model in self.config.models:
-            if self.verdicts[model.name].verdict != "applied":
-                continue
+        try:
+            self._load_smallest_first()
+        except BaseException as exc:  # a bug while loading: liveness must see it
+            log.exception("the loader died")
+            self._loader_died = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._loaded.set()
+
+    def _load_smallest_first(self) -> None:
+        applied = [m for m in self.config.models if self.verdicts[m.name].verdict == "applied"]
+        for model in sorted(applied, key=lambda m: self.shapes[m.name].weight_bytes):
+            self._load_guarded(model)
+
+    def _load_guarded(self, model: ModelConfig) -> None:
+        """Load one admitted model; a failure refuses it alone."""
+        try:
+            self._load_one(model)
+        except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
+            log.exception("loading %s failed", model.ref)
+            message = getattr(exc, "message", str(exc))
+            self._set_verdict(refused(model.name, model.namespace, model.mode,
+                                      getattr(exc, "reason", "LoadFailed"), message))
+            self.ledgers.pop(model.name, None)
+            self._publish_verdicts()
+
+    def _read_shapes(self, models) -> dict[str, ModelShape]:
+        """Shapes of the models to (re)load, read from their files; an unreadable one is refused alone."""
+        shapes = {}
+        for model in models:
             try:
-                self._load_one(model)
-            except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
-                log.exception("loading %s failed", model.ref)
-                message = getattr(exc, "message", str(exc))
-                self._set_verdict(refused(model.name, model.namespace, model.mode,
-                                          getattr(exc, "reason", "LoadFailed"), message))
-                self.ledgers.pop(model.name, None)
-                self._publish_verdicts()
-        self._loaded.set()
+                self.directories[model.name] = resolve(model)
+                shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
+            except ModelLoadError as exc:
+                self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
+        return shapes
+
+    def _retune(self, model: ModelConfig, verdict: Verdict) -> bool:
+        """Budget or SLO change without moving a byte; False when the model must be re-laid-out instead."""
+        served = self.served.get(model.name)
+        current = self.verdicts.get(model.name)
+        if served is None or current is None or verdict.resident_layers != current.resident_layers:
+            return False
+        self.ledgers[model.name].budget_bytes = model.budget_bytes
+        self.scheduler.set_priority(model.name, model.latency_slo)
+        served.config = model
+        self._set_verdict(verdict)
+        return True
+
+    def _retire(self, names: list[str], timeout_s: float) -> set[str]:
+        """Drain `names` (their requests finish; new ones get 503), then free their device memory: on the
+        model's executor thread, before the scheduler forgets it (a swap-in waits for that)."""
+        done = {name: threading.Event() for name in names if name in self.served}
+        for name, event in done.items():
+            self.scheduler.remove_model(name, on_retired=lambda name=name, event=event: (self._free(name),
+                                                                                          event.set()))
+        stuck = set()
+        for name, event in done.items():
+            if not event.wait(timeout_s):
+                log.warning("%s still had requests after %.0fs of draining; it is not reloaded", name, timeout_s)
+                stuck.add(name)
+        if done:
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # a retired model's cached blocks belong to its own stream
+        return stuck
+
+    def _free(self, name: str) -> None:
+        with self._lock:
+            served = self.served.pop(name)
+        served.engine.deactivate()
+        served.residency.unload()
+        self.ledgers.pop(name, None)
+        self.metrics.device_bytes.labels(name, served.config.mode).set(0)
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]
         need = need_for(model, self.shapes[model.name], verdict.resident_layers)
         ledger = DeviceLedger(model.name, model.budget_bytes, self.device)
         self.ledgers[model.name] = ledger
-        ledger.reserve("kv-cache", need.kv_cache)
         ledger.reserve("activation", need.activation)
         ledger.reserve("overhead", need.overhead)
         tokenizer, host_model = load(self.directories[model.name], model.dtype)
@@ -206,15 +366,19 @@ class Worker:
                                    resident_layers=verdict.resident_layers)
         residency.on_streamed_bytes = self.metrics.streamed_bytes.labels(model.name).inc
         residency.load()
+        engine = ModelEngine(residency, concurrency=model.concurrency, context_tokens=model.context_tokens,
+                             kv_bytes=need.kv_cache)
         self.metrics.device_bytes.labels(model.name, model.mode).set(ledger.total_bytes)
         eos = host_model.generation_config.eos_token_id if host_model.generation_config else None
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or [])) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
-        served = ServedModel(model, tokenizer, residency, eos_ids, host_model.get_input_embeddings().num_embeddings)
-        self.scheduler.add_model(model.name, residency, concurrency=model.concurrency)
+        served = ServedModel(model, tokenizer, residency, engine, eos_ids,
+                             host_model.get_input_embeddings().num_embeddings)
+        self.scheduler.add_model(model.name, engine, priority=model.latency_slo)
         with self._lock:
             self.served[model.name] = served
-        log.info("%s loaded (%s, %d device bytes)", model.ref, model.mode, ledger.total_bytes)
+        log.info("%s loaded (%s, %s forward, %d device bytes)", model.ref, model.mode, engine.path,
+                 ledger.total_bytes)
 
     def _set_verdict(self, verdict: Verdict) -> None:
         with self._lock:

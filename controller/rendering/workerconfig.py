@@ -38,6 +38,10 @@ def model_entry(model: ElasticModel, decision: Decision) -> dict:
         entry["dtype"] = decision.dtype
     if decision.terms is not None:
         entry["footprint"] = terms_document(decision.terms)
+    slo = {key: value for key, value in (("ttftMs", model.slo.ttft_ms), ("tpotMs", model.slo.tpot_ms))
+           if value is not None}
+    if slo:
+        entry["slo"] = slo  # the worker gives models with latency targets high-priority streams
     return entry
 
 
