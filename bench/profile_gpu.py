@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from profiler_job.run import measure_model
 
     options = Options(model=args.model or f"{PUBLISHED} (shape, random weights)",
-                      dtype=args.dtype, context_tokens=args.context_tokens, batch=args.concurrency)
+                      dtype=args.dtype, context_tokens=args.context_tokens, concurrency=args.concurrency)
     identity = current_identity(None)
     start = time.perf_counter()
     if args.model:

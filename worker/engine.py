@@ -6,22 +6,16 @@ executor thread; the model it is given is already on the device in its mode.
 """
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Callable
 
 import torch
 from transformers import DynamicCache
 
+from contract.hf_compat import cache_kwargs
+
 from .sampling import Sampler, SamplingParams
 from .shape import PREFILL_CHUNK_TOKENS
-
-
-@lru_cache(maxsize=None)
-def _cache_argument(model_class: type) -> str:
-    """transformers >= 5.24 names the KV cache argument `cache`; earlier releases `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -76,7 +70,7 @@ class Generation:
     def _forward(self, model, device: torch.device, ids: list[int]) -> torch.Tensor:
         input_ids = torch.tensor([ids], dtype=torch.long, device=device)
         out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1,
-                    **{_cache_argument(type(model)): self._cache})
+                    **cache_kwargs(model, self._cache))
         return out.logits[0, -1].float()
 
     def _sample(self, logits: torch.Tensor) -> int:
