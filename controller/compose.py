@@ -179,10 +179,18 @@ def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: obj
 
 def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: Mapping[str, Composition],
                     tree: _Tree, errors: list[ComposeError]) -> None:
-    """Each model awaiting a profile: its composition's profiling objects, nothing else."""
+    """Each model awaiting a profile: its composition's profiling objects, nothing else. The models of one
+    namespace that await the same profile share one Job, measured at the largest concurrency among them."""
+    concurrency: dict[tuple[str, str, str, str], int] = {}
+    for item in pending:
+        model = by_key.get(item.key)
+        if model is not None:
+            key = _profile_key(item)
+            concurrency[key] = max(concurrency.get(key, 1), model.slo.concurrency)
+
     def render(item: Pending) -> None:
         model, composition = _admit(item, by_key, compositions)
-        tree.add(_profiling(model, item, composition), [model.ref])
+        tree.add(_profiling(model, item, composition, concurrency[_profile_key(item)]), [model.ref])
 
     for item in sorted(pending, key=lambda p: p.key):
         _guarded(errors, render, item)
@@ -278,7 +286,12 @@ def _served(model: ElasticModel, decision: Decision) -> _Served:
     return _Served(model, decision, entry)
 
 
-def _profiling(model: ElasticModel, pending: Pending, composition: Composition) -> list[tuple[str, str]]:
+def _profile_key(item: Pending) -> tuple[str, str, str, str]:
+    return (item.namespace, item.model, item.revision, item.gpu_product)
+
+
+def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
+               concurrency: int) -> list[tuple[str, str]]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
     configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
     context = {
@@ -286,8 +299,9 @@ def _profiling(model: ElasticModel, pending: Pending, composition: Composition) 
         "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
         "job": {
             "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,
-                                      str(composition.parameters["image"])),
+                                      str(composition.parameters["image"]), concurrency),
             "product": pending.gpu_product,
+            "concurrency": concurrency,
             "configmap": configmap,
             "out": f"configmap:{model.namespace}/{configmap}",
         },
