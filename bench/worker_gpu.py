@@ -15,7 +15,7 @@ shape (no weights are downloaded). One table:
   elastic step at C=8 against the PCIe floor (streamed bytes / pinned bandwidth; target <= 1.2x);
 - a resident model's TPOT p99 while an elastic neighbour decodes, against its solo TPOT (<= 1.5x);
 - the swap-in time against model bytes / pinned bandwidth (<= 1.2x);
-- the TPOT the planner predicts (controller.cost.predict_resident) from a profile that the profiler
+- the TPOT the planner predicts (controller.planning.cost.predict_resident) from a profile that the profiler
   measured through the same engine, against the measured TPOT at C=1 and C=8 (within +-15 %).
 """
 from __future__ import annotations
@@ -332,8 +332,8 @@ class Bench:
                              Progress(io.StringIO(), tty=False))
 
     def predicted_tpot(self, doc: dict, concurrency: int) -> float:
-        from controller.cost import predict_resident
-        from controller.load import parse_profile
+        from controller.inputs.load import parse_profile
+        from controller.planning.cost import predict_resident
         from controller.types import SLO
 
         profile, errors = parse_profile(doc, "bench")

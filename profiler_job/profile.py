@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import schemas
-from controller.types import API_VERSION
+from contract.wire import API_VERSION
 from profiler_job.errors import InvalidProfile
 from profiler_job.gpu import GpuIdentity
 from profiler_job.measure.activation import ActivationPeak
