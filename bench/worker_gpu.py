@@ -38,7 +38,6 @@ SHAPES = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=512),
 }
-PROMPT_TOKENS = 128
 CONCURRENCIES = (1, 8, 32)
 PREDICTED_AT = (1, 8)
 WAIT_S = 1800  # a run that has not finished by then is reported as stuck
@@ -50,14 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--elastic-budget-gib", type=float, default=8.0,
                         help="the elastic model's budget (decides its resident layers)")
     parser.add_argument("--decode-tokens", type=int, default=32, help="tokens per resident request")
-    parser.add_argument("--elastic-decode-tokens", type=int, default=8, help="tokens per elastic request")
+    parser.add_argument("--elastic-decode-tokens", type=int, default=24, help="tokens per elastic request")
+    parser.add_argument("--prompt-tokens", type=int, default=128, help="tokens in each request's prompt")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shape on CPU: checks the script only")
     args = parser.parse_args(argv)
 
     import torch
 
     if args.cpu_smoke:
-        args.shape, args.elastic_budget_gib, args.decode_tokens, args.elastic_decode_tokens = "tiny", 0.0084, 8, 4
+        args.shape, args.decode_tokens, args.elastic_decode_tokens, args.prompt_tokens = "tiny", 8, 8, 16
         torch.set_num_threads(1)  # tiny models run far slower with intra-op threads on a shared CPU
         device = torch.device("cpu")
     elif not torch.cuda.is_available():
@@ -83,6 +83,7 @@ class Trace:
     model: str
     times: list[float] = field(default_factory=list)
     error: object = None
+    job: object = None
     finished: threading.Event = field(default_factory=threading.Event)
 
     def sink(self, event) -> None:
@@ -162,29 +163,55 @@ class Bench:
                    if layers is None or _layer_of(name) in layers)
 
     def add(self, name: str, mode: str, *, budget: int = 1 << 50, resident_layers: int | None = None):
+        """A model in `mode`, served by its own ModelEngine (KV slots for the largest concurrency) in the
+        executor; the resident one has the priority a model with a latency SLO gets."""
+        from worker.engine import ModelEngine
         from worker.memory import DeviceLedger
         from worker.residency import make_residency
 
         residency = make_residency(mode, self.skeleton(), DeviceLedger(name, budget, self.device), self.device,
                                    **({} if resident_layers is None else {"resident_layers": resident_layers}))
         residency.load()
-        self.scheduler.add_model(name, residency, concurrency=max(CONCURRENCIES))
+        engine = ModelEngine(residency, concurrency=max(CONCURRENCIES), context_tokens=self.context_tokens,
+                             kv_bytes=self.kv_bytes_per_token() * self.context_tokens * max(CONCURRENCIES))
+        self.scheduler.add_model(name, engine, priority=mode == "resident")
         self.residencies[name] = residency
         return residency
 
-    def elastic_layers(self) -> int:
-        """The resident layers the worker's admission gives the elastic budget at the largest concurrency."""
-        from worker.admission import admit
-        from worker.config import ModelConfig
+    def kv_bytes_per_token(self) -> int:
+        c = self.config
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        return 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * self.dtype.itemsize
+
+    def elastic_budget(self) -> int:
+        """--elastic-budget-gib; with --cpu-smoke, what the worker's admission needs for half the layers."""
+        if not self.args.cpu_smoke:
+            return int(self.args.elastic_budget_gib * (1 << 30))
+        from worker.admission import need_for
         from worker.memory import workspace_bytes
+
+        half = self.config.num_hidden_layers // 2
+        return need_for(self.elastic_spec(0), self.shape(), workspace_bytes(self.device), half).total
+
+    def elastic_spec(self, budget: int):
+        from worker.config import ModelConfig
+
+        return ModelConfig(name="elastic", namespace="bench", model="random", mode="elastic", budget_bytes=budget,
+                           context_tokens=self.context_tokens, concurrency=max(CONCURRENCIES))
+
+    def shape(self):
         from worker.shape import shape_from
 
         tensors = {name: {"dtype": {"bfloat16": "BF16", "float32": "F32"}[str(t.dtype)[6:]], "shape": list(t.shape)}
                    for name, t in self.host_state.items()}
-        budget = int(self.args.elastic_budget_gib * (1 << 30))
-        spec = ModelConfig(name="elastic", namespace="bench", model="random", mode="elastic", budget_bytes=budget,
-                           context_tokens=self.context_tokens, concurrency=max(CONCURRENCIES))
-        [verdict] = admit([(spec, shape_from(self.config.to_dict(), tensors))], budget, slot="bench",
+        return shape_from(self.config.to_dict(), tensors)
+
+    def elastic_layers(self, budget: int) -> int:
+        """The resident layers the worker's admission gives the elastic budget at the largest concurrency."""
+        from worker.admission import admit
+        from worker.memory import workspace_bytes
+
+        [verdict] = admit([(self.elastic_spec(budget), self.shape())], budget, slot="bench",
                           workspace_bytes=workspace_bytes(self.device))
         if verdict.verdict != "applied":
             raise SystemExit(f"the elastic budget is too small for this shape: {verdict.message}")
@@ -194,7 +221,7 @@ class Bench:
 
     @property
     def context_tokens(self) -> int:
-        return PROMPT_TOKENS + max(self.args.decode_tokens, self.args.elastic_decode_tokens) * 2 + 8
+        return self.args.prompt_tokens + max(self.args.decode_tokens, self.args.elastic_decode_tokens) * 2 + 8
 
     # requests through the worker's executor
     def submit(self, model: str, tokens: int) -> Trace:
@@ -205,11 +232,11 @@ class Bench:
 
         self._seed += 1
         generator = torch.Generator().manual_seed(self._seed)
-        prompt = torch.randint(0, self.config.vocab_size, (PROMPT_TOKENS,), generator=generator).tolist()
+        prompt = torch.randint(0, self.config.vocab_size, (self.args.prompt_tokens,), generator=generator).tolist()
         generation = Generation(prompt_ids=prompt, params=SamplingParams(max_tokens=tokens, temperature=0),
                                 eos_ids=frozenset(), decode=lambda ids: "x" * len(ids))  # one event per token
         trace = Trace(model)
-        self.scheduler.submit(model, generation, trace.sink)
+        trace.job = self.scheduler.submit(model, generation, trace.sink)
         return trace
 
     def wait(self, traces: list[Trace]) -> list[Trace]:
@@ -237,9 +264,9 @@ class Bench:
         self.add("resident", "resident")
         self.wait([self.submit("resident", 2)])  # warm-up: kernels, allocator
         resident = {c: self.concurrent("resident", c, self.args.decode_tokens) for c in CONCURRENCIES}
-        self.elastic_resident_layers = self.elastic_layers()
-        elastic = self.add("elastic", "elastic", budget=int(self.args.elastic_budget_gib * (1 << 30)),
-                           resident_layers=self.elastic_resident_layers)
+        self.budget = self.elastic_budget()
+        self.elastic_resident_layers = self.elastic_layers(self.budget)
+        elastic = self.add("elastic", "elastic", budget=self.budget, resident_layers=self.elastic_resident_layers)
         self.wait([self.submit("elastic", 2)])
         elastic_agg = {c: self.concurrent("elastic", c, self.args.elastic_decode_tokens) for c in CONCURRENCIES}
         streamed = set(range(self.config.num_hidden_layers)) - set(elastic.device_resident_layers())
@@ -285,12 +312,15 @@ class Bench:
 
     def cotenant_p99(self) -> float:
         """p99 of the resident model's inter-token times while an elastic request decodes beside it."""
-        elastic = self.submit("elastic", self.args.decode_tokens + 4)  # in lockstep it outlasts the resident one
+        elastic = self.submit("elastic", 4 * self.args.decode_tokens)
         while not elastic.times and not elastic.finished.is_set():
             time.sleep(0.001)  # the elastic request is decoding before the resident one starts
         resident = self.wait([self.submit("resident", self.args.decode_tokens)])[0]
-        self.wait([elastic])
-        beside = resident.intervals_ms(until=elastic.times[-1])
+        elastic_until = elastic.times[-1]
+        elastic.job.cancelled = True  # frees its slot at the elastic model's next step boundary
+        while not self.scheduler.idle():
+            time.sleep(0.01)
+        beside = resident.intervals_ms(until=elastic_until)
         if len(beside) < 2:
             raise SystemExit("the elastic neighbour finished before the resident request decoded; "
                              "raise --decode-tokens")
@@ -327,7 +357,7 @@ class Bench:
         device = Device(self.device.type)
         identity = cpu_identity("NVIDIA-H200") if self.args.cpu_smoke else current_identity(None)
         options = Options(model=f"random {self.args.shape}", dtype=str(self.dtype)[6:],
-                          context_tokens=PROMPT_TOKENS, concurrency=max(PREDICTED_AT), repeats=5)
+                          context_tokens=self.context_tokens, concurrency=max(PREDICTED_AT), repeats=5)
         return measure_model(self.residencies["resident"].model, options, device, identity,
                              Progress(io.StringIO(), tty=False))
 
@@ -404,9 +434,9 @@ def print_table(rows: list[Row], bench: Bench) -> None:
     layers = bench.config.num_hidden_layers
     print(f"device: {name}; torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"shape: {bench.args.shape} ({bench.weight_bytes() / 1e6:,.1f} MB, {str(bench.dtype)[6:]}); prompt "
-          f"{PROMPT_TOKENS} tokens; {bench.args.decode_tokens} tokens per resident request, "
+          f"{bench.args.prompt_tokens} tokens; {bench.args.decode_tokens} tokens per resident request, "
           f"{bench.args.elastic_decode_tokens} per elastic request")
-    print(f"pinned host->device {bench.pinned_bps / 1e9:.1f} GB/s; elastic budget {bench.args.elastic_budget_gib} GiB "
+    print(f"pinned host->device {bench.pinned_bps / 1e9:.1f} GB/s; elastic budget {bench.budget / (1 << 30):.3f} GiB "
           f"-> {bench.elastic_resident_layers}/{layers} resident layers, PCIe floor {bench.floor_ms:.3f} ms/step")
     steps = ", ".join(f"{s['batch']}: {s['ms']:.3f}" for s in bench.profile_steps)
     print(f"profile (profiler through the worker's engine) decodeStepMs by batch: {steps}")

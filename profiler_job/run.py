@@ -105,12 +105,13 @@ def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity
     chunk = options.chunk_tokens
     with progress.stage("prefill") as log:
         prefill_activation = estimate.prefill if estimate else prefill_peak(model, device, chunk, kv.bytes_per_token)
-        prefill_latency = prefill_ms_per_1k(model, device, engine, chunk, options.repeats)
+        prefill_latency = prefill_ms_per_1k(model, device, engine, options.context_tokens, chunk, options.repeats)
         log.update(bytesPerToken=prefill_activation.bytes, msPer1kTokens=round(prefill_latency.ms, 3))
     with progress.stage("decode") as log:
         decode_activation = estimate.decode if estimate else decode_peak(model, device, options.concurrency,
                                                                           kv.bytes_per_token)
-        decode_steps = decode_step_ms(model, device, engine, options.concurrency, chunk, options.repeats)
+        decode_steps = decode_step_ms(model, device, engine, options.concurrency, options.context_tokens, chunk,
+                                      options.repeats)
         overhead = estimate.overhead if estimate else measure_overhead(weights, device)
         log.update(bytesPerSequence=decode_activation.bytes,
                    stepMs={batch: round(ms, 3) for batch, ms in decode_steps.ms_by_batch})

@@ -133,7 +133,8 @@ def test_readiness_is_ready_and_names_the_refused_model(server):
     assert response.status_code == 200
     assert response.json() == {"ready": True, "loading": [], "serving": SERVED,
                                "refused": {"too-big": "InsufficientMemory"}}
-    assert httpx.get(server[1].base_url + "/healthz", timeout=10).json() == {"status": "ok"}
+    assert httpx.get(server[1].base_url + "/healthz", timeout=10).json() == {"status": "ok", "live": True,
+                                                                             "stalled": {}}
 
 
 def test_status_carries_the_verdicts_with_their_numbers(server):

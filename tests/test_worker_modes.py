@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from worker.engine import Generation
+from worker.engine import Generation, ModelEngine
 from worker.sampling import SamplingParams
 from worker.errors import BudgetExceeded
 from worker.memory import DeviceLedger
@@ -33,12 +33,19 @@ def loaded(path, mode, *, budget=64 * MiB, resident_layers=None, transfer=None):
     return residency
 
 
+def alone(residency, generation, *, prefill_chunk=8, context=64) -> list[int]:
+    """Run one generation by itself through a ModelEngine over `residency`."""
+    engine = ModelEngine(residency, concurrency=1, context_tokens=context, kv_bytes=0, prefill_chunk=prefill_chunk)
+    engine.join(generation)
+    while not generation.done:
+        engine.step()
+    return generation.output_ids
+
+
 def greedy(residency, *, max_tokens=12, prefill_chunk=8, prompt=PROMPT) -> list[int]:
     generation = Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=max_tokens, temperature=0),
-                            eos_ids=frozenset(), decode=lambda ids: "", prefill_chunk=prefill_chunk)
-    while not generation.done:
-        generation.step(residency.model, residency.device)
-    return generation.output_ids
+                            eos_ids=frozenset(), decode=lambda ids: "")
+    return alone(residency, generation, prefill_chunk=prefill_chunk)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -122,8 +129,12 @@ def test_elastic_streams_every_non_resident_layer_once_per_forward_pass(tiny_mod
 @pytest.mark.parametrize("mode,resident_layers", [("resident", None), ("swap", None), ("elastic", 1)])
 def test_device_bytes_never_exceed_the_budget(tiny_models, mode, resident_layers):
     residency = loaded(tiny_models["gpt2"], mode, budget=4 * MiB, resident_layers=resident_layers)
-    residency.ledger.reserve("kv-cache", 1 * MiB)
-    greedy(residency, max_tokens=4)
+    engine = ModelEngine(residency, concurrency=1, context_tokens=64, kv_bytes=1 * MiB)
+    generation = Generation(prompt_ids=list(PROMPT), params=SamplingParams(max_tokens=4, temperature=0),
+                            eos_ids=frozenset(), decode=lambda ids: "")
+    engine.join(generation)
+    while not generation.done:
+        engine.step()
     assert residency.ledger.peak_bytes <= residency.ledger.budget_bytes
     with pytest.raises(BudgetExceeded) as refused:
         loaded(tiny_models["gpt2"], mode, budget=residency.ledger.placed_bytes // 2, resident_layers=resident_layers)
@@ -149,30 +160,13 @@ def test_sampling(tiny_models, case, params, expect):
     residency = loaded(tiny_models["llama"], "resident")
 
     def run(**p):
-        g = Generation(prompt_ids=list(PROMPT), params=SamplingParams(max_tokens=10, **p), eos_ids=frozenset(),
-                       decode=lambda ids: "")
-        while not g.done:
-            g.step(residency.model, CPU)
-        return g.output_ids
+        return alone(residency, Generation(prompt_ids=list(PROMPT), params=SamplingParams(max_tokens=10, **p),
+                                           eos_ids=frozenset(), decode=lambda ids: ""))
 
     if expect == "equal":
         assert run(**params) == run(**params), case
     else:
         assert run(**params) == greedy(residency, max_tokens=10, prefill_chunk=512), case
-
-
-class Scripted(torch.nn.Module):
-    """Emits the bytes of 'abcdef' in order, whatever the input; keeps no cache."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, input_ids, cache, use_cache, logits_to_keep):
-        logits = torch.zeros(1, 1, 256)
-        logits[0, 0, ord("abcdef"[min(self.calls, 5)])] = 1
-        self.calls += 1
-        return type("Output", (), {"logits": logits})
 
 
 @pytest.mark.parametrize("case,stop,eos,finish,text", [
@@ -182,10 +176,14 @@ class Scripted(torch.nn.Module):
     ("eos-token", (), frozenset({ord("d")}), "stop", "abc"),
 ])
 def test_generation_stops(case, stop, eos, finish, text):
+    """Scripted logits that choose the bytes of 'abcdef' in order."""
     generation = Generation(prompt_ids=[1, 2], params=SamplingParams(max_tokens=6, temperature=0, stop=stop),
                             eos_ids=eos, decode=lambda ids: bytes(ids).decode())
-    generation._cache = object()  # the scripted model keeps no cache
-    model, pieces = Scripted(), []
-    while not generation.done:
-        pieces.append(generation.step(model, CPU))
+    pieces = []
+    for letter in "abcdef":
+        if generation.done:
+            break
+        logits = torch.zeros(256)
+        logits[ord(letter)] = 1
+        pieces.append(generation.accept(logits))
     assert ("".join(p for p in pieces if p), generation.finish_reason) == (text, finish), case

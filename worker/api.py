@@ -44,13 +44,21 @@ def create_app(worker: Worker) -> FastAPI:
         return error_response(error)
 
     @app.get("/healthz")
-    async def healthz() -> dict:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        live, body = worker.health()
+        return JSONResponse({"status": "ok" if live else "stalled", **body}, status_code=200 if live else 503)
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         ready, body = worker.readiness()
         return JSONResponse(body, status_code=200 if ready else 503)
+
+    @app.get("/readyz/{name}")
+    async def model_readyz(name: str) -> JSONResponse:
+        worker.lookup_config(name)
+        ready, body = worker.readiness(name)
+        return JSONResponse({**body, "model": name, "state": worker.model_state(name)},
+                            status_code=200 if ready else 503)
 
     @app.get("/status")
     async def status() -> dict:
@@ -62,11 +70,13 @@ def create_app(worker: Worker) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [_model_card(worker, name) for name in sorted(worker.served)]}
+        return {"object": "list", "data": [_model_card(worker, m.name) for m in sorted(
+            worker.config.models, key=lambda m: m.name) if worker.model_state(m.name) != "refused"]}
 
     @app.get("/v1/models/{name}")
     async def model(name: str) -> dict:
-        worker.lookup(name)
+        if worker.model_state(name) == "refused" or not worker.config.model(name):
+            worker.lookup(name)  # raises: 404 unknown, 503 with the refusal's reason
         return _model_card(worker, name)
 
     @app.post("/v1/completions")
@@ -111,7 +121,7 @@ async def _json(request: Request) -> object:
 def _model_card(worker: Worker, name: str) -> dict:
     model = worker.config.model(name)
     return {"id": name, "object": "model", "created": worker.started_at, "owned_by": model.namespace,
-            "max_model_len": model.context_tokens, "mode": model.mode}
+            "max_model_len": model.context_tokens, "mode": model.mode, "state": worker.model_state(name)}
 
 
 class _Relay:

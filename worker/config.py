@@ -31,10 +31,17 @@ class ModelConfig:
     resident_layers: int | None = None
     revision: str | None = None
     dtype: str = "auto"
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
 
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def latency_slo(self) -> bool:
+        """Whether the model has a latency target (its executor's stream gets priority)."""
+        return self.ttft_ms is not None or self.tpot_ms is not None
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
                 budget_bytes=m["budgetBytes"], context_tokens=m["contextTokens"],
                 concurrency=m["concurrency"], resident_layers=m.get("residentLayers"),
                 revision=m.get("revision"), dtype=m.get("dtype", "auto"),
+                ttft_ms=m.get("slo", {}).get("ttftMs"), tpot_ms=m.get("slo", {}).get("tpotMs"),
             )
             for m in document["models"]
         ),

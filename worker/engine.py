@@ -1,35 +1,45 @@
-"""One request's generation: chunked prefill, then one token per step, against a KV cache.
+"""One model's continuous batch: sequences join and leave at step boundaries, prefill is chunked
+and interleaved with decode, and each step is one forward pass for the whole batch.
 
-Owns stop conditions (end-of-text tokens, stop strings, max_tokens) and
-incremental detokenisation. The scheduler calls `Generation.step` from its single
-executor thread; the model it is given is already on the device in its mode.
+`Generation` is one request's state: prompt, sampled tokens, stop conditions (end-of-text
+tokens, stop strings, max_tokens) and incremental detokenisation. `ModelEngine` seats up
+to `concurrency` generations in static KV slots (kept compact: a leaving sequence's slot
+is refilled by the last one) and runs a step: every decoding sequence feeds one token,
+and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
+sequences in join order, so a long prompt is cut across steps while the running
+sequences keep decoding. Tokens are chosen by worker/sampling.py, one row per sequence.
+
+Called by worker/scheduler.py (one executor thread per model), the profiler and the
+benches; the forward passes live in worker/forward/.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import count
 from typing import Callable
 
 import torch
-from transformers import DynamicCache
 
-from contract.hf_compat import cache_kwargs
-
+from .forward import Row, make_forward
+from .residency import Residency
 from .sampling import Sampler, SamplingParams
 from .shape import PREFILL_CHUNK_TOKENS
 
+_join_order = count()
 
-@dataclass
+
+@dataclass(eq=False)
 class Generation:
     prompt_ids: list[int]
     params: SamplingParams
     eos_ids: frozenset[int]
     decode: Callable[[list[int]], str]
-    prefill_chunk: int = PREFILL_CHUNK_TOKENS
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
-    _fed: int = 0
+    cached: int = 0  # tokens of this sequence in its KV slot
+    slot: int | None = None
+    joined: int = 0
     _emitted: int = 0
-    _cache: DynamicCache | None = None
     _sampler: Sampler | None = None
 
     @property
@@ -38,23 +48,20 @@ class Generation:
 
     @property
     def prefilling(self) -> bool:
-        return self._fed < len(self.prompt_ids)
+        return self.cached < len(self.prompt_ids)
 
-    @torch.inference_mode()
-    def step(self, model, device: torch.device) -> str | None:
-        """Run one forward pass: a prefill chunk (returns None until the prompt is consumed) or one
-        decode step. Returns the text that became final with this step ("" while it is held back)."""
-        if self._cache is None:
-            self._cache = DynamicCache(config=model.config)
+    def next_tokens(self, budget: int) -> tuple[int, ...]:
+        """The tokens this sequence feeds next: up to `budget` prompt tokens, else its last output token."""
         if self.prefilling:
-            chunk = self.prompt_ids[self._fed: self._fed + self.prefill_chunk]
-            self._fed += len(chunk)
-            logits = self._forward(model, device, chunk)
-            if self.prefilling:
-                return None
-        else:
-            logits = self._forward(model, device, self.output_ids[-1:])
-        token = self._sample(logits)
+            return tuple(self.prompt_ids[self.cached: self.cached + budget])
+        return (self.output_ids[-1],)
+
+    def accept(self, logits: torch.Tensor) -> str:
+        """Choose the next token from this sequence's row of logits; returns the text that became final
+        ("" while it is held back)."""
+        if self._sampler is None:
+            self._sampler = Sampler(self.params)
+        token = self._sampler.choose(logits, self.output_ids).token
         self.output_ids.append(token)
         if token in self.eos_ids:
             self.output_ids.pop()
@@ -62,21 +69,6 @@ class Generation:
         elif len(self.output_ids) >= self.params.max_tokens:
             self.finish_reason = "length"
         return self._text_delta()
-
-    def release(self) -> None:
-        """Drop the KV cache (the request finished or was cancelled)."""
-        self._cache = None
-
-    def _forward(self, model, device: torch.device, ids: list[int]) -> torch.Tensor:
-        input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-        out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1,
-                    **cache_kwargs(model, self._cache))
-        return out.logits[0, -1].float()
-
-    def _sample(self, logits: torch.Tensor) -> int:
-        if self._sampler is None:
-            self._sampler = Sampler(self.params)
-        return self._sampler.choose(logits, self.output_ids).token
 
     def _text_delta(self) -> str:
         """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string."""
@@ -93,3 +85,86 @@ class Generation:
             text = text[:max(safe, self._emitted)]
         delta, self._emitted = text[self._emitted:], max(self._emitted, len(text))
         return delta
+
+
+class ModelEngine:
+    """The running batch of one model and the forward it steps with."""
+
+    def __init__(self, residency: Residency, *, concurrency: int, context_tokens: int, kv_bytes: int,
+                 prefill_chunk: int = PREFILL_CHUNK_TOKENS, graphs: bool = True):
+        self.residency = residency
+        self.concurrency = concurrency
+        self.prefill_chunk = prefill_chunk
+        self.forward = make_forward(residency, slots=concurrency, context_tokens=context_tokens,
+                                    kv_bytes=kv_bytes, graphs=graphs)
+        self.seated: list[Generation] = []  # index = KV slot
+        self.steps = 0
+        if residency.on_device:
+            self.forward.allocate()
+
+    @property
+    def path(self) -> str:
+        return self.forward.path
+
+    @property
+    def free_slots(self) -> int:
+        return self.concurrency - len(self.seated)
+
+    def activate(self) -> None:
+        """Swap-in: weights onto the device, then the KV slots."""
+        self.residency.activate()
+        self.forward.allocate()
+
+    def deactivate(self) -> None:
+        """Swap-out (the batch is empty): drop the KV slots and the device weights."""
+        for generation in list(self.seated):
+            self.leave(generation)
+        self.forward.release()
+        self.residency.deactivate()
+
+    def join(self, generation: Generation) -> None:
+        """Seat `generation` in a free slot; it takes part from the next step on."""
+        if not self.free_slots:
+            raise RuntimeError(f"{self.residency.ledger.model}: all {self.concurrency} KV slots are taken")
+        generation.slot, generation.joined = len(self.seated), next(_join_order)
+        self.seated.append(generation)
+
+    def leave(self, generation: Generation) -> None:
+        """Free `generation`'s slot at once; the last seated sequence moves into it (slots stay compact)."""
+        slot = generation.slot
+        if slot is None:
+            return
+        self.forward.free(slot)
+        last = self.seated.pop()
+        if last is not generation:
+            self.forward.move(last.slot, slot, last.cached)
+            last.slot = slot
+            self.seated[slot] = last
+        generation.slot = None
+
+    def step(self) -> list[tuple[Generation, str | None]]:
+        """One forward pass for every seated sequence. Returns (generation, text delta) per sequence that
+        took part; the delta is None for a prefill chunk that did not finish the prompt. Finished
+        sequences leave the batch."""
+        decoding = [g for g in self.seated if not g.prefilling]
+        prefilling = sorted((g for g in self.seated if g.prefilling), key=lambda g: g.joined)
+        budget = self.prefill_chunk - len(decoding)
+        plan: list[tuple[Generation, tuple[int, ...]]] = [(g, g.next_tokens(1)) for g in decoding]
+        for generation in prefilling:
+            if budget <= 0:
+                break
+            tokens = generation.next_tokens(budget)
+            plan.append((generation, tokens))
+            budget -= len(tokens)
+        if not plan:
+            return []
+        logits = self.forward.run([Row(g.slot, g.cached, tokens) for g, tokens in plan])
+        self.steps += 1
+        results: list[tuple[Generation, str | None]] = []
+        for (generation, tokens), row in zip(plan, logits):
+            generation.cached += len(tokens)
+            results.append((generation, None if generation.prefilling else generation.accept(row)))
+        for generation, _ in results:
+            if generation.done:
+                self.leave(generation)
+        return results

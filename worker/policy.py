@@ -1,16 +1,19 @@
-"""The scheduling policy, pure: per-model queues, the swap group's LRU with minimum residency,
-drain before swap, round-robin steps. Time is passed in; nothing here touches a model.
+"""The scheduling policy, pure: per-model queues and batches, and the swap group's LRU with
+minimum residency, drain before swap, and a progress guarantee. Time is passed in; nothing
+here touches a model.
 
 Rules:
-- Every model has its own FIFO queue (bounded by maxQueuedRequests) and at most
-  `concurrency` running requests (its KV cache was admitted for that many).
-- Models outside the swap group always run. In the swap group one model is active.
-- When other group members wait, the active model keeps admitting new requests only
-  until it has been active for minResidency; then it drains (its running requests
-  finish, no new ones start) and the least recently active waiting model swaps in.
-  A model is never evicted before minResidency, so swaps <= 1 + elapsed / minResidency.
-- Running requests take one step each in turn, across all runnable models.
-Called by worker.scheduler's executor thread, under its lock.
+- Every model has its own FIFO queue (bounded by maxQueuedRequests) and a running batch of at
+  most `concurrency` requests (its KV slots). Queued requests join the batch at step boundaries.
+- Each model is asked for its own next action by its own executor thread: models outside the
+  swap group always run; in the swap group one model is active and one swap-in at a time runs.
+- When other group members wait, the active model keeps admitting new requests until it has
+  been active for minResidency AND has completed at least one step since its swap-in (or had
+  nothing to run); then it drains (its running requests finish, no new ones join) and the least
+  recently active waiting model swaps in. So every swap-in serves at least one step, whatever
+  minResidency (0 included), swaps <= 1 + elapsed / minResidency, and a swap is followed by at
+  least one finished batch before the next.
+Called by worker.scheduler's executor threads, under the scheduler's lock.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ Job = TypeVar("Job")
 @dataclass(frozen=True)
 class Step(Generic[Job]):
     model: str
-    job: Job
+    jobs: tuple  # the running batch after admission
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class SwapIn:
 
 @dataclass(frozen=True)
 class Idle:
-    timeout_s: float | None  # None: until something is submitted
+    timeout_s: float | None  # None: until something changes
 
 
 class QueuePolicy(Generic[Job]):
@@ -49,8 +52,9 @@ class QueuePolicy(Generic[Job]):
         self.swap_group: list[str] = []
         self.active: str | None = None
         self.active_since = -math.inf
+        self.served_since_active = False
+        self.swapping: str | None = None
         self.last_active: dict[str, float] = {}
-        self._turn = 0
 
     def add_model(self, model: str, *, concurrency: int, swap: bool) -> None:
         self.queued[model] = deque()
@@ -67,44 +71,76 @@ class QueuePolicy(Generic[Job]):
         """Queue `job`; the caller checked `has_room` under the same lock."""
         self.queued[model].append(job)
 
+    def withdraw(self, model: str, job: Job) -> bool:
+        """Remove a job that is still queued (cancelled before it ran); False when it is not queued."""
+        try:
+            self.queued[model].remove(job)
+        except ValueError:
+            return False
+        return True
+
     def finished(self, model: str, job: Job) -> None:
         self.running[model].remove(job)
+
+    def stepped(self, model: str) -> None:
+        """`model` completed a step."""
+        if model == self.active:
+            self.served_since_active = True
 
     def activated(self, model: str, now: float) -> None:
         if self.active is not None:
             self.last_active[self.active] = now
         self.active, self.active_since = model, now
+        self.swapping, self.served_since_active = None, False
 
     def swap_failed(self, model: str) -> list[Job]:
         """`model` could not be brought onto the device: nothing is active; its queued jobs are returned to fail."""
-        self.active, self.active_since = None, -math.inf
+        self.active, self.active_since, self.swapping = None, -math.inf, None
         failed = list(self.queued[model])
         self.queued[model].clear()
         return failed
 
     def draining(self, now: float) -> bool:
-        """The active swap model stops admitting: it served its minimum residency and others wait."""
-        return (self.active is not None and now - self.active_since >= self.min_residency_s
-                and bool(self._waiting()))
+        """The active swap model stops admitting: others wait, it served its minimum residency and at
+        least one step since its swap-in (or has nothing to run)."""
+        if self.active is None or not self._waiting() or now - self.active_since < self.min_residency_s:
+            return False
+        idle = not self.running[self.active] and not self.queued[self.active]
+        return self.served_since_active or idle
 
-    def next_action(self, now: float) -> Step[Job] | SwapIn | Idle:
-        draining = self.draining(now)
-        for model, queue in self.queued.items():
-            if model in self.swap_group and (model != self.active or draining):
-                continue
-            while queue and len(self.running[model]) < self.concurrency[model]:
-                self.running[model].append(queue.popleft())
+    def next_action(self, model: str, now: float) -> Step[Job] | SwapIn | Idle:
+        """What `model`'s executor does next; admits queued jobs into its batch when it may."""
+        swap = model in self.swap_group
+        if swap and model != self.active:
+            if self.swapping is None and self._swap_choice(now) == model:
+                self.swapping = model
+                return SwapIn(model, evict=self.active)
+            return Idle(self._residency_left(now))
+        if not (swap and self.draining(now)):
+            queue, running = self.queued[model], self.running[model]
+            while queue and len(running) < self.concurrency[model]:
+                running.append(queue.popleft())
+        if self.running[model]:
+            return Step(model, tuple(self.running[model]))
+        return Idle(self._residency_left(now) if swap else None)
+
+    def has_work(self, model: str) -> bool:
+        return bool(self.queued[model] or self.running[model])
+
+    def _swap_choice(self, now: float) -> str | None:
         waiting = self._waiting()
-        if waiting and (self.active is None or (draining and not self.running[self.active])):
-            choice = min(waiting, key=lambda m: self.last_active[m])
-            return SwapIn(choice, evict=self.active)
-        runnable = [(m, job) for m, jobs in self.running.items() for job in jobs]
-        if runnable:
-            self._turn += 1
-            return Step(*runnable[self._turn % len(runnable)])
-        if waiting:
-            return Idle(max(0.0, self.active_since + self.min_residency_s - now))
-        return Idle(None)
+        if not waiting or self.swapping is not None:
+            return None
+        if self.active is None or (self.draining(now) and not self.running[self.active]):
+            return min(waiting, key=lambda m: self.last_active[m])
+        return None
+
+    def _residency_left(self, now: float) -> float | None:
+        """Seconds until the active model's minimum residency ends, when others wait for it (else None)."""
+        if self.active is None or not self._waiting():
+            return None
+        left = self.active_since + self.min_residency_s - now
+        return left if left > 0 else None
 
     def _waiting(self) -> list[str]:
         return [m for m in self.swap_group if m != self.active and self.queued[m]]

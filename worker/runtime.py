@@ -1,9 +1,10 @@
 """The worker: admission, loading, and the state the API serves (verdicts, readiness, status).
 
 `Worker.start` reads every model's shape, admits against the memory really available,
-publishes the verdicts, then loads the applied models in a background thread (each
-becomes servable as soon as it is loaded). Called by `python -m worker` and tests;
-the API reads it through `lookup`, `submit`, `status` and `readiness`.
+publishes the verdicts, then loads the applied models in a background thread, smallest
+first; each model serves (its own executor thread starts) as soon as it is loaded, without
+waiting for its neighbours. Called by `python -m worker` and tests; the API reads it
+through `lookup`, `submit`, `status`, `model_state`, `readiness` and `health`.
 """
 from __future__ import annotations
 
@@ -20,14 +21,14 @@ from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation
+from .engine import Generation, ModelEngine
 from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
 from .metrics import WorkerMetrics
 from .residency import Residency, make_residency
-from .scheduler import Event, Job, Scheduler
+from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
 
@@ -36,11 +37,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ServedModel:
-    """A loaded model: its tokenizer (guarded: the executor decodes while handlers encode) and residency."""
+    """A loaded model: its tokenizer (guarded: the executor decodes while handlers encode), residency
+    and engine."""
 
     config: ModelConfig
     tokenizer: object
     residency: Residency
+    engine: ModelEngine
     eos_ids: frozenset[int]
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -65,13 +68,15 @@ class ServedModel:
 class Worker:
     def __init__(self, config: WorkerConfig, *, device: torch.device | None = None,
                  probe: FreeBytesProbe | None = None, publisher: Publisher | None = None,
-                 metrics: WorkerMetrics | None = None, clock: Callable[[], float] = time.monotonic):
+                 metrics: WorkerMetrics | None = None, clock: Callable[[], float] = time.monotonic,
+                 stall_s: float = DEFAULT_STALL_S):
         self.config = config
         self.device = device or _pick_device(config.device)
         self.probe = probe or (cuda_free_bytes if self.device.type == "cuda" else no_probe)
         self.metrics = metrics or WorkerMetrics()
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
-                                   max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock)
+                                   max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock,
+                                   stall_s=stall_s)
         self.started_at = int(time.time())
         self.available_bytes = 0
         self.verdicts: dict[str, Verdict] = {}
@@ -83,6 +88,7 @@ class Worker:
         self._lock = threading.Lock()
         self._loader = threading.Thread(target=self._load_admitted, name="worker-loader", daemon=True)
         self._loaded = threading.Event()
+        self._loader_died: str | None = None
 
     # lifecycle
     def start(self) -> None:
@@ -105,17 +111,34 @@ class Worker:
     def wait_loaded(self, timeout_s: float | None = None) -> bool:
         return self._loaded.wait(timeout_s)
 
-    def stop(self) -> None:
-        self.scheduler.stop()
+    def drain(self, timeout_s: float) -> bool:
+        """Graceful stop, first half: admit nothing new and wait up to `timeout_s` for the requests in
+        flight to finish. True when they all did."""
+        self.scheduler.drain()
+        deadline = time.monotonic() + timeout_s
+        while not self.scheduler.idle():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.scheduler.stop(timeout_s)
         if self._publish:
             self._publish.stop()
 
     # serving
-    def lookup(self, name: str) -> ServedModel:
+    def lookup_config(self, name: str) -> ModelConfig:
+        """The configured model `name`, or ModelNotFound."""
         model = self.config.model(name)
         if model is None:
             raise ModelNotFound("ModelNotFound", f"model {name!r} is not served here; GET /v1/models lists "
                                 "the served names (the ElasticModel names)", param="model")
+        return model
+
+    def lookup(self, name: str) -> ServedModel:
+        """The model `name` ready to serve, or ModelNotFound / ModelUnavailable (refused or loading)."""
+        self.lookup_config(name)
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")
@@ -149,15 +172,35 @@ class Worker:
         return self.scheduler.submit(name, generation, sink)
 
     # state
-    def readiness(self) -> tuple[bool, dict]:
-        """Ready when every applied model is loaded; refused models are listed, they do not block readiness."""
+    def model_state(self, name: str) -> str:
+        """loading, serving or refused."""
+        with self._lock:
+            verdict = self.verdicts.get(name)
+            if verdict is not None and verdict.verdict == "refused":
+                return "refused"
+            return "serving" if name in self.served else "loading"
+
+    def readiness(self, model: str | None = None) -> tuple[bool, dict]:
+        """Per model: ready while it serves. The worker: ready as soon as one model serves (each model
+        serves once loaded, its neighbours still loading get 503 ModelLoading), or once loading ended
+        with nothing to serve. Refused models are listed; they never block readiness."""
         with self._lock:
             applied = [n for n, v in self.verdicts.items() if v.verdict == "applied"]
             loading = [n for n in applied if n not in self.served]
             refused_models = {n: v.reason for n, v in self.verdicts.items() if v.verdict == "refused"}
-        ready = self._loaded.is_set() and not loading
-        return ready, {"ready": ready, "loading": loading, "serving": sorted(self.served),
-                       "refused": refused_models}
+            serving = sorted(self.served)
+        if model is not None:
+            ready = model in serving
+        else:
+            ready = bool(serving) or (self._loaded.is_set() and not loading)
+        return ready, {"ready": ready, "loading": loading, "serving": serving, "refused": refused_models}
+
+    def health(self) -> tuple[bool, dict]:
+        """Liveness: the executors make progress (worker.scheduler.Scheduler.health) and the loader lives."""
+        live, detail = self.scheduler.health()
+        if self._loader_died:
+            live, detail = False, {**detail, "live": False, "loader": self._loader_died}
+        return live, detail
 
     def status(self) -> dict:
         ready, _ = self.readiness()
@@ -174,6 +217,9 @@ class Worker:
                 peakDeviceBytes=ledger.peak_bytes if ledger else 0,
                 onDevice=bool(served and served.residency.on_device),
             )
+            if served:
+                entry["forward"] = served.engine.path
+                entry["running"] = len(served.engine.seated)
             if served and model.mode == "elastic":
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())
             models.append(entry)
@@ -185,9 +231,17 @@ class Worker:
 
     # internals
     def _load_admitted(self) -> None:
-        for model in self.config.models:
-            if self.verdicts[model.name].verdict != "applied":
-                continue
+        try:
+            self._load_smallest_first()
+        except BaseException as exc:  # a bug while loading: liveness must see it
+            log.exception("the loader died")
+            self._loader_died = f"{type(exc).__name__}: {exc}"
+        finally:
+            self._loaded.set()
+
+    def _load_smallest_first(self) -> None:
+        applied = [m for m in self.config.models if self.verdicts[m.name].verdict == "applied"]
+        for model in sorted(applied, key=lambda m: self.shapes[m.name].weight_bytes):
             try:
                 self._load_one(model)
             except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
@@ -197,29 +251,30 @@ class Worker:
                                           getattr(exc, "reason", "LoadFailed"), message))
                 self.ledgers.pop(model.name, None)
                 self._publish_verdicts()
-        self._loaded.set()
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]
         need = need_for(model, self.shapes[model.name], workspace_bytes(self.device), verdict.resident_layers)
         ledger = DeviceLedger(model.name, model.budget_bytes, self.device)
         self.ledgers[model.name] = ledger
-        ledger.reserve("kv-cache", need.kv_cache)
         ledger.reserve("activation", need.activation + need.workspace)
         tokenizer, host_model = load(self.directories[model.name], model.dtype)
         residency = make_residency(model.mode, host_model, ledger, self.device,
                                    resident_layers=verdict.resident_layers)
         residency.on_streamed_bytes = self.metrics.streamed_bytes.labels(model.name).inc
         residency.load()
+        engine = ModelEngine(residency, concurrency=model.concurrency, context_tokens=model.context_tokens,
+                             kv_bytes=need.kv_cache)
         self.metrics.device_bytes.labels(model.name, model.mode).set(ledger.total_bytes)
         eos = host_model.generation_config.eos_token_id if host_model.generation_config else None
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or [])) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
-        served = ServedModel(model, tokenizer, residency, eos_ids)
-        self.scheduler.add_model(model.name, residency, concurrency=model.concurrency)
+        served = ServedModel(model, tokenizer, residency, engine, eos_ids)
+        self.scheduler.add_model(model.name, engine, priority=model.latency_slo)
         with self._lock:
             self.served[model.name] = served
-        log.info("%s loaded (%s, %d device bytes)", model.ref, model.mode, ledger.total_bytes)
+        log.info("%s loaded (%s, %s forward, %d device bytes)", model.ref, model.mode, engine.path,
+                 ledger.total_bytes)
 
     def _set_verdict(self, verdict: Verdict) -> None:
         with self._lock:

@@ -1,26 +1,38 @@
-"""The executor: one thread that owns the device, runs the policy's actions and delivers tokens.
+"""The executors: one thread per model (and, on CUDA, one stream per model) that runs the
+policy's actions for that model and delivers tokens.
 
-Request handlers `submit` a Job (thread-safe; QueueFull when the model's queue is
-full) and receive events through the Job's `sink`. The thread swaps swap-group
-models in and out, steps generations one forward pass at a time, and records
-metrics. Called by worker.runtime (add_model/start/stop) and the API (submit).
+Request handlers `submit` a Job (thread-safe; QueueFull when the model's queue is full)
+and receive events through the Job's `sink`; cancelling a job (setting `job.cancelled`,
+as a disconnecting client does) withdraws it from its queue, or frees its KV slot at the
+model's next step boundary. Each model's thread seats newly admitted jobs in its
+ModelEngine, runs one batched step, and retires finished and cancelled jobs. A swap
+model's thread swaps itself in (evicting the drained active model) without holding up
+the other models' threads. Models with a latency SLO get high-priority CUDA streams.
+
+Liveness: `health()` reports a dead executor, an action (step or swap) running longer
+than `stall_s`, or requests waiting while no model completed a step for `stall_s` plus
+the minimum residency. `drain` stops admission for a graceful stop (SIGTERM).
+Called by worker.runtime (add_model/start/stop/drain) and the API (submit, health).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
-from .engine import Generation
-from .errors import QueueFull, WorkerError
+import torch
+
+from .engine import Generation, ModelEngine
+from .errors import ModelUnavailable, QueueFull, WorkerError
 from .metrics import WorkerMetrics
-from .policy import Idle, QueuePolicy, Step, SwapIn
-from .residency import Residency
+from .policy import Idle, QueuePolicy, SwapIn
 
 log = logging.getLogger(__name__)
+DEFAULT_STALL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -49,32 +61,68 @@ class Job:
     generation: Generation
     sink: Callable[[Event], None]
     submitted_at: float
-    cancelled: bool = False
     first_token_at: float | None = None
     last_token_at: float | None = None
+    _cancelled: bool = False
+    _on_cancel: Callable[["Job"], None] = field(default=lambda job: None, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @cancelled.setter
+    def cancelled(self, value: bool) -> None:
+        """Setting it (the client went away) withdraws the job from its queue or frees its slot."""
+        if value and not self._cancelled:
+            self._cancelled = True
+            self._on_cancel(self)
+
+
+@dataclass
+class _Executor:
+    model: str
+    engine: ModelEngine
+    priority: bool
+    thread: threading.Thread | None = None
+    seated: set = field(default_factory=set)  # jobs whose generation is seated in the engine
+    busy_since: float | None = None  # start of the action in progress
+    died: str | None = None
 
 
 class Scheduler:
     def __init__(self, *, min_residency_s: float, max_queued: int, metrics: WorkerMetrics,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, stall_s: float = DEFAULT_STALL_S):
         self.policy: QueuePolicy[Job] = QueuePolicy(min_residency_s=min_residency_s, max_queued=max_queued)
         self.metrics = metrics
         self.clock = clock
-        self.residencies: dict[str, Residency] = {}
+        self.stall_s = stall_s
+        self.executors: dict[str, _Executor] = {}
         self.swaps = 0
+        self.last_step_at = clock()
         self._service_s: dict[str, float] = {}  # moving average of a request's time, for Retry-After
         self._cond = threading.Condition()
+        self._started = False
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="worker-executor", daemon=True)
+        self._draining = False
 
-    def add_model(self, name: str, residency: Residency, *, concurrency: int) -> None:
+    @property
+    def engines(self) -> dict[str, ModelEngine]:
+        return {name: e.engine for name, e in self.executors.items()}
+
+    def add_model(self, name: str, engine: ModelEngine, *, priority: bool = False) -> None:
+        """Serve `name` with `engine`; its executor starts now if the scheduler runs."""
+        executor = _Executor(name, engine, priority)
         with self._cond:
-            self.residencies[name] = residency
-            self.policy.add_model(name, concurrency=concurrency, swap=residency.mode == "swap")
-            self._cond.notify()
+            self.executors[name] = executor
+            self.policy.add_model(name, concurrency=engine.concurrency, swap=engine.residency.mode == "swap")
+            if self._started:
+                self._launch(executor)
 
     def submit(self, model: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
         with self._cond:
+            if self._draining:
+                raise ModelUnavailable("ShuttingDown", "the worker is shutting down and admits no new request; "
+                                       "retry against another replica", retry_after_s=1)
             if not self.policy.has_room(model):
                 queued = len(self.policy.queued[model])
                 raise QueueFull(
@@ -83,10 +131,10 @@ class Scheduler:
                     "retry after the Retry-After seconds or raise maxQueuedRequests",
                     retry_after_s=self._retry_after(model, queued),
                 )
-            job = Job(model, generation, sink, submitted_at=self.clock())
+            job = Job(model, generation, sink, submitted_at=self.clock(), _on_cancel=self._cancel)
             self.policy.enqueue(model, job)
             self.metrics.queue_depth.labels(model).set(len(self.policy.queued[model]))
-            self._cond.notify()
+            self._cond.notify_all()
             return job
 
     def active_swap_model(self) -> str | None:
@@ -94,42 +142,106 @@ class Scheduler:
             return self.policy.active
 
     def start(self) -> None:
-        self._thread.start()
+        with self._cond:
+            self._started = True
+            for executor in self.executors.values():
+                self._launch(executor)
 
-    def stop(self) -> None:
+    def drain(self) -> None:
+        """Admit nothing new (submit answers 503 ShuttingDown); running and queued requests go on."""
+        with self._cond:
+            self._draining = True
+
+    def idle(self) -> bool:
+        with self._cond:
+            return not any(self.policy.has_work(m) for m in self.executors)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop every executor after its current action; requests still queued or running get an error."""
         with self._cond:
             self._stopped = True
-            self._cond.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
+            self._cond.notify_all()
+        deadline = time.monotonic() + timeout_s
+        for executor in self.executors.values():
+            if executor.thread is not None and executor.thread.is_alive():
+                executor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        error = WorkerError("ShuttingDown", "the worker stopped before this request finished; retry it")
+        with self._cond:
+            left = [j for m in self.executors for j in (*self.policy.queued[m], *self.policy.running[m])]
+        for job in left:
+            _deliver(job, ErrorEvent(error))
+
+    def health(self) -> tuple[bool, dict]:
+        """(live, detail): not live when an executor died, one action runs past stall_s, or requests wait
+        while no step completed for stall_s + the minimum residency."""
+        now = self.clock()
+        with self._cond:
+            problems = {}
+            for name, executor in self.executors.items():
+                if executor.died:
+                    problems[name] = f"executor died: {executor.died}"
+                elif executor.busy_since is not None and now - executor.busy_since > self.stall_s:
+                    problems[name] = f"one step or swap has run for {now - executor.busy_since:.0f}s"
+            waiting = [m for m in self.executors if self.policy.has_work(m)]
+            quiet = now - self.last_step_at
+            if waiting and quiet > self.stall_s + self.policy.min_residency_s:
+                for name in waiting:
+                    problems.setdefault(name, f"requests wait but no model completed a step for {quiet:.0f}s")
+        return not problems, {"live": not problems, "stalled": problems}
+
+    # internals
+    def _launch(self, executor: _Executor) -> None:
+        executor.thread = threading.Thread(target=self._run, args=(executor,), name=f"executor-{executor.model}",
+                                           daemon=True)
+        executor.thread.start()
+
+    def _cancel(self, job: Job) -> None:
+        with self._cond:
+            if self.policy.withdraw(job.model, job):
+                self._account(job, "cancelled")
+                self.metrics.queue_depth.labels(job.model).set(len(self.policy.queued[job.model]))
+            self._cond.notify_all()
 
     def _retry_after(self, model: str, queued: int) -> int:
         per_request = self._service_s.get(model, 1.0)
         return max(1, math.ceil(per_request * queued / self.policy.concurrency[model]))
 
-    def _run(self) -> None:
+    def _run(self, executor: _Executor) -> None:
+        try:
+            with _stream_for(executor):
+                self._loop(executor)
+        except BaseException as exc:  # a bug in the executor itself: liveness must see it
+            log.exception("executor of %s died", executor.model)
+            executor.died = f"{type(exc).__name__}: {exc}"
+
+    def _loop(self, executor: _Executor) -> None:
+        model = executor.model
         while True:
             with self._cond:
-                if self._stopped:
-                    return
-                action = self.policy.next_action(self.clock())
-                if isinstance(action, Idle):
+                while True:
+                    if self._stopped:
+                        return
+                    action = self.policy.next_action(model, self.clock())
+                    if not isinstance(action, Idle):
+                        break
                     self._cond.wait(timeout=action.timeout_s)
-                    continue
-                for name, queue in self.policy.queued.items():
-                    self.metrics.queue_depth.labels(name).set(len(queue))
-            if isinstance(action, SwapIn):
-                self._swap(action)
-            else:
-                self._step(action)
+                executor.busy_since = self.clock()
+                self.metrics.queue_depth.labels(model).set(len(self.policy.queued[model]))
+            try:
+                if isinstance(action, SwapIn):
+                    self._swap(action)
+                else:
+                    self._step(executor, action.jobs)
+            finally:
+                executor.busy_since = None
 
     def _swap(self, action: SwapIn) -> None:
         started = time.perf_counter()
         if action.evict is not None:
-            evicted = self.residencies[action.evict]
+            evicted = self.executors[action.evict].engine
             evicted.deactivate()
-            self.metrics.device_bytes.labels(action.evict, evicted.mode).set(evicted.ledger.total_bytes)
-        incoming = self.residencies[action.model]
+            self.metrics.device_bytes.labels(action.evict, evicted.residency.mode).set(evicted.residency.ledger.total_bytes)
+        incoming = self.executors[action.model].engine
         try:
             incoming.activate()
         except Exception as exc:  # e.g. device memory taken by another process: fail the waiting requests
@@ -139,44 +251,69 @@ class Scheduler:
                                 "check /status and the device's free memory")
             with self._cond:
                 failed = self.policy.swap_failed(action.model)
+                self._cond.notify_all()
             for job in failed:
+                self._account(job, "error")
                 _deliver(job, ErrorEvent(error))
             return
         seconds = time.perf_counter() - started
         self.metrics.swaps.labels(action.model).inc()
         self.metrics.swap_in_seconds.labels(action.model).observe(seconds)
-        self.metrics.device_bytes.labels(action.model, incoming.mode).set(incoming.ledger.total_bytes)
+        self.metrics.device_bytes.labels(action.model, "swap").set(incoming.residency.ledger.total_bytes)
         log.info("swapped in %s (evicted %s) in %.3fs", action.model, action.evict, seconds)
         with self._cond:
             self.swaps += 1
             self.policy.activated(action.model, self.clock())
+            self._cond.notify_all()
 
-    def _step(self, action: Step[Job]) -> None:
-        job = action.job
-        residency = self.residencies[action.model]
-        events: list[Event] = []
-        if not job.cancelled:
-            try:
-                delta = job.generation.step(residency.model, residency.device)
-            except Exception as exc:  # a failing forward pass fails this request only
-                log.exception("generation failed for %s", action.model)
-                events.append(ErrorEvent(WorkerError("GenerationFailed", f"generation failed: {exc}")))
+    def _step(self, executor: _Executor, jobs: tuple[Job, ...]) -> None:
+        engine = executor.engine
+        retired: list[tuple[Job, list[Event]]] = []
+        for job in jobs:
+            if job.cancelled:
+                engine.leave(job.generation)
+                retired.append((job, []))
+            elif job not in executor.seated:
+                engine.join(job.generation)
+                executor.seated.add(job)
+        by_generation = {job.generation: job for job in jobs if not job.cancelled}
+        try:
+            results = engine.step()
+        except Exception as exc:  # a failing forward pass fails the batch it ran
+            log.exception("a step of %s failed", executor.model)
+            error = ErrorEvent(WorkerError("GenerationFailed", f"generation failed: {exc}"))
+            for job in by_generation.values():
+                engine.leave(job.generation)
+                retired.append((job, [error]))
+            results = []
+        for generation, delta in results:
+            job = by_generation[generation]
+            events: list[Event] = []
+            if delta is not None:
+                self._observe_token(job)
+                if delta:
+                    events.append(TokenEvent(delta))
+            if generation.done:
+                events.append(FinishEvent(generation.finish_reason, len(generation.prompt_ids),
+                                          len(generation.output_ids)))
+                retired.append((job, events))
             else:
-                if delta is not None:
-                    self._observe_token(job)
-                    if delta:
-                        events.append(TokenEvent(delta))
-                if job.generation.done:
-                    events.append(FinishEvent(job.generation.finish_reason, len(job.generation.prompt_ids),
-                                              len(job.generation.output_ids)))
-        ended = job.cancelled or any(not isinstance(e, TokenEvent) for e in events)
-        if ended:
-            job.generation.release()
-            self._account_finished(job, events)
-            with self._cond:
-                self.policy.finished(action.model, job)
-        for event in events:
-            _deliver(job, event)
+                for event in events:
+                    _deliver(job, event)
+        with self._cond:
+            if results:
+                self.last_step_at = self.clock()
+                self.policy.stepped(executor.model)
+            for job, _ in retired:
+                executor.seated.discard(job)
+                self.policy.finished(executor.model, job)
+            if retired:
+                self._cond.notify_all()
+        for job, events in retired:
+            self._account(job, "cancelled" if job.cancelled else (
+                "error" if any(isinstance(e, ErrorEvent) for e in events) else "ok"))
+            for event in events:
+                _deliver(job, event)
 
     def _observe_token(self, job: Job) -> None:
         now = self.clock()
@@ -188,14 +325,21 @@ class Scheduler:
         job.last_token_at = now
         self.metrics.tokens.labels(job.model, "completion").inc()
 
-    def _account_finished(self, job: Job, events: list[Event]) -> None:
-        outcome = "cancelled" if job.cancelled else ("error" if any(isinstance(e, ErrorEvent) for e in events)
-                                                     else "ok")
+    def _account(self, job: Job, outcome: str) -> None:
         self.metrics.requests.labels(job.model, outcome).inc()
         self.metrics.tokens.labels(job.model, "prompt").inc(len(job.generation.prompt_ids))
         took = self.clock() - job.submitted_at
         previous = self._service_s.get(job.model, took)
         self._service_s[job.model] = 0.8 * previous + 0.2 * took
+
+
+def _stream_for(executor: _Executor):
+    """The model's own CUDA stream (high priority for SLO models) as the thread's current stream."""
+    device = executor.engine.residency.device
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    stream = torch.cuda.Stream(device=device, priority=-1 if executor.priority else 0)  # lower runs first
+    return torch.cuda.stream(stream)
 
 
 def _deliver(job: Job, event: Event) -> None:

@@ -83,7 +83,7 @@ def forward(model: Any, ids: Any, cache: Any = None) -> Forward:
     import torch
     with torch.inference_mode():
         out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(model, cache))
-    return Forward(out.logits, returned_cache(model, out))
+    return Forward(out.logits, returned_cache(out))
 
 
 def next_tokens(output: Any) -> Any:

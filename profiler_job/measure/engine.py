@@ -33,52 +33,57 @@ class EngineSession(Protocol):
 
 
 EngineFactory = Callable[..., EngineSession]
-"""(model, device: Device, *, slots: int, prefill_chunk_tokens: int) -> an open EngineSession."""
+"""(model, device: Device, *, slots: int, context_tokens: int, prefill_chunk_tokens: int) -> an open
+EngineSession whose KV slots hold `context_tokens` tokens each."""
 
 NEVER_STOPS = 1 << 30  # max_tokens of a measured sequence: the profiler decides when it ends
+UNBOUNDED_BYTES = 1 << 62  # the session's ledger: the profiler measures, it has no budget to enforce
 
 
-def worker_engine(model: Any, device: Device, *, slots: int, prefill_chunk_tokens: int) -> EngineSession:
-    """A session in the worker's engine (worker.engine), greedy, with no end-of-text token."""
-    return _WorkerEngineSession(model, device, slots, prefill_chunk_tokens)
+def worker_engine(model: Any, device: Device, *, slots: int, context_tokens: int,
+                  prefill_chunk_tokens: int) -> EngineSession:
+    """A session in the worker's engine (worker.engine.ModelEngine), greedy, with no end-of-text token."""
+    return _WorkerEngineSession(model, device, slots, context_tokens, prefill_chunk_tokens)
 
 
 class _WorkerEngineSession:
-    """Today's worker engine: one `Generation` per sequence, stepped in turns by the executor; a decode
-    step of the batch is one step of each running Generation, exactly as worker.scheduler runs them."""
+    """A `ModelEngine` over the model as the profiler loaded it: the worker's forward (its own batched
+    decoder for Llama, Qwen2 and Mistral, transformers' modules otherwise), static KV slots and, on CUDA,
+    the decode graphs per batch bucket, all as a resident model in the worker runs them."""
 
-    def __init__(self, model: Any, device: Device, slots: int, prefill_chunk_tokens: int):
+    def __init__(self, model: Any, device: Device, slots: int, context_tokens: int, prefill_chunk_tokens: int):
         import torch
 
-        from worker.engine import Generation
+        from worker.engine import Generation, ModelEngine
+        from worker.memory import DeviceLedger
+        from worker.residency.resident import ResidentResidency
         from worker.sampling import SamplingParams
 
-        self._model, self._device, self._slots = model, torch.device(device.type), slots
-        self._new = lambda prompt: Generation(
-            prompt_ids=list(prompt), params=SamplingParams(max_tokens=NEVER_STOPS, temperature=0),
-            eos_ids=frozenset(), decode=_no_text, prefill_chunk=prefill_chunk_tokens)
+        where = torch.device("cuda", torch.cuda.current_device()) if device.is_cuda else torch.device("cpu")
+        # The weights already lie where the profiler loaded them: the residency wraps them, it loads nothing.
+        residency = ResidentResidency(model, DeviceLedger("profiler", UNBOUNDED_BYTES, where), where, pin=False)
+        self._engine = ModelEngine(residency, concurrency=slots, context_tokens=context_tokens, kv_bytes=0,
+                                   prefill_chunk=prefill_chunk_tokens)
+        self._new = lambda prompt: Generation(prompt_ids=list(prompt), eos_ids=frozenset(), decode=_no_text,
+                                              params=SamplingParams(max_tokens=NEVER_STOPS, temperature=0))
         self._running: list = []
 
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
-        if len(self._running) + len(prompts) > self._slots:
-            raise ValueError(f"{len(self._running)} running + {len(prompts)} new sequences exceed "
-                             f"the session's {self._slots} slots")
-        for prompt in prompts:
-            generation = self._new(prompt)
-            while not generation.output_ids:
-                generation.step(self._model, self._device)
-            self._running.append(generation)
+        joined = [self._new(prompt) for prompt in prompts]
+        for generation in joined:
+            self._engine.join(generation)
+        self._running.extend(joined)
+        while any(not generation.output_ids for generation in joined):
+            self._engine.step()
 
     def decode_step(self) -> None:
-        for generation in self._running:
-            generation.step(self._model, self._device)
+        self._engine.step()
 
     def outputs(self) -> list[list[int]]:
         return [list(generation.output_ids) for generation in self._running]
 
     def close(self) -> None:
-        for generation in self._running:
-            generation.release()
+        self._engine.deactivate()  # every sequence leaves; the KV slots and graphs are dropped
         self._running.clear()
 
 

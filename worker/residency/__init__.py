@@ -40,6 +40,18 @@ class Residency:
     def deactivate(self) -> None:
         """Swap: drop the device copy (the host copy is the master). Other modes never leave."""
 
+    # Layer gates: a forward that runs the decoder layers itself (worker/forward/decoder.py) calls these
+    # around the pass and each layer; elastic streams layers through them. transformers' modules reach the
+    # same gates through forward hooks.
+    def start_pass(self) -> None:
+        """A forward pass begins."""
+
+    def enter_layer(self, index: int) -> None:
+        """Decoder layer `index` is about to run: its weights must be on the device when this returns."""
+
+    def leave_layer(self, index: int) -> None:
+        """Decoder layer `index` has been issued."""
+
     def device_resident_layers(self) -> list[int]:
         """Indices of decoder layers whose every parameter lies in device memory this model placed."""
         return [i for i, layer in enumerate(decoder_layers(self.model))

@@ -2,10 +2,11 @@
 the device; every other layer lives packed in (pinned) host memory and is copied into one of
 TWO device buffers on a side stream, one layer ahead of compute, ordered by events.
 
-Mechanics: forward pre-hooks on the streamed layers wait for the layer's copy, point its
+Mechanics: the layer gates (`start_pass`, `enter_layer`, `leave_layer`, called by the worker's own
+forward; forward hooks on the transformers modules call the same code) wait for the layer's copy, point its
 parameters at views of the buffer, and start copying the next streamed layer into the other
-buffer once the layer that last used it has finished (its "free" event). A pre-hook on the
-whole model starts the first copy, so it overlaps embeddings and resident layers. After a
+buffer once the layer that last used it has finished (its "free" event). The start of a pass
+starts the first copy, so it overlaps embeddings and resident layers. After a
 streamed layer runs, its parameters point back at host memory. On CPU the Transfer makes the
 same calls synchronous, so tests exercise this path.
 """
@@ -59,10 +60,22 @@ class ElasticResidency(Residency):
         for layer in packed:
             layer.device_views = [_views_at(buf, layer.params, layer.offsets) for buf in self.buffers]
         self.streamed = packed
-        self.model.register_forward_pre_hook(lambda module, args: self._prefetch(0))
+        self.model.register_forward_pre_hook(lambda module, args: self.start_pass())
         for j, module in enumerate(streamed_modules):
             module.register_forward_pre_hook(lambda module, args, j=j: self._enter(j))
             module.register_forward_hook(lambda module, args, out, j=j: self._leave(j))
+
+    def start_pass(self) -> None:
+        if self.streamed:
+            self._prefetch(0)
+
+    def enter_layer(self, index: int) -> None:
+        if index >= self.resident_layers:
+            self._enter(index - self.resident_layers)
+
+    def leave_layer(self, index: int) -> None:
+        if index >= self.resident_layers:
+            self._leave(index - self.resident_layers)
 
     def _pack(self, index: int, module: nn.Module) -> _StreamedLayer:
         params = list(module.parameters())

@@ -1,0 +1,41 @@
+"""Forward passes the engine runs a step with, and the choice between them.
+
+`make_forward` picks the worker's own batched decoder forward (decoder.py) for the
+Llama, Qwen2 and Mistral families and transformers' modules (hf.py) for the rest;
+on CUDA a resident or swap model's decoder forward replays CUDA graphs for decode-only
+steps (graphs.py). Every forward offers: `allocate`/`release` (KV memory while the
+weights are on the device), `run(rows)` (logits per row), `free(slot)`, `move(src, dst,
+length)` (slot compaction). Called by worker/engine.py; the transformers KV-argument adapter is contract/hf_compat.py,
+shared with the profiler.
+"""
+from __future__ import annotations
+
+import logging
+
+from ..residency import Residency
+from .decoder import DecoderForward, unsupported_reason
+from .hf import TransformersForward
+from .rows import Row
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Row", "make_forward", "forward_path"]
+
+
+def forward_path(residency: Residency, context_tokens: int) -> tuple[str, str | None]:
+    """("decoder", None) or ("transformers", why the decoder path does not apply)."""
+    reason = unsupported_reason(residency.model, context_tokens)
+    return ("transformers", reason) if reason else ("decoder", None)
+
+
+def make_forward(residency: Residency, *, slots: int, context_tokens: int, kv_bytes: int, graphs: bool = True):
+    path, reason = forward_path(residency, context_tokens)
+    if path == "transformers":
+        log.info("%s: transformers forward (%s)", residency.ledger.model, reason)
+        return TransformersForward(residency, slots=slots, context_tokens=context_tokens, kv_bytes=kv_bytes)
+    forward = DecoderForward(residency, slots=slots, context_tokens=context_tokens)
+    if graphs and residency.device.type == "cuda" and residency.mode in ("resident", "swap"):
+        from .graphs import GraphedDecoder
+
+        return GraphedDecoder(forward)
+    return forward
