@@ -3,7 +3,7 @@
 Owns the order of the stages and the adapters a run needs (loader, CUDA probe,
 GPU identity, Kubernetes API, the worker's engine the latency is measured
 through), so tests and the bench can swap them.
-Called by profiler_job.cli (`profile_model`) and bench/profile_gpu.py
+Called by profiler_job.cli (`profile_model`), bench/profile_gpu.py and bench/worker_gpu.py
 (`measure_model`, on a model it built itself).
 """
 from __future__ import annotations
