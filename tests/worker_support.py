@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from worker.engine import Generation
+from worker.sampling import SamplingParams
+from worker.scheduler import ErrorEvent, FinishEvent
+
 from tinymodels import save_tiny_model
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -62,6 +66,23 @@ def config_document(models: list[dict], *, capacity: int = 512 * MiB, max_queued
     if verdicts:
         doc["verdicts"] = {"configMap": verdicts}
     return doc
+
+
+def generation(prompt=(72, 105), tokens=4) -> Generation:
+    return Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=tokens, temperature=0),
+                      eos_ids=frozenset(), decode=lambda ids: "")
+
+
+class Collector:
+    """A job's sink: records events; `done` is set by the finish or error event."""
+
+    def __init__(self):
+        self.events, self.done = [], threading.Event()
+
+    def __call__(self, event):
+        self.events.append(event)
+        if isinstance(event, (FinishEvent, ErrorEvent)):
+            self.done.set()
 
 
 def started_worker(document: dict, **kwargs):

@@ -3,7 +3,10 @@
 Loads and validates the config, builds the Worker (admission, verdict publishing
 through the kubernetes client when `verdicts.configMap` is set), and serves the
 API with uvicorn. A bad config exits 2 with the reason; a refused model does not
-stop the worker.
+stop the worker. SIGTERM (or SIGINT) drains: new requests get 503 ShuttingDown, requests in
+flight may finish for most of `--grace-seconds`, then the rest get an error event and the
+process exits within the grace period, whatever the executors are doing. A changed config file
+is applied in place (worker/watch.py).
 """
 from __future__ import annotations
 
@@ -16,34 +19,47 @@ from .errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .scheduler import DEFAULT_STALL_S
+
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="worker config YAML (schemas/worker-config.schema.json)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--grace-seconds", type=float, default=25.0,
+                        help="on SIGTERM, exit within this many seconds (keep it below the pod's "
+                             "terminationGracePeriodSeconds)")
+    parser.add_argument("--stall-seconds", type=float, default=DEFAULT_STALL_S,
+                        help="/healthz fails when one step or swap runs this long, or requests wait while no "
+                             "step completed for this long plus minResidencyMs")
+    parser.add_argument("--watch-seconds", type=float, default=10.0,
+                        help="check the config file this often and apply changes in place (0: never)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:
         config = load_config(args.config)
-        worker = _build(config)
+        worker = _build(config, args.stall_seconds)
     except ConfigError as exc:
         print(f"error: {exc.reason}: {exc.message}", file=sys.stderr)
         return 2
 
-    import uvicorn
-
-    from .api import create_app
+    from .serve import serve
+    from .watch import ConfigWatch
 
     worker.start()
+    watch = ConfigWatch(args.config, worker, interval_s=args.watch_seconds)
+    if args.watch_seconds > 0:
+        watch.start()
     try:
-        uvicorn.run(create_app(worker), host=args.host, port=args.port, log_level=args.log_level)
+        serve(worker, host=args.host, port=args.port, log_level=args.log_level, grace_s=args.grace_seconds)
     finally:
-        worker.stop()
+        watch.stop()
+        worker.stop(timeout_s=1)
     return 0
 
 
-def _build(config):
+def _build(config, stall_s: float):
     from .runtime import Worker
     from .verdicts import kubernetes_publisher
 
@@ -55,7 +71,7 @@ def _build(config):
             logging.getLogger("worker").warning(
                 "verdicts will not be published to ConfigMap %s/%s: no Kubernetes credentials (%s)",
                 config.verdicts.namespace, config.verdicts.name, type(exc).__name__)
-    return Worker(config, publisher=publisher)
+    return Worker(config, publisher=publisher, stall_s=stall_s)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from .forward import Row, make_forward
 from .residency import Residency
 from .sampling import Sampler, SamplingParams
 from .shape import PREFILL_CHUNK_TOKENS
+from .transfer import swap_allocations
 
 _join_order = count()
 
@@ -111,9 +112,10 @@ class ModelEngine:
         return self.concurrency - len(self.seated)
 
     def activate(self) -> None:
-        """Swap-in: weights onto the device, then the KV slots."""
-        self.residency.activate()
-        self.forward.allocate()
+        """Swap-in: weights onto the device, then the KV slots, on the swap group's allocation stream."""
+        with swap_allocations(self.residency.device):
+            self.residency.activate()
+            self.forward.allocate()
 
     def deactivate(self) -> None:
         """Swap-out (the batch is empty): drop the KV slots and the device weights."""

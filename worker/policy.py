@@ -64,6 +64,16 @@ class QueuePolicy(Generic[Job]):
             self.swap_group.append(model)
             self.last_active[model] = -math.inf
 
+    def remove_model(self, model: str) -> None:
+        """Forget `model` (its executor retired with nothing queued or running); an active swap model
+        leaves the device free for the next."""
+        del self.queued[model], self.running[model], self.concurrency[model]
+        if model in self.swap_group:
+            self.swap_group.remove(model)
+            del self.last_active[model]
+            if self.active == model:
+                self.active, self.active_since = None, -math.inf
+
     def has_room(self, model: str) -> bool:
         return len(self.queued[model]) < self.max_queued
 

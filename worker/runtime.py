@@ -8,10 +8,11 @@ through `lookup`, `submit`, `status`, `model_state`, `readiness` and `health`.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +26,7 @@ from .engine import Generation, ModelEngine
 from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
+from .reconfigure import ConfigDiff, diff
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
 from .metrics import WorkerMetrics
 from .residency import Residency, make_residency
@@ -89,6 +91,7 @@ class Worker:
         self._loader = threading.Thread(target=self._load_admitted, name="worker-loader", daemon=True)
         self._loaded = threading.Event()
         self._loader_died: str | None = None
+        self._apply_lock = threading.Lock()
 
     # lifecycle
     def start(self) -> None:
@@ -121,6 +124,58 @@ class Worker:
                 return False
             time.sleep(0.05)
         return True
+
+    def apply(self, new: WorkerConfig, *, drain_timeout_s: float = 600.0) -> ConfigDiff:
+        """Apply a changed config in place (worker/reconfigure.py says what changes): unchanged models keep
+        serving untouched; retuned ones get their new budget and priority; re-laid-out and removed ones
+        drain and free their memory; re-laid-out and added ones are admitted against what the others leave
+        and load. A model that no longer fits is refused alone (a re-laid-out one keeps its old layout
+        serving). Returns the diff; a slot or device change is not applied (it needs a restart)."""
+        with self._apply_lock:
+            self._loaded.wait()
+            change = diff(self.config, new)
+            if change.restart_needed:
+                log.error("config change not applied: %s", change.restart_needed)
+                return change
+            self.scheduler.retune(min_residency_s=new.min_residency_ms / 1000, max_queued=new.max_queued_requests)
+            staying = {m.name for m in new.models if m.name in change.unchanged} | {m.name for m in change.retuned}
+            incoming = self._read_shapes([*change.relaid, *change.added])
+            order = [m for m in new.models if m.name in staying] + [m for m in new.models if m.name in incoming]
+            verdicts = {v.name: v for v in admit([(m, self.shapes[m.name] if m.name in staying else incoming[m.name])
+                                                  for m in order], self.available_bytes, slot=new.slot_id,
+                                                 workspace_bytes=workspace_bytes(self.device))}
+            kept_old: dict[str, ModelConfig] = {}
+            to_load: list[ModelConfig] = []
+            for model in change.retuned:
+                if verdicts[model.name].verdict != "applied":
+                    kept_old[model.name] = self.config.model(model.name)
+                elif not self._retune(model, verdicts[model.name]):
+                    incoming[model.name] = self.shapes[model.name]
+                    to_load.append(model)
+            for model in change.relaid:
+                if model.name in incoming and verdicts[model.name].verdict == "applied":
+                    to_load.append(model)
+                elif model.name in self.served:
+                    kept_old[model.name] = self.config.model(model.name)
+            to_load += [m for m in change.added if m.name in incoming and verdicts[m.name].verdict == "applied"]
+            self._retire([*change.removed, *(m.name for m in to_load if m.name in self.served)], drain_timeout_s)
+            effective = tuple(kept_old.get(m.name, m) for m in new.models)
+            with self._lock:
+                self.config = replace(new, models=effective)
+                for name in change.removed:
+                    self.verdicts.pop(name, None)
+            for name, verdict in verdicts.items():
+                if name in kept_old:
+                    self._set_verdict(replace(verdict, message=f"{verdict.message}; it keeps serving its "
+                                                               "previous configuration"))
+                elif name in incoming:
+                    self._set_verdict(verdict)
+            for model in sorted(to_load, key=lambda m: incoming[m.name].weight_bytes):
+                self.shapes[model.name] = incoming[model.name]
+                self._load_guarded(model)
+            self._publish_verdicts()
+            log.info("config applied in place: %s", change.summary())
+            return change
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self.scheduler.stop(timeout_s)
@@ -242,15 +297,62 @@ class Worker:
     def _load_smallest_first(self) -> None:
         applied = [m for m in self.config.models if self.verdicts[m.name].verdict == "applied"]
         for model in sorted(applied, key=lambda m: self.shapes[m.name].weight_bytes):
+            self._load_guarded(model)
+
+    def _load_guarded(self, model: ModelConfig) -> None:
+        """Load one admitted model; a failure refuses it alone."""
+        try:
+            self._load_one(model)
+        except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
+            log.exception("loading %s failed", model.ref)
+            message = getattr(exc, "message", str(exc))
+            self._set_verdict(refused(model.name, model.namespace, model.mode,
+                                      getattr(exc, "reason", "LoadFailed"), message))
+            self.ledgers.pop(model.name, None)
+            self._publish_verdicts()
+
+    def _read_shapes(self, models) -> dict[str, ModelShape]:
+        """Shapes of the models to (re)load; an unreadable one is refused alone."""
+        shapes = {}
+        for model in models:
             try:
-                self._load_one(model)
-            except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
-                log.exception("loading %s failed", model.ref)
-                message = getattr(exc, "message", str(exc))
-                self._set_verdict(refused(model.name, model.namespace, model.mode,
-                                          getattr(exc, "reason", "LoadFailed"), message))
-                self.ledgers.pop(model.name, None)
-                self._publish_verdicts()
+                self.directories[model.name] = resolve(model)
+                shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
+            except ModelLoadError as exc:
+                self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
+        return shapes
+
+    def _retune(self, model: ModelConfig, verdict: Verdict) -> bool:
+        """Budget or SLO change without moving a byte; False when the model must be re-laid-out instead."""
+        served = self.served.get(model.name)
+        current = self.verdicts.get(model.name)
+        if served is None or current is None or verdict.resident_layers != current.resident_layers:
+            return False
+        self.ledgers[model.name].budget_bytes = model.budget_bytes
+        self.scheduler.set_priority(model.name, model.latency_slo)
+        served.config = model
+        self._set_verdict(verdict)
+        return True
+
+    def _retire(self, names: list[str], timeout_s: float) -> None:
+        """Drain `names` (their requests finish; new ones get 503), then free their device memory."""
+        done = {name: threading.Event() for name in names if name in self.served}
+        for name, event in done.items():
+            self.scheduler.remove_model(name, on_retired=event.set)
+        for name, event in done.items():
+            if not event.wait(timeout_s):
+                log.warning("%s still had requests after %.0fs of draining", name, timeout_s)
+            with self._lock:
+                served = self.served.pop(name)
+            served.engine.deactivate()
+            served.residency.ledger.release_all()
+            self.ledgers.pop(name, None)
+            self.metrics.device_bytes.labels(name, served.config.mode).set(0)
+            del served
+        if done:
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()  # a retired model's cached blocks belong to its own stream
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]

@@ -87,6 +87,8 @@ class _Executor:
     seated: set = field(default_factory=set)  # jobs whose generation is seated in the engine
     busy_since: float | None = None  # start of the action in progress
     died: str | None = None
+    retiring: Callable[[], None] | None = None  # set by remove_model: called once the model has no work
+    streams: dict = field(default_factory=dict)  # priority -> the model's CUDA stream
 
 
 class Scheduler:
@@ -118,8 +120,30 @@ class Scheduler:
             if self._started:
                 self._launch(executor)
 
+    def remove_model(self, name: str, on_retired: Callable[[], None]) -> None:
+        """Retire `name`: it admits nothing new; once its queued and running requests finished, its
+        executor stops, the policy forgets it and `on_retired` runs (on the executor's thread)."""
+        with self._cond:
+            self.executors[name].retiring = on_retired
+            self._cond.notify_all()
+
+    def retune(self, *, min_residency_s: float, max_queued: int) -> None:
+        """New server settings (a changed config), from the next decision on."""
+        with self._cond:
+            self.policy.min_residency_s, self.policy.max_queued = min_residency_s, max_queued
+            self._cond.notify_all()
+
+    def set_priority(self, name: str, priority: bool) -> None:
+        """A changed SLO: the model's next action runs on the stream of the new priority."""
+        with self._cond:
+            self.executors[name].priority = priority
+
     def submit(self, model: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
         with self._cond:
+            executor = self.executors.get(model)
+            if executor is None or executor.retiring is not None:
+                raise ModelUnavailable("ModelReconfiguring", f"model {model} is being reconfigured or removed; "
+                                       "retry shortly", retry_after_s=1)
             if self._draining:
                 raise ModelUnavailable("ShuttingDown", "the worker is shutting down and admits no new request; "
                                        "retry against another replica", retry_after_s=1)
@@ -208,8 +232,7 @@ class Scheduler:
 
     def _run(self, executor: _Executor) -> None:
         try:
-            with _stream_for(executor):
-                self._loop(executor)
+            self._loop(executor)
         except BaseException as exc:  # a bug in the executor itself: liveness must see it
             log.exception("executor of %s died", executor.model)
             executor.died = f"{type(exc).__name__}: {exc}"
@@ -221,19 +244,35 @@ class Scheduler:
                 while True:
                     if self._stopped:
                         return
+                    if executor.retiring is not None and not self.policy.has_work(model) \
+                            and self.policy.swapping != model:
+                        self._retire(executor)
+                        action = None
+                        break
                     action = self.policy.next_action(model, self.clock())
                     if not isinstance(action, Idle):
                         break
                     self._cond.wait(timeout=action.timeout_s)
-                executor.busy_since = self.clock()
-                self.metrics.queue_depth.labels(model).set(len(self.policy.queued[model]))
+                if action is not None:
+                    executor.busy_since = self.clock()
+                    self.metrics.queue_depth.labels(model).set(len(self.policy.queued[model]))
+            if action is None:
+                executor.retiring()  # outside the lock: freeing memory holds up no other model
+                return
             try:
-                if isinstance(action, SwapIn):
-                    self._swap(action)
-                else:
-                    self._step(executor, action.jobs)
+                with _stream_for(executor):
+                    if isinstance(action, SwapIn):
+                        self._swap(action)
+                    else:
+                        self._step(executor, action.jobs)
             finally:
                 executor.busy_since = None
+
+    def _retire(self, executor: _Executor) -> None:
+        """Under the lock: forget a drained model (its executor then frees it)."""
+        self.policy.remove_model(executor.model)
+        del self.executors[executor.model]
+        self._cond.notify_all()
 
     def _swap(self, action: SwapIn) -> None:
         started = time.perf_counter()
@@ -334,11 +373,15 @@ class Scheduler:
 
 
 def _stream_for(executor: _Executor):
-    """The model's own CUDA stream (high priority for SLO models) as the thread's current stream."""
+    """The model's own CUDA stream (high priority for SLO models) as the thread's current stream. Every
+    step ends in a host read of its logits, so moving to the other priority's stream needs no ordering."""
     device = executor.engine.residency.device
     if device.type != "cuda":
         return contextlib.nullcontext()
-    stream = torch.cuda.Stream(device=device, priority=-1 if executor.priority else 0)  # lower runs first
+    stream = executor.streams.get(executor.priority)
+    if stream is None:  # lower numbers run first
+        stream = executor.streams[executor.priority] = torch.cuda.Stream(device=device,
+                                                                          priority=-1 if executor.priority else 0)
     return torch.cuda.stream(stream)
 
 

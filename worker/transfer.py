@@ -1,12 +1,34 @@
 """Host-to-device copies on a side stream, ordered by events; the same calls on CPU are plain copies.
 
-Owns the only CUDA stream/event code in the worker. Elastic residency issues its
+Owns the worker's CUDA stream/event plumbing for copies. Elastic residency issues its
 layer prefetches through a `Transfer`, so the CPU test suite runs the exact code
 path a GPU runs (events and streams become no-ops; copies are synchronous memcpy).
+`swap_allocations` is the one stream every swap-in allocates on, so the caching
+allocator reuses an evicted model's blocks for the next one (blocks are reused only
+on the stream that allocated them). Called by residency and the engine.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import torch
+
+_swap_streams: dict[int, "torch.cuda.Stream"] = {}
+_swap_streams_lock = threading.Lock()
+
+
+def swap_allocations(device: torch.device):
+    """Context in which a swap-in copies and allocates: one stream per device, shared by the swap group
+    (a no-op on CPU). Its work is synchronized before the model's own stream uses the memory."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _swap_streams_lock:
+        stream = _swap_streams.get(index)
+        if stream is None:
+            stream = _swap_streams[index] = torch.cuda.Stream(device=device)
+    return torch.cuda.stream(stream)
 
 
 class NullEvent:

@@ -43,6 +43,9 @@ RENDERED = "rendered"
 DECISIONS = "decisions"
 PLAN_FILE = f"{RENDERED}/PLAN.md"
 MIB = 1 << 20
+STARTUP_BASE_S = 120  # python, torch and CUDA start, admission: before the first byte of weights loads
+STARTUP_LOAD_BYTES_PER_S = 200 * 10**6  # a slow network volume; local NVMe reads several times faster
+STARTUP_PROBE_PERIOD_S = 10  # templates/worker-deployment.yaml.j2 startupProbe.periodSeconds
 _PATH_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -341,10 +344,17 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
             "checksum": hashlib.sha256(config.encode()).hexdigest(),
             "gpu_memory_mib": math.ceil(min(slot.memory_bytes, device_bytes(decisions) + slot.reserved_bytes) / MIB),
             "host_memory": f"{math.ceil(host_bytes / MIB)}Mi",
+            "startup_failure_threshold": startup_failure_threshold(sum(d.need_bytes for d in decisions)),
             "verdicts": verdicts,
         },
     }
     return _Worker(_render(composition, composition.per_worker, context, ref), context)
+
+
+def startup_failure_threshold(load_bytes: int) -> int:
+    """The worker's startup probe failures allowed: its start plus the bytes its models load (their full
+    need, an upper bound of their weights) at a slow volume's read rate, in probe periods."""
+    return math.ceil((STARTUP_BASE_S + load_bytes / STARTUP_LOAD_BYTES_PER_S) / STARTUP_PROBE_PERIOD_S)
 
 
 def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[tuple[str, str]]:

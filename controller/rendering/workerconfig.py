@@ -17,7 +17,7 @@ from controller.types import API_VERSION, Decision, ElasticModel, GpuSlot
 
 
 def model_entry(model: ElasticModel, decision: Decision) -> dict:
-    return {
+    entry = {
         "name": model.name,
         "namespace": model.namespace,
         "model": model.model,
@@ -28,6 +28,11 @@ def model_entry(model: ElasticModel, decision: Decision) -> dict:
         "contextTokens": model.slo.context_tokens,
         "concurrency": model.slo.concurrency,
     }
+    slo = {key: value for key, value in (("ttftMs", model.slo.ttft_ms), ("tpotMs", model.slo.tpot_ms))
+           if value is not None}
+    if slo:
+        entry["slo"] = slo  # the worker gives models with latency targets high-priority streams
+    return entry
 
 
 @lru_cache(maxsize=1)

@@ -21,6 +21,8 @@ class KVSlots:
         per_tensor = slots * kv_heads * context * head_dim
         flat = ledger.empty(2 * layers * per_tensor * element, dtype=dtype)
         flat.zero_()
+        if flat.is_cuda:  # the model's own stream uses the slots next: the zeros must have landed
+            torch.cuda.current_stream(flat.device).synchronize()
         shaped = flat.view(2, layers, slots, kv_heads, context, head_dim)
         self.keys = list(shaped[0].unbind(0))
         self.values = list(shaped[1].unbind(0))

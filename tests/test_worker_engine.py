@@ -1,0 +1,154 @@
+"""The batched engine on CPU (fp32 tiny models): a batch gives every sequence the greedy tokens it
+gets alone, in every mode and family, also when sequences join and leave mid-batch; a long prompt
+is prefilled in chunks while the running sequences keep decoding; the KV slots are the admitted
+reservation, allocated through the ledger, and a full batch stays within the budget; elastic
+streams each layer once per step whatever the batch size."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from worker.admission import need_for
+from worker.config import ModelConfig
+from worker.engine import Generation, ModelEngine
+from worker.memory import DeviceLedger
+from worker.residency import make_residency
+from worker.sampling import SamplingParams
+from worker.shape import read_shape
+from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
+
+CPU = torch.device("cpu")
+PROMPTS = [list(range(40, 61)), [72, 105, 33], list(range(100, 113)), [7] * 30]
+MODES = [("resident", None), ("swap", None), ("elastic", 0), ("elastic", 2)]
+
+
+def residency_of(path, mode, layers, *, budget=64 * MiB):
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    residency = make_residency(mode, model, DeviceLedger(path.name, budget, CPU), CPU, resident_layers=layers)
+    residency.load()
+    return residency
+
+
+def engine_of(residency, *, concurrency, context=96, chunk=8, kv_bytes=1 * MiB):
+    engine = ModelEngine(residency, concurrency=concurrency, context_tokens=context, kv_bytes=kv_bytes,
+                         prefill_chunk=chunk)
+    if residency.mode == "swap":
+        engine.activate()
+    return engine
+
+
+def greedy(prompt, tokens=10) -> Generation:
+    return Generation(prompt_ids=list(prompt), params=SamplingParams(max_tokens=tokens, temperature=0),
+                      eos_ids=frozenset(), decode=lambda ids: "")
+
+
+def run(engine, arrivals: dict[int, list[Generation]]) -> None:
+    """Step until every generation finished; arrivals[k] join before step k."""
+    pending = dict(arrivals)
+    for step in range(1000):
+        for generation in pending.pop(step, []):
+            engine.join(generation)
+        if not engine.seated and not pending:
+            return
+        engine.step()
+    raise AssertionError("the batch did not finish in 1000 steps")
+
+
+@pytest.mark.parametrize("mode,layers", MODES, ids=[f"{m}-{n}" if n is not None else m for m, n in MODES])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_batch_gives_each_sequence_its_tokens_alone(tiny_models, family, mode, layers):
+    residency = residency_of(tiny_models[family], mode, layers)
+    alone = []
+    for prompt in PROMPTS:
+        generation = greedy(prompt)
+        run(engine_of(residency, concurrency=1), {0: [generation]})
+        alone.append(generation.output_ids)
+    batch = [greedy(p) for p in PROMPTS]
+    run(engine_of(residency, concurrency=len(PROMPTS)), {0: batch})
+    assert [g.output_ids for g in batch] == alone, f"{family} {mode}: batched tokens differ from alone"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_sequences_joining_and_leaving_mid_batch_get_their_tokens_alone(tiny_models, family):
+    residency = residency_of(tiny_models[family], "resident", None)
+    lengths = [4, 12, 7, 9, 5]
+    alone = []
+    for prompt, tokens in zip(PROMPTS + [[1, 2, 3]], lengths):
+        generation = greedy(prompt, tokens)
+        run(engine_of(residency, concurrency=1), {0: [generation]})
+        alone.append(generation.output_ids)
+    joined = [greedy(p, t) for p, t in zip(PROMPTS + [[1, 2, 3]], lengths)]
+    engine = engine_of(residency, concurrency=3)
+    moves = []
+    forward_move = engine.forward.move
+    engine.forward.move = lambda src, dst, n: (moves.append((src, dst)), forward_move(src, dst, n))
+    # 0 and 1 start together, 2 joins mid-decode, 0 leaves first (its slot is refilled), 3 and 4 join later
+    run(engine, {0: joined[:2], 3: [joined[2]], 7: [joined[3]], 12: [joined[4]]})
+    assert [g.output_ids for g in joined] == alone
+    assert moves, "a sequence left from below the last slot: compaction moved the last one into its slot"
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_running_sequences_decode(tiny_models):
+    residency = residency_of(tiny_models["llama"], "resident", None)
+    engine = engine_of(residency, concurrency=2, chunk=8)
+    runner = greedy(PROMPTS[1], tokens=20)
+    engine.join(runner)
+    engine.step()  # runner's prompt (3 tokens) in one chunk: first token
+    long = greedy(list(range(1, 61)), tokens=2)  # 60 tokens: 8 steps of at most 8 - 1 prompt tokens
+    engine.join(long)
+    steps = 0
+    while long.prefilling:
+        before = len(runner.output_ids)
+        results = dict(engine.step())
+        steps += 1
+        assert len(runner.output_ids) == before + 1, "the running sequence got no token during the prefill"
+        assert results[long] is None or not long.prefilling
+    assert steps == -(-60 // 7), "each step spends the chunk minus the decoding rows on the prompt"
+
+
+def test_a_step_never_runs_more_tokens_than_one_prefill_chunk(tiny_models):
+    residency = residency_of(tiny_models["llama"], "resident", None)
+    engine = engine_of(residency, concurrency=4, chunk=16)
+    seen = []
+    forward_run = engine.forward.run
+    engine.forward.run = lambda rows: (seen.append(sum(len(r.tokens) for r in rows)), forward_run(rows))[1]
+    run(engine, {0: [greedy(p, 6) for p in PROMPTS]})
+    assert max(seen) <= 16 and sum(seen) == sum(len(p) for p in PROMPTS) + 4 * 5
+
+
+@pytest.mark.parametrize("family,path", [("llama", "decoder"), ("qwen2", "decoder"), ("gpt2", "transformers")])
+def test_forward_path_by_architecture(tiny_models, family, path):
+    assert engine_of(residency_of(tiny_models[family], "resident", None), concurrency=1).path == path
+
+
+@pytest.mark.parametrize("mode,layers", [("resident", None), ("swap", None), ("elastic", 1)])
+def test_kv_slots_are_the_admitted_reservation_and_a_full_batch_stays_within_the_budget(tiny_models, mode, layers):
+    path = tiny_models["qwen2"]
+    shape = read_shape(path)
+    config = ModelConfig(name="m", namespace="llm", model=str(path), mode=mode, budget_bytes=1 << 40,
+                         context_tokens=64, concurrency=4, resident_layers=layers)
+    need = need_for(config, shape, workspace_bytes=0)
+    # the rotary tables are buffers the checkpoint does not store: the footprint leaves them to the workspace,
+    # which is 0 on CPU, so they are added here
+    rope = 2 * 4 * (shape.hidden_size // shape.num_attention_heads // 2)
+    residency = residency_of(path, mode, layers, budget=need.total + rope)
+    residency.ledger.reserve("activation", need.activation)
+    before = residency.ledger.placed_bytes if mode != "swap" else 0
+    engine = engine_of(residency, concurrency=4, context=64, chunk=16, kv_bytes=need.kv_cache)
+    weights = residency.ledger.placed_bytes - (before if mode != "swap" else 0)
+    assert engine.forward.kv.nbytes == need.kv_cache, "KV slots = contextTokens x concurrency x bytes per token"
+    run(engine, {0: [greedy(list(range(1, 40 + i)), 64 - 40 - i) for i in range(4)]})
+    assert weights > 0 and residency.ledger.peak_bytes <= residency.ledger.budget_bytes == need.total + rope
+
+
+def test_elastic_streams_each_layer_once_per_step_whatever_the_batch(tiny_models):
+    residency = residency_of(tiny_models["llama"], "elastic", 1)
+    streamed = []
+    residency.on_streamed_bytes = streamed.append
+    engine = engine_of(residency, concurrency=4, chunk=128)  # 67 prompt tokens: one prefill step
+    batch = [greedy(p, 5) for p in PROMPTS]
+    run(engine, {0: batch})
+    per_pass = sum(layer.host.numel() for layer in residency.streamed)
+    assert sum(streamed) == per_pass * engine.steps, "one stream of the non-resident layers per step"
+    assert engine.steps == 5, "the 4 prompts prefill in one step, then 4 decode steps serve all 4 sequences"

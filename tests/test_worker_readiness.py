@@ -1,0 +1,75 @@
+"""Per-model readiness: models load smallest first and each serves as soon as it is loaded, while
+a larger neighbour is still loading; /readyz, /readyz/{model} and /v1/models show each model's
+state; the rendered startup probe grows with the bytes the worker loads."""
+from __future__ import annotations
+
+import threading
+
+import httpx
+import openai
+import pytest
+import torch
+
+from controller.rendering.compose import startup_failure_threshold
+from worker.api import create_app
+from worker.config import parse_config
+from worker.runtime import Worker
+from worker_support import (  # noqa: F401  (fixtures are used by name)
+    ServerThread, config_document, model_entry, single_threaded_torch, tiny_models,
+)
+from tinymodels import save_tiny_model
+
+
+@pytest.fixture(scope="module")
+def big_model(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("big") / "big", "llama", layers=8)
+
+
+def test_a_small_model_serves_while_its_larger_neighbour_still_loads(tiny_models, big_model, monkeypatch):
+    import worker.runtime as runtime
+
+    release, big_started = threading.Event(), threading.Event()
+    real_load = runtime.load
+
+    def load(directory, dtype):
+        if directory == big_model:
+            big_started.set()
+            assert release.wait(60), "the test never released the big model's load"
+        return real_load(directory, dtype)
+
+    monkeypatch.setattr(runtime, "load", load)
+    document = config_document([model_entry("big", big_model, "resident"),  # first in the config
+                                model_entry("small", tiny_models["llama"], "resident")])
+    worker = Worker(parse_config(document), device=torch.device("cpu"))
+    worker.start()
+    try:
+        with ServerThread(create_app(worker)) as server:
+            assert big_started.wait(60), "the big model never started loading"
+            base = server.base_url
+            assert worker.model_state("small") == "serving", "the smaller model loads first"
+            assert httpx.get(base + "/readyz", timeout=10).status_code == 200, "one model serves: ready"
+            assert httpx.get(base + "/readyz/small", timeout=10).status_code == 200
+            assert httpx.get(base + "/readyz/big", timeout=10).status_code == 503
+            states = {m["id"]: m["state"] for m in httpx.get(base + "/v1/models", timeout=10).json()["data"]}
+            assert states == {"big": "loading", "small": "serving"}
+            client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0)
+            assert client.completions.create(model="small", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+            with pytest.raises(openai.InternalServerError) as loading:
+                client.completions.create(model="big", prompt="hi", max_tokens=2)
+            assert loading.value.code == "ModelLoading"
+            release.set()
+            assert worker.wait_loaded(60)
+            assert httpx.get(base + "/readyz/big", timeout=10).status_code == 200
+            assert client.completions.create(model="big", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+    finally:
+        release.set()
+        worker.stop()
+
+
+@pytest.mark.parametrize("case,load_bytes,failures", [
+    ("nothing-to-load-still-gets-the-start", 0, 12),
+    ("an-8b-in-bf16", 16 * 10**9, 20),
+    ("a-70b-in-bf16", 140 * 10**9, 82),
+])
+def test_the_startup_probe_allows_the_start_plus_the_bytes_to_load(case, load_bytes, failures):
+    assert startup_failure_threshold(load_bytes) == failures, case
