@@ -2,12 +2,15 @@
 # The GPU benchmarks in one run, for a session that is lent a GPU machine (one H200): run it once,
 # then copy the tables, the date and the device from $OUT into docs/benchmarks.md.
 #
-#   bash bench/gpu_run.sh            # both benches, about 5-9 minutes on an H200 with the 8B shape
+#   bash bench/gpu_run.sh            # everything below, about 5-9 minutes on an H200 with the 8B shape
+#   bash bench/gpu_run.sh compat     # only the transformers-release check
 #   bash bench/gpu_run.sh worker     # only bench/worker_gpu.py
 #   bash bench/gpu_run.sh profile    # only bench/profile_gpu.py
 #
 # Each bench runs under `timeout` and writes its output (stdout and stderr) to $OUT:
 #   $OUT/env.txt          date, nvidia-smi, Python, torch, transformers
+#   $OUT/compat.txt       tests/test_profiler_engine.py on that machine's transformers (5.17: `past_key_values=`),
+#                         the worker's and the profiler's forward through the one KV-argument adapter
 #   $OUT/worker_gpu.txt   bench/worker_gpu.py (the worker engine's table; exit 1 = a target missed)
 #   $OUT/profile_gpu.txt  bench/profile_gpu.py (time to profile an 8B, predicted vs measured peak memory)
 # A bench that fails or times out does not stop the next one; the script exits with the first failure.
@@ -31,8 +34,9 @@ OUT="${OUT:-/tmp/gpu-run}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 PYTHON="${PYTHON:-python3}"
-WORKER_TIMEOUT_S=330   # the two limits add up to less than one 600 s device command
-PROFILE_TIMEOUT_S=210
+COMPAT_TIMEOUT_S=60    # the three limits add up to less than one 600 s device command
+WORKER_TIMEOUT_S=300
+PROFILE_TIMEOUT_S=200
 
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -60,11 +64,18 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run one bench under timeout, its out
   [ "$status" = 0 ] && status=$rc
 }
 
+compat() {  # no pytest plugins beyond pytest's own: the machine has not this project's test extras
+  PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 step compat "$COMPAT_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider \
+    tests/test_profiler_engine.py
+}
+
 case "${1:-all}" in
-  all) step worker_gpu "$WORKER_TIMEOUT_S" "$PYTHON" bench/worker_gpu.py
+  all) compat
+       step worker_gpu "$WORKER_TIMEOUT_S" "$PYTHON" bench/worker_gpu.py
        step profile_gpu "$PROFILE_TIMEOUT_S" "$PYTHON" bench/profile_gpu.py ;;
+  compat) compat ;;
   worker) step worker_gpu "$WORKER_TIMEOUT_S" "$PYTHON" bench/worker_gpu.py ;;
   profile) step profile_gpu "$PROFILE_TIMEOUT_S" "$PYTHON" bench/profile_gpu.py ;;
-  *) echo "usage: bash bench/gpu_run.sh [all|worker|profile]" >&2; exit 2 ;;
+  *) echo "usage: bash bench/gpu_run.sh [all|compat|worker|profile]" >&2; exit 2 ;;
 esac
 exit "$status"
