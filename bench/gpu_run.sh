@@ -20,7 +20,7 @@
 # also import jsonschema and fastjsonschema (profile validation, worker config). Before the run, in the
 # repository root on the machine without the GPU:
 #
-#   echo /.whl/ >> .git/info/exclude
+#   echo /.whl/ >> "$(git rev-parse --git-path info/exclude)"
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .whl jsonschema referencing jsonschema-specifications rpds-py fastjsonschema
