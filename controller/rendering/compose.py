@@ -183,17 +183,18 @@ def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: obj
 def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: Mapping[str, Composition],
                     tree: _Tree, errors: list[ComposeError]) -> None:
     """Each model awaiting a profile: its composition's profiling objects, nothing else. The models of one
-    namespace that await the same profile share one Job, measured at the largest concurrency among them."""
-    concurrency: dict[tuple[str, str, str, str], int] = {}
+    namespace that await the same profile share one Job, measured at the largest concurrency and context
+    among them (decode time grows with both)."""
+    runs: dict[tuple[str, str, str, str], _ProfileRun] = {}
     for item in pending:
         model = by_key.get(item.key)
         if model is not None:
             key = _profile_key(item)
-            concurrency[key] = max(concurrency.get(key, 1), model.slo.concurrency)
+            runs[key] = runs.get(key, _ProfileRun()).widened(model.slo.concurrency, model.slo.context_tokens)
 
     def render(item: Pending) -> None:
         model, composition = _admit(item, by_key, compositions)
-        tree.add(_profiling(model, item, composition, concurrency[_profile_key(item)]), [model.ref])
+        tree.add(_profiling(model, item, composition, runs[_profile_key(item)]), [model.ref])
 
     for item in sorted(pending, key=lambda p: p.key):
         _guarded(errors, render, item)
@@ -289,12 +290,23 @@ def _served(model: ElasticModel, decision: Decision) -> _Served:
     return _Served(model, decision, entry)
 
 
+@dataclass(frozen=True)
+class _ProfileRun:
+    """What one profiler Job measures at: the profiler's --concurrency and --context-tokens."""
+
+    concurrency: int = 1
+    context_tokens: int = 1
+
+    def widened(self, concurrency: int, context_tokens: int) -> _ProfileRun:
+        return _ProfileRun(max(self.concurrency, concurrency), max(self.context_tokens, context_tokens))
+
+
 def _profile_key(item: Pending) -> tuple[str, str, str, str]:
     return (item.namespace, item.model, item.revision, item.gpu_product)
 
 
 def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
-               concurrency: int) -> list[tuple[str, str]]:
+               run: _ProfileRun) -> list[tuple[str, str]]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
     configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
     context = {
@@ -302,9 +314,10 @@ def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
         "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
         "job": {
             "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,
-                                      str(composition.parameters["image"]), concurrency),
+                                      str(composition.parameters["image"]), run.concurrency, run.context_tokens),
             "product": pending.gpu_product,
-            "concurrency": concurrency,
+            "concurrency": run.concurrency,
+            "contextTokens": run.context_tokens,
             "configmap": configmap,
             "out": f"configmap:{model.namespace}/{configmap}",
         },
