@@ -152,3 +152,33 @@ def test_elastic_streams_each_layer_once_per_step_whatever_the_batch(tiny_models
     per_pass = sum(layer.host.numel() for layer in residency.streamed)
     assert sum(streamed) == per_pass * engine.steps, "one stream of the non-resident layers per step"
     assert engine.steps == 5, "the 4 prompts prefill in one step, then 4 decode steps serve all 4 sequences"
+
+
+@pytest.mark.parametrize("concurrency,expected", [(1, [1]), (2, [1, 2]), (8, [1, 2, 4, 8]), (12, [1, 2, 4, 8, 12])])
+def test_graph_buckets_are_powers_of_two_up_to_the_concurrency(concurrency, expected):
+    from worker.forward.graphs import buckets
+
+    assert buckets(concurrency) == expected
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["resident", "swap"])
+def test_graph_replayed_decode_gives_the_eager_tokens_on_cuda(tiny_models, mode):
+    """CUDA only: the same batch decoded through captured graphs and eagerly gives the same tokens."""
+    cuda = torch.device("cuda")
+
+    def batch_tokens(graphs: bool) -> list[list[int]]:
+        model = AutoModelForCausalLM.from_pretrained(tiny_models["llama"], local_files_only=True).eval()
+        residency = make_residency(mode, model, DeviceLedger("m", 64 * MiB, cuda), cuda)
+        residency.load()
+        engine = ModelEngine(residency, concurrency=4, context_tokens=96, kv_bytes=0, prefill_chunk=8, graphs=graphs)
+        if mode == "swap":
+            engine.activate()
+        batch = [greedy(p) for p in PROMPTS]
+        run(engine, {0: batch[:2], 4: batch[2:]})
+        if graphs:
+            assert engine.forward.graphs, "no decode step was replayed from a graph"
+            assert residency.ledger.peak_bytes <= residency.ledger.budget_bytes
+        return [g.output_ids for g in batch]
+
+    assert batch_tokens(graphs=True) == batch_tokens(graphs=False)

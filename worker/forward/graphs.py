@@ -4,8 +4,9 @@ A step where every seated sequence decodes one token (the steady state) replays 
 captured for the smallest bucket (1, 2, 4, ... up to the concurrency) that holds the
 batch; other steps (a prefill chunk in the batch) and buckets that could not be
 captured run eagerly through the same DecoderForward. Graphs are captured lazily, on a
-bucket's first decode-only step, on the model's own stream, in thread-local capture mode
-(other models keep running in their threads), sharing one memory pool per model. The
+bucket's first decode-only step, on a side stream of the model's, in thread-local capture mode
+(other models keep running in their threads; captures themselves take turns), sharing one
+memory pool per model. The
 pool's bytes are charged to the model's ledger ("cuda-graphs"); a capture that would pass
 the budget is dropped and that bucket stays eager. Weights move on a swap-in, so
 `release` (swap-out) drops the graphs with the KV slots. Only constructed when CUDA is
@@ -14,6 +15,7 @@ present (worker/forward/__init__.py); called by worker/engine.py.
 from __future__ import annotations
 
 import logging
+import threading
 
 import torch
 
@@ -25,6 +27,9 @@ from .rows import Row
 
 log = logging.getLogger(__name__)
 WARMUP_STEPS = 3
+# one capture at a time in the process: entering a capture synchronizes the device and empties the
+# allocator's cache, which must not run while another model's capture is under way
+_capture_lock = threading.Lock()
 
 
 class _Captured:
@@ -90,16 +95,18 @@ class GraphedDecoder:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         try:
-            side = torch.cuda.Stream(device=device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                for _ in range(WARMUP_STEPS):
-                    inner.decode_all(tokens, positions)
-            torch.cuda.current_stream(device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                logits = inner.decode_all(tokens, positions)
-            torch.cuda.current_stream(device).synchronize()
+            with _capture_lock:
+                side = torch.cuda.Stream(device=device)
+                side.wait_stream(torch.cuda.current_stream(device))
+                with torch.cuda.stream(side):
+                    for _ in range(WARMUP_STEPS):
+                        inner.decode_all(tokens, positions)
+                torch.cuda.current_stream(device).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool, stream=side, capture_error_mode="thread_local"):
+                    logits = inner.decode_all(tokens, positions)
+                torch.cuda.current_stream(device).wait_stream(side)
+                torch.cuda.current_stream(device).synchronize()
         except Exception:  # an op that cannot be captured: this model decodes eagerly
             log.exception("%s: CUDA graph capture failed for batch %d; decoding eagerly", ledger.model, bucket)
             self.eager_buckets.update(self.buckets)
