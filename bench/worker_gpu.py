@@ -188,10 +188,8 @@ class Bench:
         if not self.args.cpu_smoke:
             return int(self.args.elastic_budget_gib * (1 << 30))
         from worker.admission import need_for
-        from worker.memory import workspace_bytes
 
-        half = self.config.num_hidden_layers // 2
-        return need_for(self.elastic_spec(0), self.shape(), workspace_bytes(self.device), half).total
+        return need_for(self.elastic_spec(0), self.shape(), self.config.num_hidden_layers // 2).total
 
     def elastic_spec(self, budget: int):
         from worker.config import ModelConfig
@@ -209,10 +207,8 @@ class Bench:
     def elastic_layers(self, budget: int) -> int:
         """The resident layers the worker's admission gives the elastic budget at the largest concurrency."""
         from worker.admission import admit
-        from worker.memory import workspace_bytes
 
-        [verdict] = admit([(self.elastic_spec(budget), self.shape())], budget, slot="bench",
-                          workspace_bytes=workspace_bytes(self.device))
+        [verdict] = admit([(self.elastic_spec(budget), self.shape())], budget, slot="bench")
         if verdict.verdict != "applied":
             raise SystemExit(f"the elastic budget is too small for this shape: {verdict.message}")
         if verdict.resident_layers == self.config.num_hidden_layers:

@@ -128,12 +128,12 @@ def test_kv_slots_are_the_admitted_reservation_and_a_full_batch_stays_within_the
     shape = read_shape(path)
     config = ModelConfig(name="m", namespace="llm", model=str(path), mode=mode, budget_bytes=1 << 40,
                          context_tokens=64, concurrency=4, resident_layers=layers)
-    need = need_for(config, shape, workspace_bytes=0)
-    # the rotary tables are buffers the checkpoint does not store: the footprint leaves them to the workspace,
-    # which is 0 on CPU, so they are added here
+    need = need_for(config, shape)
+    # the rotary tables are buffers the checkpoint does not store, so the footprint does not count them
     rope = 2 * 4 * (shape.hidden_size // shape.num_attention_heads // 2)
     residency = residency_of(path, mode, layers, budget=need.total + rope)
     residency.ledger.reserve("activation", need.activation)
+    residency.ledger.reserve("overhead", need.overhead)
     before = residency.ledger.placed_bytes if mode != "swap" else 0
     engine = engine_of(residency, concurrency=4, context=64, chunk=16, kv_bytes=need.kv_cache)
     weights = residency.ledger.placed_bytes - (before if mode != "swap" else 0)
@@ -182,3 +182,59 @@ def test_graph_replayed_decode_gives_the_eager_tokens_on_cuda(tiny_models, mode)
         return [g.output_ids for g in batch]
 
     assert batch_tokens(graphs=True) == batch_tokens(graphs=False)
+
+
+def graphed_engine(residency, capture, *, concurrency=4):
+    """A decoder-path engine whose forward replays per-bucket decode steps through `capture`."""
+    from worker.forward.graphs import GraphedDecoder
+
+    engine = engine_of(residency, concurrency=concurrency)
+    engine.forward = GraphedDecoder(engine.forward, capture=capture)
+    return engine
+
+
+def test_bucketed_decode_replays_give_the_eager_tokens_with_joins_and_leaves(tiny_models):
+    """The graph path on CPU: static buffers padded to the bucket, rows mapped by slot, the shape-static
+    decode step over the whole context (eager_capture runs it without a graph)."""
+    from worker.forward.graphs import eager_capture
+
+    residency = residency_of(tiny_models["qwen2"], "resident", None)
+    prompts, lengths = [[72, 105, 33], [1, 2, 3], [9, 8, 7], [4, 4, 4]], [6, 11, 3, 9]
+    arrivals = lambda batch: {0: batch[:3], 4: [batch[3]]}  # noqa: E731  (3 of 4 slots, then 4)
+    eager = [greedy(p, n) for p, n in zip(prompts, lengths)]
+    run(engine_of(residency, concurrency=4), arrivals(eager))
+    replayed = [greedy(p, n) for p, n in zip(prompts, lengths)]
+    engine = graphed_engine(residency, eager_capture)
+    run(engine, arrivals(replayed))
+    assert [g.output_ids for g in replayed] == [g.output_ids for g in eager]
+    assert sorted(engine.forward.graphs) == [1, 2, 4], "3 and 4 decoding used bucket 4 (3 padded), then 2 and 1"
+
+
+def test_a_failed_capture_decodes_eagerly_and_a_pool_past_the_budget_is_not_kept(tiny_models, caplog):
+    from worker.forward.graphs import eager_capture
+
+    residency = residency_of(tiny_models["llama"], "resident", None)
+    expected = [greedy(p) for p in PROMPTS[:2]]
+    run(engine_of(residency, concurrency=4), {0: expected})
+
+    def broken(inner, bucket, previous):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    failed = graphed_engine(residency, broken)
+    batch = [greedy(p) for p in PROMPTS[:2]]
+    run(failed, {0: batch})
+    assert [g.output_ids for g in batch] == [g.output_ids for g in expected]
+    assert not failed.forward.graphs and set(failed.forward.eager_buckets) == {1, 2, 4}
+    assert "decoding eagerly" in caplog.text
+
+    def huge_pool(inner, bucket, previous):
+        captured = eager_capture(inner, bucket, previous)
+        captured.pool_bytes = residency.ledger.budget_bytes
+        return captured
+
+    over = graphed_engine(residency, huge_pool)
+    batch = [greedy(p) for p in PROMPTS[:2]]
+    run(over, {0: batch})
+    assert [g.output_ids for g in batch] == [g.output_ids for g in expected]
+    assert not over.forward.graphs and residency.ledger.reserved("cuda-graphs") == 0
+    assert residency.ledger.peak_bytes <= residency.ledger.budget_bytes

@@ -206,6 +206,8 @@ def test_sigterm_drains_and_exits_within_the_grace_period(tiny_models, tmp_path)
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert took <= grace_s + 2, f"exited {took:.1f}s after SIGTERM; the grace period is {grace_s}s"
+    # the grace period plus a margin for interpreter teardown on a loaded CI machine; the cut request alone
+    # would decode for far longer
+    assert took <= grace_s + 4, f"exited {took:.1f}s after SIGTERM; the grace period is {grace_s}s"
     assert returncode in (0, -signal.SIGTERM)
     assert any('"ShuttingDown"' in line for line in rest), "the cut request was told why"

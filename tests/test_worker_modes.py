@@ -187,3 +187,22 @@ def test_generation_stops(case, stop, eos, finish, text):
         logits[ord(letter)] = 1
         pieces.append(generation.accept(logits))
     assert ("".join(p for p in pieces if p), generation.finish_reason) == (text, finish), case
+
+
+def test_text_is_never_emitted_inside_a_utf8_sequence_and_long_outputs_decode_incrementally():
+    seen = []
+
+    def decode(ids):
+        seen.append(len(ids))
+        return bytes(ids).decode(errors="replace")
+
+    generation = Generation(prompt_ids=[1], params=SamplingParams(max_tokens=300, temperature=0),
+                            eos_ids=frozenset(), decode=decode)
+    script = list("é".encode()) + [ord("x")] + [ord("y")] * 297
+    pieces = []
+    for token in script:
+        logits = torch.zeros(256)
+        logits[token] = 1
+        pieces.append(generation.accept(logits))
+    assert pieces[:3] == ["", "é", "x"] and "".join(pieces) == "éx" + "y" * 297
+    assert max(seen) <= 4, "each step decodes a few tokens of context, not the whole output"

@@ -28,7 +28,7 @@ def config(*entries, **kwargs):
 
 @pytest.mark.parametrize("case,before,after,expect", [
     ("same-entry-unchanged", dict(), dict(), "unchanged"),
-    ("budget-only-retuned", dict(), dict(budget=80 * MiB), "retuned"),
+    ("budget-only-retuned", dict(), dict(budget=400 * MiB), "retuned"),
     ("slo-only-retuned", dict(), dict(slo={"tpotMs": 20}), "retuned"),
     ("concurrency-relaid", dict(), dict(concurrency=3), "relaid"),
     ("context-relaid", dict(), dict(context=128), "relaid"),
@@ -59,12 +59,12 @@ def test_diff_names_added_and_removed_models_and_refuses_a_slot_change():
 
 def test_a_changed_config_applies_in_place_while_an_untouched_model_keeps_serving(tiny_models, tmp_path):
     path = tmp_path / "worker.yaml"
-    before = [model_entry("steady", tiny_models["llama"], "resident", budget=16 * MiB),
-              model_entry("leaving", tiny_models["qwen2"], "swap", budget=16 * MiB),
-              model_entry("reshaped", tiny_models["gpt2"], "resident", budget=16 * MiB, concurrency=1),
-              model_entry("retuned", tiny_models["llama-b"], "resident", budget=16 * MiB)]
-    path.write_text(yaml.safe_dump(config_document(before, capacity=64 * MiB)))
-    worker = started_worker(config_document(before, capacity=64 * MiB))
+    before = [model_entry("steady", tiny_models["llama"], "resident"),
+              model_entry("leaving", tiny_models["qwen2"], "swap"),
+              model_entry("reshaped", tiny_models["gpt2"], "resident", concurrency=1),
+              model_entry("retuned", tiny_models["llama-b"], "resident")]
+    path.write_text(yaml.safe_dump(config_document(before)))
+    worker = started_worker(config_document(before))
     watch = ConfigWatch(path, worker)
     steady_engine, retuned_engine = worker.served["steady"].engine, worker.served["retuned"].engine
     outcomes, stop = [], threading.Event()
@@ -82,11 +82,11 @@ def test_a_changed_config_applies_in_place_while_an_untouched_model_keeps_servin
     traffic.start()
     try:
         after = [before[0],
-                 model_entry("reshaped", tiny_models["gpt2"], "resident", budget=16 * MiB, concurrency=2),
-                 model_entry("retuned", tiny_models["llama-b"], "resident", budget=20 * MiB, slo={"tpotMs": 50}),
-                 model_entry("added", tiny_models["qwen2"], "elastic", budget=8 * MiB, residentLayers=1),
-                 model_entry("too-big", tiny_models["llama"], "resident", budget=1 << 30, context=100_000)]
-        path.write_text(yaml.safe_dump(config_document(after, capacity=64 * MiB)))
+                 model_entry("reshaped", tiny_models["gpt2"], "resident", concurrency=2),
+                 model_entry("retuned", tiny_models["llama-b"], "resident", budget=330 * MiB, slo={"tpotMs": 50}),
+                 model_entry("added", tiny_models["qwen2"], "elastic", residentLayers=1),
+                 model_entry("too-big", tiny_models["llama"], "resident", budget=1 << 30, context=1_000_000)]
+        path.write_text(yaml.safe_dump(config_document(after)))
         change = watch.check()
         assert watch.check() is None, "an unchanged file is not applied twice"
     finally:
@@ -97,7 +97,7 @@ def test_a_changed_config_applies_in_place_while_an_untouched_model_keeps_servin
         assert outcomes and all(isinstance(e, FinishEvent) for e in outcomes), "a request to the untouched model failed"
         assert worker.served["steady"].engine is steady_engine, "the untouched model was reloaded"
         assert worker.served["retuned"].engine is retuned_engine, "a budget change reloaded the model"
-        assert worker.ledgers["retuned"].budget_bytes == 20 * MiB
+        assert worker.ledgers["retuned"].budget_bytes == 330 * MiB
         with pytest.raises(ModelNotFound):
             worker.lookup("leaving")
         assert "leaving" not in worker.ledgers and "leaving" not in worker.scheduler.executors

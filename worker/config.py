@@ -13,6 +13,7 @@ import yaml
 from jsonschema.exceptions import best_match
 
 import schemas
+from contract.footprint import Terms, terms_from_document
 
 from .errors import ConfigError
 
@@ -33,6 +34,7 @@ class ModelConfig:
     dtype: str = "auto"
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    footprint: Terms | None = None  # the controller's planned terms; None: estimate from the checkpoint
 
     @property
     def ref(self) -> str:
@@ -101,6 +103,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
                 concurrency=m["concurrency"], resident_layers=m.get("residentLayers"),
                 revision=m.get("revision"), dtype=m.get("dtype", "auto"),
                 ttft_ms=m.get("slo", {}).get("ttftMs"), tpot_ms=m.get("slo", {}).get("tpotMs"),
+                footprint=terms_from_document(m["footprint"]) if "footprint" in m else None,
             )
             for m in document["models"]
         ),

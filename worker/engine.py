@@ -20,10 +20,11 @@ from typing import Callable
 
 import torch
 
+from contract.footprint import PREFILL_CHUNK_TOKENS
+
 from .forward import Row, make_forward
 from .residency import Residency
 from .sampling import Sampler, SamplingParams
-from .shape import PREFILL_CHUNK_TOKENS
 from .transfer import swap_allocations
 
 _join_order = count()
@@ -40,7 +41,10 @@ class Generation:
     cached: int = 0  # tokens of this sequence in its KV slot
     slot: int | None = None
     joined: int = 0
-    _emitted: int = 0
+    _emitted: int = 0  # characters of _text handed out
+    _text: str = ""  # the output detokenised so far
+    _prefix: int = 0  # incremental detokenisation: context tokens start here
+    _read: int = 0  # ... and the tokens up to here are in _text
     _sampler: Sampler | None = None
 
     @property
@@ -72,19 +76,22 @@ class Generation:
         return self._text_delta()
 
     def _text_delta(self) -> str:
-        """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string."""
-        text = self.decode(self.output_ids)
+        """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string.
+        Detokenised incrementally (a few tokens of context per step, as streaming servers do), so a long
+        output costs the same per token as a short one."""
+        before = len(self._text)
+        window = self.decode(self.output_ids[self._prefix:])
+        head = self.decode(self.output_ids[self._prefix:self._read])
+        if len(window) > len(head) and (self.done or not window.endswith("\ufffd")):
+            self._text += window[len(head):]
+            self._prefix, self._read = self._read, len(self.output_ids)
+        longest = max((len(s) for s in self.params.stop), default=0)
         for stop in self.params.stop:
-            at = text.find(stop)
+            at = self._text.find(stop, max(0, before - longest + 1))
             if at != -1:
-                text, self.finish_reason = text[:at], "stop"
-        if not self.done:
-            hold = max((len(s) - 1 for s in self.params.stop), default=0)
-            safe = len(text) - hold
-            while safe > 0 and text[safe - 1] == "\ufffd":
-                safe -= 1
-            text = text[:max(safe, self._emitted)]
-        delta, self._emitted = text[self._emitted:], max(self._emitted, len(text))
+                self._text, self.finish_reason = self._text[:at], "stop"
+        final = len(self._text) if self.done else max(len(self._text) - max(longest - 1, 0), self._emitted)
+        delta, self._emitted = self._text[self._emitted:final], max(self._emitted, final)
         return delta
 
 

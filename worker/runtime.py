@@ -26,8 +26,8 @@ from .engine import Generation, ModelEngine
 from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
+from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .reconfigure import ConfigDiff, diff
-from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
 from .metrics import WorkerMetrics
 from .residency import Residency, make_residency
 from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
@@ -96,16 +96,10 @@ class Worker:
     # lifecycle
     def start(self) -> None:
         """Admit (synchronously), publish verdicts, start the executor, load applied models in the background."""
-        for model in self.config.models:
-            try:
-                self.directories[model.name] = resolve(model)
-                self.shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
-            except ModelLoadError as exc:
-                self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
+        self.shapes.update(self._read_shapes(self.config.models))
         self.available_bytes = available_bytes(self.config.capacity_bytes, self.probe)
         readable = [(m, self.shapes[m.name]) for m in self.config.models if m.name in self.shapes]
-        for verdict in admit(readable, self.available_bytes, slot=self.config.slot_id,
-                             workspace_bytes=workspace_bytes(self.device)):
+        for verdict in admit(readable, self.available_bytes, slot=self.config.slot_id):
             self._set_verdict(verdict)
         self._publish_verdicts()
         self.scheduler.start()
@@ -142,8 +136,7 @@ class Worker:
             incoming = self._read_shapes([*change.relaid, *change.added])
             order = [m for m in new.models if m.name in staying] + [m for m in new.models if m.name in incoming]
             verdicts = {v.name: v for v in admit([(m, self.shapes[m.name] if m.name in staying else incoming[m.name])
-                                                  for m in order], self.available_bytes, slot=new.slot_id,
-                                                 workspace_bytes=workspace_bytes(self.device))}
+                                                  for m in order], self.available_bytes, slot=new.slot_id)}
             kept_old: dict[str, ModelConfig] = {}
             to_load: list[ModelConfig] = []
             for model in change.retuned:
@@ -312,7 +305,7 @@ class Worker:
             self._publish_verdicts()
 
     def _read_shapes(self, models) -> dict[str, ModelShape]:
-        """Shapes of the models to (re)load; an unreadable one is refused alone."""
+        """Shapes of the models to (re)load, read from their files; an unreadable one is refused alone."""
         shapes = {}
         for model in models:
             try:
@@ -356,10 +349,11 @@ class Worker:
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]
-        need = need_for(model, self.shapes[model.name], workspace_bytes(self.device), verdict.resident_layers)
+        need = need_for(model, self.shapes[model.name], verdict.resident_layers)
         ledger = DeviceLedger(model.name, model.budget_bytes, self.device)
         self.ledgers[model.name] = ledger
-        ledger.reserve("activation", need.activation + need.workspace)
+        ledger.reserve("activation", need.activation)
+        ledger.reserve("overhead", need.overhead)
         tokenizer, host_model = load(self.directories[model.name], model.dtype)
         residency = make_residency(model.mode, host_model, ledger, self.device,
                                    resident_layers=verdict.resident_layers)

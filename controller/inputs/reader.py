@@ -20,10 +20,12 @@ from typing import Callable
 
 import yaml
 
-from controller.inputs.layout import DECISIONS_DIR, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR
-from controller.inputs.load import (YAML_SUFFIXES, DecisionRecord, Documents, combine, load_documents,
-                                    parse_inventory, parse_model, parse_profile, revive_last_good)
-from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
+from contract.wire import SOURCE_ANNOTATION
+from controller.inputs.layout import (DECISIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR, MODELS_DIR, PLAN_MD,
+                                      PROFILES_DIR)
+from controller.inputs.load import (YAML_SUFFIXES, DecisionRecord, Documents, load_documents,
+                                    TreeInputs, parse_inventory, parse_model, parse_profile, revive_last_good)
+from controller.serialize import decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 
@@ -46,17 +48,27 @@ class RepoSnapshot:
 
 def read_repo(root: Path) -> RepoSnapshot:
     """Everything a pass reads from a GitOps directory. Other trees are ignored; files are read sorted."""
-    root = Path(root)
-    return RepoSnapshot(load_repo(root), load_decision_records(root), read_plan_md(root))
+    tree = read_tree(root)
+    return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md)
 
 
 def load_repo(root: Path) -> Inputs:
     """models/**, profiles/** and gpus.yaml (optional), parsed and combined."""
+    return read_repo(root).inputs
+
+
+def read_tree(root: Path) -> TreeInputs:
+    """Every input file of a GitOps tree, parsed, plus the measured profiles committed under
+    profiles/measured/ as text (cluster mode keeps or replaces them)."""
     root = Path(root)
-    models, errors = read_models(root)
+    models, model_errors = read_models(root)
     profiles, profile_errors = read_profiles(root)
-    slots, inventory_errors = read_inventory(root)
-    return combine(models, profiles, slots, errors + profile_errors + inventory_errors)
+    slots, slot_errors = read_inventory(root)
+    measured = root / MEASURED_PROFILES_DIR
+    committed = {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+                 for p in sorted(measured.rglob("*")) if p.is_file()} if measured.is_dir() else {}
+    return TreeInputs(tuple(models), tuple(model_errors), tuple(profiles), tuple(profile_errors), tuple(slots),
+                      tuple(slot_errors), load_decision_records(root), read_plan_md(root), committed)
 
 
 def read_plan_md(root: Path) -> str | None:
