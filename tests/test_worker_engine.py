@@ -238,3 +238,24 @@ def test_a_failed_capture_decodes_eagerly_and_a_pool_past_the_budget_is_not_kept
     assert [g.output_ids for g in batch] == [g.output_ids for g in expected]
     assert not over.forward.graphs and residency.ledger.reserved("cuda-graphs") == 0
     assert residency.ledger.peak_bytes <= residency.ledger.budget_bytes
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_a_sequence_that_has_not_run_yet_can_move_into_a_freed_slot(tiny_models, family):
+    """A 4-token chunk: the first prompt (3 tokens, 1 output) finishes in step 0 beside one token of the
+    second; the third has not run when it moves into slot 0."""
+    residency = residency_of(tiny_models[family], "resident", None)
+    prompts = [[72, 105, 33], [1, 2, 3, 4, 5], [9, 8, 7]]
+    alone = []
+    for prompt, tokens in zip(prompts, (1, 4, 4)):
+        generation = greedy(prompt, tokens)
+        run(engine_of(residency, concurrency=1, chunk=4), {0: [generation]})
+        alone.append(generation.output_ids)
+    batch = [greedy(p, n) for p, n in zip(prompts, (1, 4, 4))]
+    engine = engine_of(residency, concurrency=3, chunk=4)
+    for generation in batch:
+        engine.join(generation)
+    engine.step()
+    assert batch[0].done and batch[2].slot == 0 and batch[2].cached == 0, "the unrun sequence moved to slot 0"
+    run(engine, {})
+    assert [g.output_ids for g in batch] == alone

@@ -98,6 +98,8 @@ def test_a_changed_config_applies_in_place_while_an_untouched_model_keeps_servin
         assert worker.served["steady"].engine is steady_engine, "the untouched model was reloaded"
         assert worker.served["retuned"].engine is retuned_engine, "a budget change reloaded the model"
         assert worker.ledgers["retuned"].budget_bytes == 330 * MiB
+        assert worker.scheduler.executors["retuned"].priority, "a latency SLO gives the model's stream priority"
+        assert not worker.scheduler.executors["steady"].priority
         with pytest.raises(ModelNotFound):
             worker.lookup("leaving")
         assert "leaving" not in worker.ledgers and "leaving" not in worker.scheduler.executors

@@ -151,7 +151,9 @@ class Worker:
                 elif model.name in self.served:
                     kept_old[model.name] = self.config.model(model.name)
             to_load += [m for m in change.added if m.name in incoming and verdicts[m.name].verdict == "applied"]
-            self._retire([*change.removed, *(m.name for m in to_load if m.name in self.served)], drain_timeout_s)
+            stuck = self._retire([*change.removed, *(m.name for m in to_load if m.name in self.served)],
+                                 drain_timeout_s)
+            to_load = [m for m in to_load if m.name not in stuck]
             effective = tuple(kept_old.get(m.name, m) for m in new.models)
             with self._lock:
                 self.config = replace(new, models=effective)
@@ -327,25 +329,31 @@ class Worker:
         self._set_verdict(verdict)
         return True
 
-    def _retire(self, names: list[str], timeout_s: float) -> None:
-        """Drain `names` (their requests finish; new ones get 503), then free their device memory."""
+    def _retire(self, names: list[str], timeout_s: float) -> set[str]:
+        """Drain `names` (their requests finish; new ones get 503), then free their device memory: on the
+        model's executor thread, before the scheduler forgets it (a swap-in waits for that)."""
         done = {name: threading.Event() for name in names if name in self.served}
         for name, event in done.items():
-            self.scheduler.remove_model(name, on_retired=event.set)
+            self.scheduler.remove_model(name, on_retired=lambda name=name, event=event: (self._free(name),
+                                                                                          event.set()))
+        stuck = set()
         for name, event in done.items():
             if not event.wait(timeout_s):
-                log.warning("%s still had requests after %.0fs of draining", name, timeout_s)
-            with self._lock:
-                served = self.served.pop(name)
-            served.engine.deactivate()
-            served.residency.ledger.release_all()
-            self.ledgers.pop(name, None)
-            self.metrics.device_bytes.labels(name, served.config.mode).set(0)
-            del served
+                log.warning("%s still had requests after %.0fs of draining; it is not reloaded", name, timeout_s)
+                stuck.add(name)
         if done:
             gc.collect()
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()  # a retired model's cached blocks belong to its own stream
+        return stuck
+
+    def _free(self, name: str) -> None:
+        with self._lock:
+            served = self.served.pop(name)
+        served.engine.deactivate()
+        served.residency.unload()
+        self.ledgers.pop(name, None)
+        self.metrics.device_bytes.labels(name, served.config.mode).set(0)
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]

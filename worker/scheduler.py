@@ -121,8 +121,9 @@ class Scheduler:
                 self._launch(executor)
 
     def remove_model(self, name: str, on_retired: Callable[[], None]) -> None:
-        """Retire `name`: it admits nothing new; once its queued and running requests finished, its
-        executor stops, the policy forgets it and `on_retired` runs (on the executor's thread)."""
+        """Retire `name`: it admits nothing new; once its queued and running requests finished (and no
+        swap-in runs), `on_retired` frees it on the executor's thread, then the policy forgets it, so a
+        swap-in that follows finds its memory free."""
         with self._cond:
             self.executors[name].retiring = on_retired
             self._cond.notify_all()
@@ -245,8 +246,9 @@ class Scheduler:
                     if self._stopped:
                         return
                     if executor.retiring is not None and not self.policy.has_work(model) \
-                            and self.policy.swapping != model:
-                        self._retire(executor)
+                            and self.policy.swapping is None:
+                        if model in self.policy.swap_group:
+                            self.policy.swapping = model  # no swap-in until its memory is free
                         action = None
                         break
                     action = self.policy.next_action(model, self.clock())
@@ -257,7 +259,10 @@ class Scheduler:
                     executor.busy_since = self.clock()
                     self.metrics.queue_depth.labels(model).set(len(self.policy.queued[model]))
             if action is None:
-                executor.retiring()  # outside the lock: freeing memory holds up no other model
+                try:
+                    executor.retiring()  # outside the lock: freeing memory holds up no other model
+                finally:
+                    self._retire(executor)
                 return
             try:
                 with _stream_for(executor):
@@ -269,10 +274,14 @@ class Scheduler:
                 executor.busy_since = None
 
     def _retire(self, executor: _Executor) -> None:
-        """Under the lock: forget a drained model (its executor then frees it)."""
-        self.policy.remove_model(executor.model)
-        del self.executors[executor.model]
-        self._cond.notify_all()
+        """Forget a drained model whose memory was freed."""
+        with self._cond:
+            if self.policy.swapping == executor.model:
+                self.policy.swapping = None
+            if self.executors.get(executor.model) is executor:
+                self.policy.remove_model(executor.model)
+                del self.executors[executor.model]
+            self._cond.notify_all()
 
     def _swap(self, action: SwapIn) -> None:
         started = time.perf_counter()

@@ -37,7 +37,9 @@ class TransformersForward:
         self.caches.pop(slot, None)
 
     def move(self, src: int, dst: int, length: int) -> None:
-        self.caches[dst] = self.caches.pop(src)
+        cache = self.caches.pop(src, None)  # None: the moved sequence has not run a step yet
+        if cache is not None:
+            self.caches[dst] = cache
 
     @torch.inference_mode()
     def run(self, rows: list[Row]) -> torch.Tensor:

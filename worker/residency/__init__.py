@@ -40,6 +40,17 @@ class Residency:
     def deactivate(self) -> None:
         """Swap: drop the device copy (the host copy is the master). Other modes never leave."""
 
+    def unload(self) -> None:
+        """The model is retired: drop every weight and buffer (device and host) and forget the ledger's
+        tensors, so the memory is free now, whoever still holds the model object."""
+        for param in self.model.parameters():
+            param.data = torch.empty(0, dtype=param.dtype)
+        for module in self.model.modules():
+            for key, buf in module._buffers.items():
+                if buf is not None:
+                    module._buffers[key] = torch.empty(0, dtype=buf.dtype)
+        self.ledger.release_all()
+
     # Layer gates: a forward that runs the decoder layers itself (worker/forward/decoder.py) calls these
     # around the pass and each layer; elastic streams layers through them. transformers' modules reach the
     # same gates through forward hooks.

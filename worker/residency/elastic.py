@@ -64,6 +64,10 @@ class ElasticResidency(Residency):
             module.register_forward_pre_hook(lambda module, args, j=j: self._enter(j))
             module.register_forward_hook(lambda module, args, out, j=j: self._leave(j))
 
+    def unload(self) -> None:
+        self.streamed, self.buffers = [], []
+        super().unload()
+
     def start_pass(self) -> None:
         if self.streamed:
             self._prefetch(0)

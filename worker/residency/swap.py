@@ -42,6 +42,10 @@ class SwapResidency(Residency):
             torch.cuda.current_stream(self.device).synchronize()
         self._active = True
 
+    def unload(self) -> None:
+        self._host_params, self._host_buffers, self._active = [], [], False
+        super().unload()
+
     def deactivate(self) -> None:
         for param, host in self._host_params:
             param.data = host
