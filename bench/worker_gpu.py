@@ -244,7 +244,9 @@ class Bench:
         return traces
 
     def concurrent(self, model: str, concurrency: int, tokens: int) -> tuple[float, float]:
-        """(aggregate tokens/s, mean TPOT ms) while all `concurrency` requests decode together."""
+        """(aggregate tokens/s, mean TPOT ms) while all `concurrency` requests decode together. A first,
+        untimed round at the same concurrency captures the decode graph of that batch bucket."""
+        self.wait([self.submit(model, tokens) for _ in range(concurrency)])
         traces = self.wait([self.submit(model, tokens) for _ in range(concurrency)])
         start = max(t.times[0] for t in traces)   # every request has its first token: the batch is full
         end = min(t.times[-1] for t in traces)    # until the first one finishes
