@@ -182,19 +182,19 @@ class Scheduler:
             return not any(self.policy.has_work(m) for m in self.executors)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop every executor after its current action; requests still queued or running get an error."""
+        """Stop every executor after its current action. Requests still queued or running get an error at
+        once (a token their executor still delivers after it is ignored: the error ended the request)."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        deadline = time.monotonic() + timeout_s
-        for executor in self.executors.values():
-            if executor.thread is not None and executor.thread.is_alive():
-                executor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        error = WorkerError("ShuttingDown", "the worker stopped before this request finished; retry it")
-        with self._cond:
             left = [j for m in self.executors for j in (*self.policy.queued[m], *self.policy.running[m])]
+        error = WorkerError("ShuttingDown", "the worker stopped before this request finished; retry it")
         for job in left:
             _deliver(job, ErrorEvent(error))
+        deadline = time.monotonic() + timeout_s
+        for executor in list(self.executors.values()):
+            if executor.thread is not None and executor.thread.is_alive():
+                executor.thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def health(self) -> tuple[bool, dict]:
         """(live, detail): not live when an executor died, one action runs past stall_s, or requests wait

@@ -1,7 +1,7 @@
 """Serving the API with uvicorn, and the graceful stop on SIGTERM within a grace period.
 
 The first exit signal drains the worker on a side thread: new requests get 503
-ShuttingDown, requests in flight get 60 % of the grace period to finish, then the
+ShuttingDown, requests in flight get half the grace period to finish, then the
 executors stop and every request left gets an error event, so the connections uvicorn
 waits for close in time (uvicorn's own graceful timeout is 90 % of the grace period).
 Executor threads are daemons: one stuck in a step cannot hold the process. Called by
@@ -18,7 +18,7 @@ from .api import create_app
 from .runtime import Worker
 
 log = logging.getLogger(__name__)
-DRAIN_SHARE = 0.6  # of the grace period, for requests in flight to finish
+DRAIN_SHARE = 0.5  # of the grace period, for requests in flight to finish
 
 
 class DrainingServer(uvicorn.Server):
