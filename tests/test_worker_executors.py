@@ -171,7 +171,7 @@ def test_liveness_fails_while_an_executor_is_stuck_in_one_step_and_recovers(tiny
 
 
 def test_sigterm_drains_and_exits_within_the_grace_period(tiny_models, tmp_path):
-    grace_s = 4
+    grace_s = 6
     config = tmp_path / "worker.yaml"
     config.write_text(yaml.safe_dump(config_document(
         [model_entry("m", tiny_models["llama"], "resident", context=20_000, budget=1 << 30)])))

@@ -1,9 +1,10 @@
 """Serving the API with uvicorn, and the graceful stop on SIGTERM within a grace period.
 
 The first exit signal drains the worker on a side thread: new requests get 503
-ShuttingDown, requests in flight get half the grace period to finish, then the
+ShuttingDown, requests in flight get 40 % of the grace period to finish, then the
 executors stop and every request left gets an error event, so the connections uvicorn
-waits for close in time (uvicorn's own graceful timeout is 90 % of the grace period).
+waits for close in time: uvicorn's own graceful timeout is 95 % of the grace period, which leaves
+the event loop time to send what is queued for slow clients before the error.
 Executor threads are daemons: one stuck in a step cannot hold the process. Called by
 `python -m worker`.
 """
@@ -18,7 +19,7 @@ from .api import create_app
 from .runtime import Worker
 
 log = logging.getLogger(__name__)
-DRAIN_SHARE = 0.5  # of the grace period, for requests in flight to finish
+DRAIN_SHARE = 0.4  # of the grace period, for requests in flight to finish
 
 
 class DrainingServer(uvicorn.Server):
@@ -42,5 +43,5 @@ class DrainingServer(uvicorn.Server):
 
 def serve(worker: Worker, *, host: str, port: int, log_level: str, grace_s: float) -> None:
     config = uvicorn.Config(create_app(worker), host=host, port=port, log_level=log_level,
-                            timeout_graceful_shutdown=0.9 * grace_s)
+                            timeout_graceful_shutdown=0.95 * grace_s)
     DrainingServer(worker, grace_s, config).run()
