@@ -15,7 +15,7 @@ from profiler_job.termination import DEFAULT_TERMINATION_LOG
 PROFILE_DTYPES = ("bfloat16", "float16", "float32")  # what a profile's dtype may be
 DTYPES = ("auto", *PROFILE_DTYPES)
 DEFAULT_CONTEXT_TOKENS = 4096
-DEFAULT_BATCH = 1
+DEFAULT_CONCURRENCY = 1
 DEFAULT_REPEATS = 5
 
 
@@ -40,7 +40,7 @@ class Options:
     revision: str = "main"
     dtype: str = "auto"
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    batch: int = DEFAULT_BATCH
+    concurrency: int = DEFAULT_CONCURRENCY  # the ElasticModel's slo.concurrency
     repeats: int = DEFAULT_REPEATS
     gpu_product: str | None = None
     require_gpu: bool = False
@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: the checkpoint's dtype")
     p.add_argument("--context-tokens", type=_positive, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"prompt length the prefill is measured for (default {DEFAULT_CONTEXT_TOKENS})")
-    p.add_argument("--batch", type=_positive, default=DEFAULT_BATCH, help="sequences in the measured decode step")
+    p.add_argument("--concurrency", "--batch", dest="concurrency", type=_positive, default=DEFAULT_CONCURRENCY,
+                   help="the model's declared concurrency (slo.concurrency): decode is measured at batch 1, the "
+                        "powers of two below it and at it, and the decode activation peak at it (default 1)")
     p.add_argument("--repeats", type=_positive, default=DEFAULT_REPEATS, help="timed runs per latency (median)")
     p.add_argument("--gpu-product", help="label the profile with this nvidia.com/gpu.product (CPU runs; overrides NVML)")
     p.add_argument("--require-gpu", action="store_true", help="fail with NoGPU when no CUDA device is visible")
@@ -107,7 +109,7 @@ def parse_args(argv: list[str]) -> Options:
     ns = build_parser().parse_args(argv)
     return Options(
         model=ns.model, out=parse_target(ns.out), revision=ns.revision, dtype=ns.dtype,
-        context_tokens=ns.context_tokens, batch=ns.batch,
+        context_tokens=ns.context_tokens, concurrency=ns.concurrency,
         repeats=ns.repeats, gpu_product=ns.gpu_product, require_gpu=ns.require_gpu,
         trust_remote_code=ns.trust_remote_code, termination_log=ns.termination_log,
     )

@@ -16,7 +16,7 @@ from profiler_job.gpu import GpuIdentity
 from profiler_job.measure.activation import ActivationPeak
 from profiler_job.measure.bandwidth import Bandwidth
 from profiler_job.measure.kv import KvResult
-from profiler_job.measure.latency import Timing
+from profiler_job.measure.latency import DecodeSteps, Timing
 from profiler_job.measure.overhead import Overhead
 from profiler_job.measure.weights import WeightBytes
 
@@ -29,7 +29,7 @@ class Measurements:
     prefill_chunk_tokens: int
     decode_activation: ActivationPeak
     prefill_latency: Timing
-    decode_latency: Timing
+    decode_steps: DecodeSteps
     overhead: Overhead
     bandwidth: Bandwidth
     on_gpu: bool  # activations, latency and overhead came from the GPU the profile names
@@ -61,8 +61,9 @@ def build_profile(*, model: str, revision: str, dtype: str, gpu: GpuIdentity, me
         },
         "runtimeOverheadBytes": m.overhead.bytes,
         "latency": {
-            "decodeMsPerToken": m.decode_latency.ms,
+            "decodeMsPerToken": m.decode_steps.per_token.ms,
             "prefillMsPer1kTokens": m.prefill_latency.ms,
+            "decodeStepMs": [{"batch": batch, "ms": ms} for batch, ms in m.decode_steps.ms_by_batch],
         },
         "hostToDeviceGBps": m.bandwidth.gbps,
         "derivation": {
@@ -74,7 +75,8 @@ def build_profile(*, model: str, revision: str, dtype: str, gpu: GpuIdentity, me
             "activation.decodeBytesPerSequence": m.decode_activation.derivation,
             "runtimeOverheadBytes": m.overhead.derivation,
             "latency.prefillMsPer1kTokens": m.prefill_latency.derivation,
-            "latency.decodeMsPerToken": m.decode_latency.derivation,
+            "latency.decodeMsPerToken": m.decode_steps.per_token.derivation,
+            "latency.decodeStepMs": m.decode_steps.derivation(),
             **m.bandwidth.derivation,
         },
     }

@@ -1,8 +1,9 @@
 """One profiling run: choose the device, load the model, measure stage by stage, assemble the profile.
 
 Owns the order of the stages and the adapters a run needs (loader, CUDA probe,
-GPU identity, Kubernetes API), so tests and the bench can swap them.
-Called by profiler_job.cli (`profile_model`) and bench/profile_gpu.py
+GPU identity, Kubernetes API, the worker's engine the latency is measured
+through), so tests and the bench can swap them.
+Called by profiler_job.cli (`profile_model`), bench/profile_gpu.py and bench/worker_gpu.py
 (`measure_model`, on a model it built itself).
 """
 from __future__ import annotations
@@ -19,9 +20,10 @@ from profiler_job.load import FromPretrained, load_model, transformers_from_pret
 from profiler_job.measure.activation import decode_peak, prefill_peak
 from profiler_job.measure.bandwidth import measure_bandwidth
 from profiler_job.measure.device import Device
+from profiler_job.measure.engine import EngineFactory, worker_engine
 from profiler_job.measure.estimated import cpu_identity, estimate_for_cpu_run
 from profiler_job.measure.kv import measure_kv
-from profiler_job.measure.latency import decode_ms_per_token, prefill_ms_per_1k
+from profiler_job.measure.latency import decode_step_ms, prefill_ms_per_1k
 from profiler_job.measure.overhead import measure_overhead
 from profiler_job.measure.weights import measure_weights
 from profiler_job.profile import Measurements, build_profile
@@ -43,6 +45,7 @@ class Adapters:
     cuda_available: Callable[[], bool] = _cuda_available
     gpu_identity: Callable[[str | None], GpuIdentity] = current_identity
     core_api: Callable[[], Any] = default_core_api
+    engine: EngineFactory = worker_engine
 
 
 def choose_device(options: Options, cuda_available: bool) -> Device:
@@ -66,22 +69,24 @@ def profile_model(options: Options, adapters: Adapters, progress: Progress) -> d
                            trust_remote_code=options.trust_remote_code, device=device.type,
                            from_pretrained=adapters.from_pretrained)
         log.update(model=options.model, device=device.type, gpuProduct=identity.product)
-    return measure_model(model, options, device, identity, progress)
+    return measure_model(model, options, device, identity, progress, engine=adapters.engine)
 
 
-def measure_model(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress) -> dict:
+def measure_model(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress, *,
+                  engine: EngineFactory = worker_engine) -> dict:
     """The validated profile of a loaded model; running out of device memory is OutOfMemory, with the fix."""
     import torch
 
     try:
-        return _measure(model, options, device, identity, progress)
+        return _measure(model, options, device, identity, progress, engine)
     except torch.OutOfMemoryError as exc:
         raise OutOfMemory(
             f"measuring {options.model} ran out of GPU memory ({str(exc).splitlines()[0]}); lower "
-            f"--context-tokens (a prefill chunk of {options.chunk_tokens}) or --batch ({options.batch})") from exc
+            f"--context-tokens (a prefill chunk of {options.chunk_tokens}) or --concurrency ({options.concurrency})") from exc
 
 
-def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress) -> dict:
+def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress,
+             engine: EngineFactory) -> dict:
     import torch
     import transformers
 
@@ -100,14 +105,16 @@ def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity
     chunk = options.chunk_tokens
     with progress.stage("prefill") as log:
         prefill_activation = estimate.prefill if estimate else prefill_peak(model, device, chunk, kv.bytes_per_token)
-        prefill_latency = prefill_ms_per_1k(model, device, chunk, options.repeats)
+        prefill_latency = prefill_ms_per_1k(model, device, engine, options.context_tokens, chunk, options.repeats)
         log.update(bytesPerToken=prefill_activation.bytes, msPer1kTokens=round(prefill_latency.ms, 3))
     with progress.stage("decode") as log:
-        decode_activation = estimate.decode if estimate else decode_peak(model, device, options.batch,
+        decode_activation = estimate.decode if estimate else decode_peak(model, device, options.concurrency,
                                                                           kv.bytes_per_token)
-        decode_latency = decode_ms_per_token(model, device, options.repeats)
+        decode_steps = decode_step_ms(model, device, engine, options.concurrency, options.context_tokens, chunk,
+                                      options.repeats)
         overhead = estimate.overhead if estimate else measure_overhead(weights, device)
-        log.update(bytesPerSequence=decode_activation.bytes, msPerToken=round(decode_latency.ms, 3))
+        log.update(bytesPerSequence=decode_activation.bytes,
+                   stepMs={batch: round(ms, 3) for batch, ms in decode_steps.ms_by_batch})
     with progress.stage("bandwidth") as log:
         bandwidth = (estimate.bandwidth if estimate
                      else measure_bandwidth(model.get_submodule(parts.layers_prefix)[0], device, options.repeats))
@@ -119,6 +126,6 @@ def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity
                          version=__version__, m=Measurements(
                              weights=weights, kv=kv, prefill_activation=prefill_activation,
                              prefill_chunk_tokens=chunk, decode_activation=decode_activation,
-                             prefill_latency=prefill_latency, decode_latency=decode_latency,
+                             prefill_latency=prefill_latency, decode_steps=decode_steps,
                              overhead=overhead, bandwidth=bandwidth, on_gpu=device.is_cuda,
                              architecture=estimate.architecture if estimate else None))

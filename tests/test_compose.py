@@ -158,7 +158,9 @@ def test_profiler_job_spec(tree):
     configmap = job["metadata"]["annotations"]["gpushare.dev/profile-configmap"]
     assert container["command"] == ["python", "-m", "profiler_job"]
     assert container["args"] == ["--model", FRESH.model, "--revision", "main", "--gpu-product", "NVIDIA-H200",
-                                 "--out", f"configmap:llm/{configmap}", "--require-gpu"]
+                                 "--concurrency", str(FRESH.slo.concurrency), "--context-tokens",
+                                 str(FRESH.slo.context_tokens), "--out", f"configmap:llm/{configmap}", "--require-gpu"]
+    assert spec["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
     assert spec["serviceAccountName"] == "gpushare-profiler"
     assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (2, 86400)
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -249,6 +251,18 @@ def test_two_models_awaiting_in_one_namespace_share_the_profiler_identity_not_th
     patched = sorted(name for p in result.files if "/role-" in p
                      for _, _, names, verbs in rules(load(result.files, p)) if verbs == ("patch",) for name in names)
     assert patched == configmaps
+
+
+def test_models_awaiting_one_profile_share_one_job_measured_at_their_largest_concurrency_and_context():
+    busy = replace(FRESH, name="fresh-busy", slo=replace(FRESH.slo, concurrency=FRESH.slo.concurrency * 4))
+    long = replace(FRESH, name="fresh-long", slo=replace(FRESH.slo, context_tokens=FRESH.slo.context_tokens * 2))
+    pending = PLAN.pending + tuple(replace(PLAN.pending[0], name=m.name) for m in (busy, long))
+    result = compose([FRESH, busy, long], Plan(pending=pending), SLOTS, {})
+    assert result.errors == ()
+    (job,) = [load(result.files, p) for p in result.files if "/job-" in p]
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--concurrency") + 1] == str(busy.slo.concurrency)
+    assert args[args.index("--context-tokens") + 1] == str(long.slo.context_tokens)
 
 
 def test_worker_may_create_configmaps_and_patch_only_its_verdicts(tree):
@@ -447,7 +461,8 @@ def test_profiler_accepts_the_jobs_args(tree):
     (path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
     container = load(tree, path)["spec"]["template"]["spec"]["containers"][0]
     options = parse_args(container["args"])
-    assert (options.model, options.revision, options.gpu_product) == (FRESH.model, "main", "NVIDIA-H200")
+    assert (options.model, options.revision, options.gpu_product, options.concurrency, options.context_tokens) == (
+        FRESH.model, "main", "NVIDIA-H200", FRESH.slo.concurrency, FRESH.slo.context_tokens)
 
 
 def test_worker_accepts_its_config(tree):

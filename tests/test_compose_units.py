@@ -43,10 +43,11 @@ def test_dns_label_keeps_inputs_that_sanitise_alike_apart():
     assert is_dns_label(service_name("n" * 63, "m" * 63))
 
 
-@pytest.mark.parametrize("changed", ["model", "revision", "product", "version"])
-def test_profiler_job_name_is_unique_per_model_revision_product_and_version(changed):
-    base = {"model": "org/m", "revision": "main", "product": "NVIDIA-H200", "version": "img:1"}
-    other = base | {changed: base[changed] + "x"}
+@pytest.mark.parametrize("changed", ["model", "revision", "product", "version", "concurrency", "context"])
+def test_profiler_job_name_is_unique_per_model_revision_product_version_and_measured_load(changed):
+    base = {"model": "org/m", "revision": "main", "product": "NVIDIA-H200", "version": "img:1", "concurrency": 4,
+            "context": 4096}
+    other = base | {changed: base[changed] + (1 if changed in ("concurrency", "context") else "x")}
     name = profiler_job_name(*base.values())
     assert is_dns_label(name) and profiler_job_name(*base.values()) == name
     assert profiler_job_name(*other.values()) != name

@@ -28,14 +28,19 @@ def test_bad_output_targets_say_the_accepted_forms(text):
 
 def test_flags_parse_with_defaults_and_chunk_bounded_by_context():
     options = parse_args(["--model", "org/m", "--out", "file:p.yaml", "--context-tokens", "300"])
-    assert (options.revision, options.dtype, options.batch, options.trust_remote_code) == ("main", "auto", 1, False)
+    assert (options.revision, options.dtype, options.concurrency, options.trust_remote_code) == ("main", "auto", 1, False)
     assert options.chunk_tokens == 300
     assert parse_args(["--model", "m", "--out", "file:p", "--context-tokens", "8192"]).chunk_tokens == PREFILL_CHUNK_TOKENS
 
 
-@pytest.mark.parametrize("argv", [["--out", "file:p"], ["--model", "m", "--out", "file:p", "--batch", "0"],
+@pytest.mark.parametrize("flag", ["--concurrency", "--batch"], ids=["concurrency", "batch-still-accepted"])
+def test_concurrency_flag_sets_the_declared_concurrency(flag):
+    assert parse_args(["--model", "m", "--out", "file:p", flag, "8"]).concurrency == 8
+
+
+@pytest.mark.parametrize("argv", [["--out", "file:p"], ["--model", "m", "--out", "file:p", "--concurrency", "0"],
                                   ["--model", "m", "--out", "file:p", "--dtype", "int8"]],
-                         ids=["model-missing", "batch-zero", "dtype-unknown"])
+                         ids=["model-missing", "concurrency-zero", "dtype-unknown"])
 def test_bad_flags_are_invalid_arguments(argv):
     with pytest.raises(errors.InvalidArguments, match="python -m profiler_job --help"):
         parse_args(argv)

@@ -219,11 +219,20 @@ def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: obj
 def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: Mapping[str, Composition],
                     tree: _Tree, errors: list[ComposeError], slots: Sequence[GpuSlot],
                     decisions: Sequence[Decision]) -> None:
-    """Each model awaiting a profile: its composition's profiling objects, on a free GPU or beside the workers."""
+    """Each model awaiting a profile: its composition's profiling objects, on a free GPU or beside the workers.
+    The models of one namespace that await the same profile share one Job, measured at the largest
+    concurrency and context among them (decode time grows with both)."""
+    runs: dict[tuple[str, str, str, str], _ProfileRun] = {}
+    for item in pending:
+        model = by_key.get(item.key)
+        if model is not None:
+            key = _profile_key(item)
+            runs[key] = runs.get(key, _ProfileRun()).widened(model.slo.concurrency, model.slo.context_tokens)
+
     def render(item: Pending) -> None:
         model, composition = _admit(item, by_key, compositions)
         beside = profiling_place(item.gpu_product, slots, decisions)
-        tree.add(_profiling(model, item, composition, beside), [model.ref])
+        tree.add(_profiling(model, item, composition, beside, runs[_profile_key(item)]), [model.ref])
 
     for item in sorted(pending, key=lambda p: p.key):
         _guarded(errors, render, item)
@@ -328,8 +337,23 @@ def _served(model: ElasticModel, decision: Decision) -> _Served:
     return _Served(model, decision, entry)
 
 
+@dataclass(frozen=True)
+class _ProfileRun:
+    """What one profiler Job measures at: the profiler's --concurrency and --context-tokens."""
+
+    concurrency: int = 1
+    context_tokens: int = 1
+
+    def widened(self, concurrency: int, context_tokens: int) -> _ProfileRun:
+        return _ProfileRun(max(self.concurrency, concurrency), max(self.context_tokens, context_tokens))
+
+
+def _profile_key(item: Pending) -> tuple[str, str, str, str]:
+    return (item.namespace, item.model, item.revision, item.gpu_product)
+
+
 def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
-               beside: Beside | None) -> list[_File]:
+               beside: Beside | None, run: _ProfileRun) -> list[_File]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
     configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
     context = {
@@ -338,8 +362,10 @@ def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
         "job": {
             "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,  # where it runs is in
                                       str(composition.parameters["image"])  # its name: a Job is immutable
-                                      + (f"@{beside.slot.id}" if beside else "")),
+                                      + (f"@{beside.slot.id}" if beside else ""), run.concurrency, run.context_tokens),
             "product": pending.gpu_product,
+            "concurrency": run.concurrency,
+            "contextTokens": run.context_tokens,
             "configmap": configmap,
             "out": f"configmap:{model.namespace}/{configmap}",
             "beside": beside.context() if beside else None,

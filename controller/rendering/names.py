@@ -71,13 +71,15 @@ def profile_configmap_name(model: str, revision: str, gpu_product: str) -> str:
     return keyed_label(("profile", _tail(model), gpu_product), key=(model, revision, gpu_product))
 
 
-def profiler_job_name(model: str, revision: str, gpu_product: str, profiler_version: str) -> str:
-    """A Job name unique per (model, revision, GPU product, profiler version).
+def profiler_job_name(model: str, revision: str, gpu_product: str, profiler_version: str, concurrency: int,
+                      context_tokens: int) -> str:
+    """A Job name unique per (model, revision, GPU product, profiler version, measured concurrency and context).
 
-    Jobs are immutable: a new profiler image gets a new name instead of a patch that
-    the API server would refuse.
+    Jobs are immutable: a new profiler image or another `--concurrency` or `--context-tokens`
+    gets a new name instead of a patch that the API server would refuse.
     """
-    return keyed_label(("profile", _tail(model), gpu_product), key=(model, revision, gpu_product, profiler_version))
+    return keyed_label(("profile", _tail(model), gpu_product),
+                       key=(model, revision, gpu_product, profiler_version, str(concurrency), str(context_tokens)))
 
 
 def _tail(model: str) -> str:

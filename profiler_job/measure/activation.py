@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from profiler_job.measure.device import Device, forward, next_tokens
-
-DECODE_PROMPT_TOKENS = 16
+from profiler_job.measure.latency import DECODE_PROMPT_TOKENS
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contract.hf_compat import cache_kwargs, returned_cache
+
 WARMUP_RUNS = 1
 
 
@@ -39,14 +41,15 @@ class Device:
         """Median wall time of `fn` in ms over `repeats` runs, after a warm-up run, device synchronised."""
         for _ in range(WARMUP_RUNS):
             fn()
-        times = []
-        for _ in range(repeats):
-            self.sync()
-            start = time.perf_counter()
-            fn()
-            self.sync()
-            times.append((time.perf_counter() - start) * 1000.0)
-        return statistics.median(times)
+        return statistics.median(self.elapsed_ms(fn) for _ in range(repeats))
+
+    def elapsed_ms(self, fn: Callable[[], Any]) -> float:
+        """Wall time of one call of `fn` in ms, the device synchronised before and after."""
+        self.sync()
+        start = time.perf_counter()
+        fn()
+        self.sync()
+        return (time.perf_counter() - start) * 1000.0
 
     def peak_above_baseline(self, fn: Callable[[], Any]) -> tuple[Any, int]:
         """(fn's result, the CUDA allocator's peak bytes during fn above what was allocated before it)."""
@@ -65,11 +68,22 @@ class Device:
         return torch.cuda.memory_allocated()
 
 
-def forward(model: Any, ids: Any, cache: Any = None) -> Any:
-    """One inference forward with the KV cache, keeping only the last position's logits (as generate does)."""
+@dataclass(frozen=True)
+class Forward:
+    """What one forward pass gave: the last position's logits [batch, 1, vocab] and the KV cache it extended."""
+
+    logits: Any
+    cache: Any
+
+
+def forward(model: Any, ids: Any, cache: Any = None) -> Forward:
+    """One inference forward with the KV cache, keeping only the last position's logits (as generate does).
+
+    The cache goes in and comes out under the name this transformers release uses (contract.hf_compat)."""
     import torch
     with torch.inference_mode():
-        return model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **cache_kwargs(model, cache))
+    return Forward(out.logits, returned_cache(out))
 
 
 def next_tokens(output: Any) -> Any:

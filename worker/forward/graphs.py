@@ -23,6 +23,8 @@ from typing import Callable
 
 import torch
 
+from contract.batching import buckets
+
 from ..errors import BudgetExceeded
 from .decoder import DecoderForward
 from .rows import Row
@@ -32,15 +34,6 @@ WARMUP_STEPS = 3
 # one capture at a time in the process: entering a capture synchronizes the device and empties the
 # allocator's cache, which must not run while another model's capture is under way
 _capture_lock = threading.Lock()
-
-
-def buckets(concurrency: int) -> list[int]:
-    """Powers of two below `concurrency`, then `concurrency` itself."""
-    sizes, size = [], 1
-    while size < concurrency:
-        sizes.append(size)
-        size *= 2
-    return sizes + [concurrency]
 
 
 @dataclass

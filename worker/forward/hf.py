@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from contract.hf_compat import cache_kwargs
+
 from ..residency import Residency
-from .compat import cache_kwargs
 from .rows import Row
 
 
