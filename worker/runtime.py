@@ -23,7 +23,7 @@ from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
-from .metrics import WorkerMetrics
+from .metrics import PynvmlReader, WorkerMetrics
 from .residency import Residency, make_residency
 from .scheduler import Event, Job, Scheduler
 from .shape import ModelShape, read_shape
@@ -67,7 +67,8 @@ class Worker:
         self.config = config
         self.device = device or _pick_device(config.device)
         self.probe = probe or (cuda_free_bytes if self.device.type == "cuda" else no_probe)
-        self.metrics = metrics or WorkerMetrics()
+        self.metrics = metrics or WorkerMetrics(known=[m.name for m in config.models],
+                                                nvml=_nvml_reader(self.device))
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
                                    max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock)
         self.started_at = int(time.time())
@@ -209,7 +210,8 @@ class Worker:
                                    resident_layers=verdict.resident_layers)
         residency.on_streamed_bytes = self.metrics.streamed_bytes.labels(model.name).inc
         residency.load()
-        self.metrics.device_bytes.labels(model.name, model.mode).set(ledger.total_bytes)
+        self.metrics.serve(model.name, model.mode, ledger,
+                           kv_bytes_per_token=self.shapes[model.name].kv_bytes_per_token)
         eos = host_model.generation_config.eos_token_id if host_model.generation_config else None
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or [])) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
@@ -234,6 +236,14 @@ class Worker:
         if self._publish is not None:
             ordered = [self.verdicts[m.name] for m in self.config.models]
             self._publish.submit(render_document(self.config.slot_id, ordered))
+
+
+def _nvml_reader(device: torch.device) -> PynvmlReader | None:
+    """NVML for the worker's GPU (its metrics of other processes); None on CPU or without a driver."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return PynvmlReader.open(device.index or 0, f"GPU-{uuid}" if uuid is not None else None)
 
 
 def _pick_device(choice: str) -> torch.device:

@@ -50,6 +50,7 @@ class Job:
     sink: Callable[[Event], None]
     submitted_at: float
     cancelled: bool = False
+    started_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
 
@@ -128,7 +129,6 @@ class Scheduler:
         if action.evict is not None:
             evicted = self.residencies[action.evict]
             evicted.deactivate()
-            self.metrics.device_bytes.labels(action.evict, evicted.mode).set(evicted.ledger.total_bytes)
         incoming = self.residencies[action.model]
         try:
             incoming.activate()
@@ -145,7 +145,6 @@ class Scheduler:
         seconds = time.perf_counter() - started
         self.metrics.swaps.labels(action.model).inc()
         self.metrics.swap_in_seconds.labels(action.model).observe(seconds)
-        self.metrics.device_bytes.labels(action.model, incoming.mode).set(incoming.ledger.total_bytes)
         log.info("swapped in %s (evicted %s) in %.3fs", action.model, action.evict, seconds)
         with self._cond:
             self.swaps += 1
@@ -156,8 +155,12 @@ class Scheduler:
         residency = self.residencies[action.model]
         events: list[Event] = []
         if not job.cancelled:
+            if job.started_at is None:
+                job.started_at = self.clock()
+                self.metrics.queue_wait_seconds.labels(job.model).observe(job.started_at - job.submitted_at)
             try:
-                delta = job.generation.step(residency.model, residency.device)
+                with self.metrics.busy(action.model, residency.device.type):
+                    delta = job.generation.step(residency.model, residency.device)
             except Exception as exc:  # a failing forward pass fails this request only
                 log.exception("generation failed for %s", action.model)
                 events.append(ErrorEvent(WorkerError("GenerationFailed", f"generation failed: {exc}")))
@@ -175,8 +178,15 @@ class Scheduler:
             self._account_finished(job, events)
             with self._cond:
                 self.policy.finished(action.model, job)
+        self._report_in_flight(action.model)
         for event in events:
             _deliver(job, event)
+
+    def _report_in_flight(self, model: str) -> None:
+        with self._cond:
+            running = [j for j in self.policy.running[model] if j.started_at is not None]
+        tokens = sum(len(j.generation.prompt_ids) + len(j.generation.output_ids) for j in running)
+        self.metrics.in_flight(model, len(running), tokens)
 
     def _observe_token(self, job: Job) -> None:
         now = self.clock()
