@@ -28,6 +28,7 @@ import schemas
 from controller.quantity import QuantityError, parse_bytes
 from controller.yamlin import parse_documents
 from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
+from controller.rightsizing.policy import PolicyError, parse_policy
 from controller.types import (API_VERSION, DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
@@ -224,6 +225,12 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
                                  *_quantity_problem("spec.memoryBudget", spec["memoryBudget"]),
                                  reason="InvalidQuantity", object=ref)]
     slo = spec.get("slo")
+    try:
+        rightsizing = parse_policy(spec.get("rightsizing"))
+    except (PolicyError, QuantityError) as exc:
+        return None, [InputError(source.file, source.document, "spec.rightsizing", str(exc),
+                                 "set minBudget at most maxBudget, as Kubernetes quantities", reason="InvalidRightsizing",
+                                 object=ref)]
     return ElasticModel(
         name=meta["name"],
         namespace=meta.get("namespace") or DEFAULT_NAMESPACE,
@@ -236,6 +243,7 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         generation=meta.get("generation", 1),
         has_slo=slo is not None,
         source=source,
+        rightsizing=rightsizing,
     ), []
 
 

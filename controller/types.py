@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from controller.rightsizing.policy import OFF, Rightsizing
+
 Mode = Literal["resident", "swap", "elastic", "refused"]
 API_VERSION = "gpushare.dev/v1alpha1"
 DEFAULT_COMPOSITION = "default"
@@ -45,6 +47,7 @@ class ElasticModel:
     generation: int = 1
     has_slo: bool = False
     source: Source | None = field(default=None, compare=False)
+    rightsizing: Rightsizing = field(default=OFF, compare=False)  # how the budget follows usage; never planned on
 
     @property
     def key(self) -> tuple[str, str]:
