@@ -14,6 +14,8 @@ Rules (docs/guide.md, "Right-sizing"):
   the window's peak, plus headroom. When it frees at least DOWNSIZE_MARGIN of the budget
   in every sample for `downsizeAfter`, no sooner than `downsizeAfter` after the series
   began and `cooldown` after the last change, the budget goes down to it.
+- Samples at or before `last_change_at` (a change an earlier pass made) feed the histogram
+  and the peak but trigger nothing: they already acted.
 - Every budget is clamped to [minBudget, maxBudget] and rounded up to a MiB.
 - **Missing data holds**: a sample without device bytes, or a gap longer than
   GAP_INTERVALS scrape intervals, changes nothing and restarts both the breach and the
@@ -164,6 +166,8 @@ class Recommender:
             self._kv_reserved = s.kv_reserved_bytes
         breaches = self.breaches(s)
         self._last_queue_wait = s.queue_wait_s
+        if self.last_change_at is not None and s.time <= self.last_change_at:
+            return []  # history before the last change: it informs the target, it already acted
         if breaches:
             return self._on_breach(s, breaches)
         self.breach_since = None

@@ -1,0 +1,145 @@
+"""The right-sizing pass against a real git remote (git daemon): Recommend commits the edit of the user's
+file to a review branch (every other byte kept), Auto records an effective budget the next plan uses, usage
+that cannot be read changes nothing and says so; and `gpushare rightsize --repo --usage` replays a file."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.cli import main
+from controller.load import load_repo
+from controller.rightsizing.prometheus import UsageUnavailable
+from controller.rightsizing.apply import rightsize_once
+from controller.rightsizing.records import effective_models, read_records
+from controller.rightsizing.usage import Sample, dump_lines
+from gitops import WorkingCopy
+from tests.gitserver import git_server  # noqa: F401  (fixture)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FLEET = REPO_ROOT / "examples" / "fleet"
+GiB = 1 << 30
+NOW = 1_800_000_000.0
+HOUR = 3600.0
+
+CHAT = FLEET / "models" / "llm" / "chat.yaml"
+RIGHTSIZING = {"policy": "Recommend", "downsizeAfter": "1h", "cooldown": "1h"}
+
+
+def _fleet(tmp_path: Path) -> dict[str, bytes]:
+    files = {p.relative_to(FLEET).as_posix(): p.read_bytes() for p in FLEET.rglob("*") if p.is_file()}
+    chat = files["models/llm/chat.yaml"].decode()
+    # chat-small: Recommend; summarizer: Auto with a floor. Added as text so the user's comments stay.
+    chat = chat.replace("  gpu:\n    product: NVIDIA-H200\n",
+                        "  gpu:\n    product: NVIDIA-H200  # pinned\n  rightsizing:\n    policy: Recommend\n"
+                        "    downsizeAfter: 1h\n    cooldown: 1h\n", 1)
+    chat = chat.replace("  gpu:\n    product: NVIDIA-L4\n",
+                        "  gpu:\n    product: NVIDIA-L4\n  rightsizing: {policy: Auto, downsizeAfter: 1h, "
+                        "minBudget: 2Gi}\n", 1)
+    files["models/llm/chat.yaml"] = chat.encode()
+    files["gpus.yaml"] = files["gpus.yaml"] + b"pricePerGpuHour: {NVIDIA-H200: 3.5, NVIDIA-L4: 0.8}\n"
+    return files
+
+
+def _usage(device_bytes: dict[str, int], hours: float = 3, step: float = 60.0):
+    def read(start: float, end: float) -> list[Sample]:
+        out, t = [], NOW - hours * HOUR
+        while t <= NOW:
+            if start <= t <= end:
+                out += [Sample(time=t, model=ref, device_bytes=b, kv_used_bytes=b // 20, kv_reserved_bytes=b // 4)
+                        for ref, b in device_bytes.items()]
+            t += step
+        return out
+    return read
+
+
+USAGE = {"llm/chat-small": GiB, "llm/summarizer": GiB + GiB // 2}
+
+
+@pytest.mark.integration
+def test_recommend_commits_the_users_file_edit_to_a_review_branch_and_auto_records_the_effective_budget(
+        git_server, tmp_path):  # noqa: F811
+    url = git_server.create_repo("fleet", _fleet(tmp_path))
+    assert main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r")]) == 0
+    tracked = git_server.files("fleet")
+    copy = WorkingCopy(url, "main", tmp_path / "w")
+    result = rightsize_once(copy, _usage(USAGE), NOW, 3 * HOUR)
+
+    review = git_server.files("fleet", branch="gpushare/rightsize-llm-chat-small")
+    before, after = tracked["models/llm/chat.yaml"].decode(), review["models/llm/chat.yaml"].decode()
+    proposed = result.step.records[("llm", "chat-small")].budget_bytes
+    assert GiB * 1.15 <= proposed < 4 * GiB
+    new_token = f"memoryBudget: {proposed >> 20}Mi" if proposed % GiB else f"memoryBudget: {proposed >> 30}Gi"
+    assert after == before.replace("memoryBudget: 4Gi", new_token, 1)  # byte for byte, comments and all
+    assert {p: b for p, b in review.items() if p != "models/llm/chat.yaml"} == {
+        p: b for p, b in tracked.items() if p != "models/llm/chat.yaml"}
+    message = git_server_log(git_server, "gpushare/rightsize-llm-chat-small")
+    assert message.startswith("llm/chat-small: memoryBudget 4.0Gi → ")
+    assert "p99" in message and "peak 1.0Gi" in message and "Frees" in message and "Monthly cost effect: -" in message
+
+    records = git_server.files("fleet")
+    auto = yaml.safe_load(records["decisions/rightsizing/llm/summarizer.yaml"])
+    assert auto["policy"] == "Auto" and auto["specBudgetBytes"] == 6 * GiB
+    assert auto["budgetBytes"] == 2 * GiB or 1.5 * GiB * 1.15 <= auto["budgetBytes"] < 2.2 * GiB
+    assert auto["evidence"]["samples"] > 60 and auto["fit"]["kind"] == "InPlace"
+    assert records["models/llm/chat.yaml"] == tracked["models/llm/chat.yaml"]  # Auto never edits a user file
+
+    checkout = tmp_path / "check"
+    WorkingCopy(url, "main", checkout).sync()
+    models = {m.name: m for m in effective_models(load_repo(checkout).models, read_records(checkout))}
+    assert models["summarizer"].budget_bytes == auto["budgetBytes"]
+    assert models["chat-small"].budget_bytes == 4 * GiB  # Recommend waits for the merge
+
+    rightsize_once(copy, _usage(USAGE), NOW + 60, 3 * HOUR)  # the review branch takes in the records commit
+    again = rightsize_once(copy, _usage(USAGE), NOW + 120, 3 * HOUR)
+    assert [p.commit for p in again.proposals] == [None] and again.records.commit is None
+    assert git_server.files("fleet", branch="gpushare/rightsize-llm-chat-small")["models/llm/chat.yaml"] == \
+        review["models/llm/chat.yaml"]
+
+
+def git_server_log(server, branch: str) -> str:
+    from tests.gitserver import git
+
+    return git("log", "-1", "--format=%B", branch, cwd=server.path("fleet"))
+
+
+@pytest.mark.integration
+def test_unreadable_usage_changes_nothing_and_the_records_say_usage_missing(git_server, tmp_path):  # noqa: F811
+    url = git_server.create_repo("fleet", _fleet(tmp_path))
+
+    def down(start, end):
+        raise UsageUnavailable("Prometheus at http://127.0.0.1:1 is unreachable: connection refused")
+
+    result = rightsize_once(WorkingCopy(url, "main", tmp_path / "w"), down, NOW, 3 * HOUR)
+    assert result.proposals == () and result.usage_error
+    assert "gpushare/rightsize-llm-chat-small" not in git_branches(git_server)
+    record = yaml.safe_load(git_server.files("fleet")["decisions/rightsizing/llm/chat-small.yaml"])
+    assert record["budgetBytes"] == record["specBudgetBytes"] == 4 * GiB
+    assert record["conditions"] == [{"type": "UsageAvailable", "status": "False", "reason": "UsageMissing",
+                                     "message": "usage could not be read; no change made"}]
+
+
+def git_branches(server) -> str:
+    from tests.gitserver import git
+
+    return git("branch", "--list", cwd=server.path("fleet"))
+
+
+def test_replay_prints_each_decision_with_its_timestamp(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    for path, data in _fleet(tmp_path).items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(data)
+    usage = tmp_path / "usage.jsonl"
+    samples = _usage(USAGE)(0, NOW)
+    samples.append(Sample(time=NOW + 60, model="llm/chat-small", device_bytes=GiB, ooms=1))
+    usage.write_text("".join(dump_lines(samples)))
+    assert main(["rightsize", "--repo", str(repo), "--usage", str(usage)]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines()]
+    chat = lines.index(next(x for x in lines if x.startswith("llm/chat-small: policy Recommend, budget 4.0Gi")))
+    assert lines[chat + 1].startswith("2027-01-15T06:00:00Z") and " down " in lines[chat + 1] and "BelowTarget" in lines[chat + 1]
+    assert lines[chat + 2].startswith("2027-01-15T08:01:00Z") and " up " in lines[chat + 2] and "OutOfMemory" in lines[chat + 2]
+    assert any(x.startswith("llm/summarizer: policy Auto") for x in lines)
+    assert "llm/assistant-8b" not in out  # policy Off
