@@ -27,7 +27,7 @@ _NS = ("* on(model, instance) group_left(namespace) "
 
 def queries(step_s: int) -> dict[str, str]:
     """The PromQL of each usage field; `step_s` is the grid (the scrape interval or a multiple)."""
-    rng = f"{step_s}s"
+    rng = f"{2 * step_s}s"  # two grid steps: a scrape that lands just after a grid point still counts
     win = f"{max(4 * step_s, 60)}s"  # rate() needs a few scrapes
 
     def gauge(metric: str) -> str:
@@ -84,6 +84,7 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
     """Samples on the grid start, start + step, ... end for every model any query saw, sorted by time."""
     fetch = fetch or http_get()
     grid_start = math.floor(start / step_s) * step_s
+    end = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
     points: dict[tuple[float, str], dict] = {}
     models: set[str] = set()
     for field, promql in queries(step_s).items():
