@@ -1,5 +1,6 @@
 """The recommender's rules, table-driven; a property over random series (no downsize within cooldown of a
-change, none before downsizeAfter, never below the window's peak plus headroom); the policy and usage formats."""
+change, none before downsizeAfter, never below the window's peak, nor below its peak plus headroom on the KV in
+use); the policy and usage formats."""
 from __future__ import annotations
 
 import math
@@ -69,7 +70,7 @@ CASES = [
      Rightsizing(policy="Auto", min_budget=5 * GiB, downsize_after_s=3600, cooldown_s=0), Slo(), 8 * GiB,
      [("down", "BelowTarget", 3600.0, 5 * GiB)]),
     ("target-within-the-margin-is-no-downsize", steady(121, interval=60, device_bytes=3 * GiB), FAST, Slo(),
-     mib_ceil(3 * GiB * 1.05 * 1.15) + 10 * MIB, []),
+     3 * GiB + 300 * MIB, []),
     ("missing-data-holds-once-and-changes-nothing",
      series(10, device_bytes=None, ooms=1), FAST, Slo(), 4 * GiB, [("hold", "UsageMissing", 0.0, None)]),
     ("gap-restarts-the-breach-run",
@@ -93,14 +94,22 @@ def test_recommender_rules(samples, policy, slo, budget, expected):
             assert g[3] == x[3]
 
 
-def test_downsize_target_is_the_peak_plus_headroom_within_a_bucket_and_carries_evidence():
+def test_downsize_target_is_the_peak_plus_headroom_on_the_kv_in_use_and_carries_evidence():
     samples = steady(121, interval=60, device_bytes=lambda i: 2 * GiB if i % 10 else 2 * GiB + 300 * MIB)
     events, _ = replay(samples, "llm/chat", 8 * GiB, FAST)
     (change,) = events
-    peak = 2 * GiB + 300 * MIB
-    assert peak * 1.15 <= change.to_bytes <= peak * 1.15 * 1.05 + MIB
+    peak, kv = 2 * GiB + 300 * MIB, GiB // 4
+    assert peak + 0.15 * kv <= change.to_bytes <= peak + 0.15 * kv + 0.05 * kv * 1.15 + MIB
     assert change.evidence.peak_bytes == peak and change.evidence.samples == 61
+    assert change.evidence.kv_used_peak_bytes == kv
     assert change.evidence.as_dict()["windowSeconds"] == 3600
+
+
+def test_without_kv_usage_headroom_applies_to_the_whole_peak():
+    samples = series(121, interval=60, device_bytes=2 * GiB)
+    events, _ = replay(samples, "llm/chat", 8 * GiB, FAST)
+    (change,) = events
+    assert 2 * GiB * 1.15 <= change.to_bytes <= 2 * GiB * 1.05 * 1.15 + MIB
 
 
 def test_no_downsize_within_cooldown_of_an_upsize():
@@ -122,10 +131,10 @@ def usage_series(draw):
     samples = []
     for at in times:
         missing = draw(st.integers(0, 30)) == 0
+        device = draw(st.integers(GiB // 2, 6 * GiB))
         samples.append(Sample(
-            time=at, model="llm/chat",
-            device_bytes=None if missing else draw(st.integers(GiB // 2, 6 * GiB)),
-            kv_used_bytes=draw(st.integers(0, GiB)), kv_reserved_bytes=GiB,
+            time=at, model="llm/chat", device_bytes=None if missing else device,
+            kv_used_bytes=draw(st.integers(0, GiB // 2)), kv_reserved_bytes=GiB,
             ooms=int(draw(st.integers(0, 40)) == 0), refusals=0,
             tpot_s=draw(st.sampled_from([0.01, 0.02, 0.2]))))
     policy = Rightsizing(policy="Auto", headroom_percent=draw(st.sampled_from([0.0, 15.0, 50.0])),
@@ -149,9 +158,10 @@ def test_downsizes_wait_for_cooldown_and_downsizeAfter_and_keep_the_peak_plus_he
             assert e.at - first >= policy.downsize_after_s
             if last_change is not None:
                 assert e.at - last_change >= policy.cooldown_s
-            window = [s.device_bytes for s in samples
-                      if not s.missing and e.at - policy.downsize_after_s <= s.time <= e.at]
-            assert e.to_bytes >= max(window) * (1 + policy.headroom_percent / 100)
+            window = [s for s in samples if not s.missing and e.at - policy.downsize_after_s <= s.time <= e.at]
+            peak = max(s.device_bytes for s in window)
+            rest, kv = max(s.device_bytes - s.kv_used_bytes for s in window), max(s.kv_used_bytes for s in window)
+            assert e.to_bytes >= peak and e.to_bytes >= rest + kv * (1 + policy.headroom_percent / 100)
             assert e.to_bytes < e.from_bytes
         else:
             assert e.to_bytes > e.from_bytes

@@ -10,8 +10,12 @@ Rules (docs/guide.md, "Right-sizing"):
 - **Upsize fast**: a breach held in consecutive samples for `upsizeAfter` (a refusal or an
   OOM at once) raises the budget to the largest of budget x (1 + headroom), the window's
   peak x (1 + headroom) and budget + the missing bytes a refusal reported x (1 + headroom).
-- **Downsize slow**: the target is the histogram's PERCENTILE of device bytes, never below
-  the window's peak, plus headroom. When it frees at least DOWNSIZE_MARGIN of the budget
+- **Downsize slow**: headroom covers what varies. With KV in use reported, the target is
+  the window's peak of the rest (device bytes minus KV in use: weights, buffers, activations,
+  unused reservations) plus the KV in use (its histogram's PERCENTILE, never below its
+  window peak) plus headroom on that KV; without it, the device bytes' PERCENTILE, never
+  below their window peak, plus headroom. Never below the window's peak of device bytes.
+  When it frees at least DOWNSIZE_MARGIN of the budget
   in every sample for `downsizeAfter`, no sooner than `downsizeAfter` after the series
   began and `cooldown` after the last change, the budget goes down to it.
 - Samples at or before `last_change_at` (a change an earlier pass made) feed the histogram
@@ -60,6 +64,7 @@ class Evidence:
     breach_since: float | None = None
     kv_used_p99_bytes: int | None = None
     kv_reserved_bytes: int | None = None
+    kv_used_peak_bytes: int | None = None
 
     def as_dict(self) -> dict:
         out = {"percentile": self.percentile, "percentileBytes": self.percentile_bytes,
@@ -67,9 +72,10 @@ class Evidence:
                "headroomPercent": self.headroom_percent, "samples": self.samples, "breaches": list(self.breaches)}
         if self.breach_since is not None:
             out["breachSinceUnix"] = round(self.breach_since, 3)
+        if self.kv_used_peak_bytes is not None:
+            out.update(kvUsedP99Bytes=self.kv_used_p99_bytes, kvUsedPeakBytes=self.kv_used_peak_bytes)
         if self.kv_reserved_bytes is not None:
             out["kvReservedBytes"] = self.kv_reserved_bytes
-            out["kvUsedP99Bytes"] = self.kv_used_p99_bytes
         return out
 
 
@@ -132,6 +138,9 @@ class Recommender:
         self.histogram = DecayingHistogram(HALF_LIFE_S)
         self.kv_histogram = DecayingHistogram(HALF_LIFE_S)
         self.peak = _WindowMax(policy.downsize_after_s)
+        self.fixed_peak = _WindowMax(policy.downsize_after_s)
+        self.kv_peak = _WindowMax(policy.downsize_after_s)
+        self.kv_seen = False
         self.last_change_at = last_change_at
         self.first_at: float | None = None
         self.last_at: float | None = None
@@ -160,8 +169,11 @@ class Recommender:
         self.samples += 1
         self.histogram.add(s.device_bytes, s.time)
         self.peak.add(s.time, s.device_bytes)
-        if s.kv_used_bytes is not None:
-            self.kv_histogram.add(s.kv_used_bytes, s.time)
+        kv_used = min(s.kv_used_bytes or 0, s.device_bytes)
+        self.kv_seen = self.kv_seen or s.kv_used_bytes is not None
+        self.kv_histogram.add(kv_used, s.time)
+        self.kv_peak.add(s.time, kv_used)
+        self.fixed_peak.add(s.time, s.device_bytes - kv_used)
         if s.kv_reserved_bytes is not None:
             self._kv_reserved = s.kv_reserved_bytes
         breaches = self.breaches(s)
@@ -192,15 +204,19 @@ class Recommender:
         return tuple(found)
 
     def evidence(self, breaches: tuple[str, ...] = ()) -> Evidence:
-        kv_p99 = self.kv_histogram.percentile(PERCENTILE)
+        kv_p99 = self.kv_histogram.percentile(PERCENTILE) if self.kv_seen else None
         return Evidence(PERCENTILE, self.histogram.percentile(PERCENTILE), self.peak.value,
                         (self.last_at or 0) - (self.first_at or 0), HALF_LIFE_S, self.policy.headroom_percent,
                         self.samples, breaches, self.breach_since if breaches else None,
-                        kv_p99 if self._kv_reserved is not None else None, self._kv_reserved)
+                        kv_p99, self._kv_reserved, self.kv_peak.value if self.kv_seen else None)
 
     def downsize_target(self) -> int:
-        base = max(self.histogram.percentile(PERCENTILE) or 0, self.peak.value)
-        return self.policy.clamp(_mib_ceil(base * self.headroom))
+        if self.kv_seen:
+            kv = max(self.kv_histogram.percentile(PERCENTILE) or 0, self.kv_peak.value)
+            wanted = max(self.fixed_peak.value + kv * self.headroom, self.peak.value)
+        else:
+            wanted = max(self.histogram.percentile(PERCENTILE) or 0, self.peak.value) * self.headroom
+        return self.policy.clamp(_mib_ceil(wanted))
 
     def upsize_target(self, missing_bytes: int) -> int:
         wanted = max(self.budget * self.headroom, self.peak.value * self.headroom,

@@ -154,9 +154,11 @@ def proposal_message(model: ElasticModel, budget: int, change: Change, fit: Fit 
              f"{format_bytes(e.peak_bytes)}; headroom {e.headroom_percent:g}%.",
              f"Breaches: {', '.join(e.breaches) if e.breaches else 'none'}"
              + (f" (since {format_time(e.breach_since)})" if e.breach_since else "") + "."]
-    if e.kv_reserved_bytes is not None:
-        lines.append(f"KV cache: p{e.percentile * 100:g} in use {format_bytes(e.kv_used_p99_bytes)} of "
-                     f"{format_bytes(e.kv_reserved_bytes)} reserved (slo.contextTokens × slo.concurrency).")
+    if e.kv_used_peak_bytes is not None:
+        reserved = f" of {format_bytes(e.kv_reserved_bytes)} reserved" if e.kv_reserved_bytes is not None else ""
+        lines.append(f"KV cache in use: p{e.percentile * 100:g} {format_bytes(e.kv_used_p99_bytes)}, peak "
+                     f"{format_bytes(e.kv_used_peak_bytes)}{reserved}; headroom applies to it (the KV "
+                     "reservation itself follows slo.contextTokens × slo.concurrency).")
     lines.append(f"{'Frees' if delta < 0 else 'Needs'} {format_bytes(abs(delta))}"
                  + (f"; {fit.message}." if fit else "."))
     cost = monthly_cost(delta, slot, prices)
