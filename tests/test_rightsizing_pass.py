@@ -69,7 +69,7 @@ def test_recommend_commits_the_users_file_edit_to_a_review_branch_and_auto_recor
     review = git_server.files("fleet", branch="gpushare/rightsize-llm-chat-small")
     before, after = tracked["models/llm/chat.yaml"].decode(), review["models/llm/chat.yaml"].decode()
     proposed = result.step.records[("llm", "chat-small")].budget_bytes
-    assert GiB * 1.15 <= proposed < 4 * GiB
+    assert GiB < proposed < GiB * 1.15  # the peak plus headroom on the KV in use (5 % of it)
     new_token = f"memoryBudget: {proposed >> 20}Mi" if proposed % GiB else f"memoryBudget: {proposed >> 30}Gi"
     assert after == before.replace("memoryBudget: 4Gi", new_token, 1)  # byte for byte, comments and all
     assert {p: b for p, b in review.items() if p != "models/llm/chat.yaml"} == {
@@ -81,7 +81,7 @@ def test_recommend_commits_the_users_file_edit_to_a_review_branch_and_auto_recor
     records = git_server.files("fleet")
     auto = yaml.safe_load(records["decisions/rightsizing/llm/summarizer.yaml"])
     assert auto["policy"] == "Auto" and auto["specBudgetBytes"] == 6 * GiB
-    assert auto["budgetBytes"] == 2 * GiB or 1.5 * GiB * 1.15 <= auto["budgetBytes"] < 2.2 * GiB
+    assert auto["budgetBytes"] == 2 * GiB  # its usage wants about 1.5Gi: minBudget holds it at 2Gi
     assert auto["evidence"]["samples"] > 60 and auto["fit"]["kind"] == "InPlace"
     assert records["models/llm/chat.yaml"] == tracked["models/llm/chat.yaml"]  # Auto never edits a user file
 
