@@ -16,8 +16,8 @@ import tracemalloc
 from collections import Counter
 from pathlib import Path
 
-from controller.load import load_repo
-from controller.plan import plan
+from controller.inputs.reader import load_repo
+from controller.planning.plan import plan
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs
 
 FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"

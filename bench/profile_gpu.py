@@ -1,11 +1,11 @@
 """Profile a model on a GPU; print the time it took and predicted vs measured peak memory.
 
 Targets (issue 4): an 8B model profiled in at most 60 s; the planner's predicted
-peak (controller.cost.need: weights + KV for context x concurrency + activation
+peak (controller.planning.cost.need: weights + KV for context x concurrency + activation
 peak + runtime overhead) within +-5 % of torch.cuda.max_memory_allocated during a
 real chunked prefill of every sequence followed by decode steps at that
 concurrency. The default model is Llama-3.1-8B-shaped with random weights, built
-on the GPU from its published config (controller.estimate.PUBLISHED_CONFIGS),
+on the GPU from its published config (contract.estimate.PUBLISHED_CONFIGS),
 since weights cannot be downloaded here; --model PATH profiles a local
 checkpoint through the Job's own loader instead.
 
@@ -29,7 +29,7 @@ def build_random_model(dtype: str):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from controller.estimate import PUBLISHED_CONFIGS
+    from contract.estimate import PUBLISHED_CONFIGS
 
     fields = dict(PUBLISHED_CONFIGS[PUBLISHED])
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
               "run it on a GPU node", file=sys.stderr)
         return 2
 
-    from controller.cost import need
-    from controller.load import parse_profile
+    from controller.planning.cost import need
+    from controller.inputs.load import parse_profile
     from controller.types import SLO
     from profiler_job.args import Options
     from profiler_job.gpu import current_identity

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-import controller.offline
-from controller.offline import reconcile_once
+import controller.cli.offline
+from controller.cli.offline import reconcile_once
 from gitops import WorkingCopy
 
 FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
@@ -75,7 +75,7 @@ def measure(base: Path, n_models: int, n_slots: int) -> dict:
     git("clone", "-q", "--bare", str(seed), str(remote), cwd=base)
     copy = WorkingCopy(str(remote), "main", base / f"controller-{n_models}")
     pass_times: list[float] = []
-    timed_pass = controller.offline.pass_over
+    timed_pass = controller.cli.offline.pass_over
 
     def pass_over(root):
         start = time.perf_counter()
@@ -84,7 +84,7 @@ def measure(base: Path, n_models: int, n_slots: int) -> dict:
         finally:
             pass_times.append(time.perf_counter() - start)
 
-    controller.offline.pass_over = pass_over  # time the pure pass apart from git
+    controller.cli.offline.pass_over = pass_over  # time the pure pass apart from git
     try:
         start = time.perf_counter()
         full = reconcile_once(copy)
@@ -96,7 +96,7 @@ def measure(base: Path, n_models: int, n_slots: int) -> dict:
         idle = reconcile_once(copy, previous=again.published)
         idle_s = time.perf_counter() - start
     finally:
-        controller.offline.pass_over = timed_pass
+        controller.cli.offline.pass_over = timed_pass
     return {"files": len(full.output.rendered.files), "full_s": full_s, "render_s": pass_times[0],
             "committed": full.published.changed, "rerender_s": rerender_s, "rerender_committed": again.published.changed,
             "idle_s": idle_s, "idle_committed": idle.published.changed}

@@ -48,6 +48,12 @@ class ElasticModel:
     has_slo: bool = False
     source: Source | None = field(default=None, compare=False)
     rightsizing: Rightsizing = field(default=OFF, compare=False)  # how the budget follows usage; never planned on
+    user_budget_bytes: int | None = field(default=None, compare=False)  # spec.memoryBudget when right-sizing Auto set budget_bytes
+
+    @property
+    def spec_budget_bytes(self) -> int:
+        """The budget the user wrote (budget_bytes may be right-sizing Auto's effective budget)."""
+        return self.budget_bytes if self.user_budget_bytes is None else self.user_budget_bytes
 
     @property
     def key(self) -> tuple[str, str]:

@@ -7,10 +7,9 @@ errors from `gitops.errors`.
 from gitops.credentials import Credentials
 from gitops.errors import GitError
 from gitops.git import Identity
-from gitops.paths import DEFAULT_OWNED
 from gitops.workcopy import WorkingCopy
 from gitops.change import Change
 from gitops.writeback import NO_CHANGE, PublishResult, Target, parse_target, publish
 
-__all__ = ["Change", "Credentials", "DEFAULT_OWNED", "GitError", "Identity", "NO_CHANGE",
+__all__ = ["Change", "Credentials", "GitError", "Identity", "NO_CHANGE",
            "PublishResult", "Target", "WorkingCopy", "parse_target", "publish"]

@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 from gitops.errors import InvalidWriteBack, UnsafePath
 
-DEFAULT_OWNED = ("decisions/", "rendered/")
 _FIX_PATH = "generate relative paths under an owned prefix, without '..', '.', '.git' or a leading '/'"
 
 

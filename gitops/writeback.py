@@ -48,7 +48,7 @@ from pathlib import Path
 
 from gitops.change import Change, check_change, plan_edit
 from gitops.errors import InvalidWriteBack, PushRejected, PushRetriesExhausted
-from gitops.paths import DEFAULT_OWNED, normalize_owned
+from gitops.paths import normalize_owned
 from gitops.workcopy import WorkingCopy, check_branch_name
 
 log = logging.getLogger("gpushare.gitops")
@@ -141,7 +141,7 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit})
 
 
-def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...] = DEFAULT_OWNED,
+def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
             target: str | Target = "direct", previous: PublishResult | None = None,
             max_attempts: int = 5, backoff_s: float = 0.2,
             sleep: Callable[[float], None] = time.sleep) -> PublishResult:

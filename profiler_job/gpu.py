@@ -23,7 +23,7 @@ class GpuIdentity:
     driver_version: str | None = None
     cuda_version: str | None = None
     source: str = "NVML"
-    hbm_gbps: float | None = None  # datasheet figure, only on CPU runs (controller.gpu_catalog)
+    hbm_gbps: float | None = None  # datasheet figure, only on CPU runs (contract.gpu_catalog)
 
 
 def normalize_product(name: str) -> str:

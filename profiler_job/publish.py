@@ -19,17 +19,13 @@ from typing import Any
 
 import yaml
 
+from contract import kube
+from contract.wire import (MANAGED_BY_LABEL, MODEL_ANNOTATION, PROFILE_DATA_KEY, PROFILE_GPU_PRODUCT_LABEL,
+                           PROFILE_LABEL, PROFILE_MODEL_HASH_LABEL, REVISION_ANNOTATION)
 from profiler_job.args import ConfigMapTarget, FileTarget, Target
 from profiler_job.errors import ConfigMapForbidden, PublishFailed
 
-PROFILE_KEY = "profile.yaml"
-LABEL_PROFILE = "gpushare.dev/profile"
-LABEL_GPU_PRODUCT = "gpushare.dev/gpu-product"
-LABEL_MODEL_HASH = "gpushare.dev/model-hash"
-ANNOTATION_MODEL = "gpushare.dev/model"
-ANNOTATION_REVISION = "gpushare.dev/revision"
 MODEL_HASH_CHARS = 16
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def model_hash(model: str, revision: str) -> str:
@@ -50,14 +46,14 @@ def configmap_body(target: ConfigMapTarget, profile: dict) -> dict:
             "name": target.name,
             "namespace": target.namespace,
             "labels": {
-                LABEL_PROFILE: "true",
-                LABEL_GPU_PRODUCT: profile["gpu"]["product"],
-                LABEL_MODEL_HASH: model_hash(profile["model"], revision),
-                "app.kubernetes.io/managed-by": "gpushare-profiler",
+                PROFILE_LABEL: "true",
+                PROFILE_GPU_PRODUCT_LABEL: profile["gpu"]["product"],
+                PROFILE_MODEL_HASH_LABEL: model_hash(profile["model"], revision),
+                MANAGED_BY_LABEL: "gpushare-profiler",
             },
-            "annotations": {ANNOTATION_MODEL: profile["model"], ANNOTATION_REVISION: revision},
+            "annotations": {MODEL_ANNOTATION: profile["model"], REVISION_ANNOTATION: revision},
         },
-        "data": {PROFILE_KEY: profile_yaml(profile)},
+        "data": {PROFILE_DATA_KEY: profile_yaml(profile)},
     }
 
 
@@ -96,12 +92,7 @@ def write_configmap(api: Any, body: dict) -> None:
 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     try:
-        try:
-            api.create_namespaced_config_map(namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            api.patch_namespaced_config_map(name, namespace, body, _content_type=MERGE_PATCH)
+        kube.write_configmap(api, body)
     except ApiException as exc:
         if exc.status in (401, 403):
             raise ConfigMapForbidden(
@@ -117,10 +108,4 @@ def write_configmap(api: Any, body: dict) -> None:
 
 def default_core_api() -> Any:
     """CoreV1Api from the in-cluster ServiceAccount, else from the local kubeconfig."""
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return client.CoreV1Api()
+    return kube.core_v1()

@@ -1,7 +1,7 @@
 """JSON Schemas: the single source of truth for every document gpushare reads or writes.
 
 Owns the schema files beside this module (ElasticModel, profile, GPU inventory,
-composition, worker config). Callers: the loader (controller.load), the worker's
+composition, worker config). Callers: the loader (controller.inputs.load), the worker's
 config reader, the profiler's writer, and the CRD generator. Nothing else defines
 a field.
 """

@@ -1,6 +1,6 @@
 """Jinja templates and the Compositions that select them (data files beside this module).
 
-Owns nothing but the files; controller.compose reads them through TEMPLATE_DIR.
+Owns nothing but the files; controller.rendering.compose reads them through TEMPLATE_DIR.
 """
 from pathlib import Path
 

@@ -14,18 +14,19 @@ from pathlib import Path
 
 import yaml
 
-from controller.cluster import Cluster
-from controller.cluster_loop import ClusterReconciler
-from controller.cluster_pass import verdict_sources
-from controller.leader import LeaderElection
-from controller.names import profile_configmap_name
+from controller.kube.cluster import Cluster
+from controller.cli.cluster_loop import ClusterReconciler
+from controller.passes.cluster_pass import verdict_sources
+from controller.kube.leader import LeaderElection
+from controller.rendering.names import profile_configmap_name
 from gitops import WorkingCopy
 from profiler_job.args import ConfigMapTarget
 from profiler_job.publish import configmap_body
 from tests.conftest import REPO_ROOT
 from tests.gitserver import GitServer, git
 from tests.kubedouble import RunningDouble
-from worker.verdicts import DATA_KEY, LABEL, Verdict, render_document
+from contract.verdicts import Verdict, render_document
+from contract.wire import VERDICTS_DATA_KEY as DATA_KEY, VERDICTS_LABEL as LABEL
 
 EM = "gpushare.dev/v1alpha1"
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"

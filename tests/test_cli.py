@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.cli import main
+from controller.cli.commands import main
 from tests.conftest import REPO_ROOT
 from tests.gitserver import git_server  # noqa: F401  (fixture)
 

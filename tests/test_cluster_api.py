@@ -1,13 +1,14 @@
-"""controller.cluster over HTTP: the official client against the API server double (tests/kubedouble.py)."""
+"""controller.kube.cluster over HTTP: the official client against the API server double (tests/kubedouble.py)."""
 from __future__ import annotations
 
 import kmock
 import pytest
 from kubernetes import client
 
-from controller.cluster import Cluster, ClusterError, gpu_slots
+from controller.kube.cluster import Cluster
+from controller.observe.facts import ClusterError, gpu_slots
 from tests.kubedouble import kube  # noqa: F401  (the fixture)
-from worker.verdicts import Verdict, render_document
+from contract.verdicts import Verdict, render_document
 
 pytestmark = pytest.mark.integration
 

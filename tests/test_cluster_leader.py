@@ -1,10 +1,10 @@
-"""controller.leader: Lease election between candidates against the API server double, with a driven clock."""
+"""controller.kube.leader: Lease election between candidates against the API server double, with a driven clock."""
 from __future__ import annotations
 
 import kmock
 import pytest
 
-from controller.leader import LeaderElection
+from controller.kube.leader import LeaderElection
 from tests.kubedouble import kube  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration

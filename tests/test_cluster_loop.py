@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from controller.offline import pass_over
+from controller.cli.offline import pass_over
 from tests.cluster_loop_support import NODE, PRODUCT, QWEN, REPO, SLOT, World, model_doc
 from tests.gitserver import git, git_server  # noqa: F401  (the fixture)
 from tests.kubedouble import kube  # noqa: F401  (the fixture)
-from worker.verdicts import Verdict
+from contract.verdicts import Verdict
 
 pytestmark = pytest.mark.integration
 

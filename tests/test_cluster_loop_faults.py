@@ -5,7 +5,7 @@ import kmock
 import pytest
 import yaml
 
-from controller.cli import main
+from controller.cli.commands import main
 from tests.cluster_loop_support import APP, EM, World, model_doc
 from tests.gitserver import git_server  # noqa: F401  (the fixture)
 from tests.kubedouble import kube  # noqa: F401  (the fixture)

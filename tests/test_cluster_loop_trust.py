@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-import controller.cluster_loop as cluster_loop
+import controller.cli.cluster_loop as cluster_loop
 from tests.cluster_loop_support import PRODUCT, World, model_doc
 from tests.gitserver import git_server  # noqa: F401  (the fixture)
 from tests.kubedouble import kube  # noqa: F401  (the fixture)
-from worker.verdicts import Verdict
+from contract.verdicts import Verdict
 
 pytestmark = pytest.mark.integration
 

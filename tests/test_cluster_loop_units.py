@@ -10,14 +10,14 @@ import urllib.request
 import pytest
 import yaml
 
-from controller.cli import _parser
-from controller.cluster import ProfileDocument
-from controller.cluster_loop import ClusterReconciler
-from controller.cluster_pass import (MEASURED_DIR, MEASURED_HEADER, ClusterFacts, ModelView, ProfileRequest,
+from controller.cli.commands import _parser
+from controller.observe.facts import ProfileDocument
+from controller.cli.cluster_loop import ClusterReconciler
+from controller.passes.cluster_pass import (MEASURED_DIR, MEASURED_HEADER, ClusterFacts, ModelView, ProfileRequest,
                                      application_for, measured_profiles, render_in_cluster, status_model)
-from controller.load import combine, parse_model
-from controller.metrics import ControllerMetrics, Health, MetricsServer
-from controller.names import profile_configmap_name
+from controller.inputs.load import combine, parse_model
+from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
+from controller.rendering.names import profile_configmap_name
 from controller.types import GpuSlot, InputError, Source
 from tests.cluster_loop_support import ESTIMATED, PRODUCT, QWEN, measured_profile, model_doc
 from tests.conftest import REPO_ROOT

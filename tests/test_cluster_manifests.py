@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from controller.crd import CRD_PATH
+from controller.kube.crd import CRD_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config"
@@ -83,7 +83,7 @@ def _docs(relative: str) -> list[dict]:
     return list(yaml.safe_load_all((CONFIG / relative).read_text()))
 
 
-# (group, resource, resourceNames) -> verbs: exactly the API calls of controller/cluster.py and controller/leader.py.
+# (group, resource, resourceNames) -> verbs: exactly the API calls of controller/kube/cluster.py and controller/kube/leader.py.
 # A verb more (a `watch`, an unused `update`) or less fails here.
 CONTROLLER_GRANTS = {
     "rbac/cluster-role.yaml": {

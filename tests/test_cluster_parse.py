@@ -1,13 +1,13 @@
-"""controller.cluster's pure parsers: node labels, ConfigMaps, Application, Deployment and Job status."""
+"""controller.kube.cluster's pure parsers: node labels, ConfigMaps, Application, Deployment and Job status."""
 from __future__ import annotations
 
 import pytest
 
-from controller.cluster import (
+from controller.observe.facts import (
     ClusterError, app_state, gpu_slots, job_state, profile_document, worker_verdicts, workload_state,
 )
 from controller.types import GpuSlot
-from worker.verdicts import Verdict, render_document
+from contract.verdicts import Verdict, render_document
 
 MiB = 1 << 20
 

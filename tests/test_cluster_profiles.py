@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import yaml
 
-from controller.cluster import ProfileDocument
-from controller.cluster_pass import (MEASURED_DIR, ProfileRequest, measured_path, measured_profiles,
+from controller.observe.facts import ProfileDocument
+from controller.passes.cluster_pass import (MEASURED_DIR, ProfileRequest, measured_path, measured_profiles,
                                      profile_requests)
-from controller.load import parse_model
-from controller.names import profile_configmap_name
+from controller.inputs.load import parse_model
+from controller.rendering.names import profile_configmap_name
 from controller.types import GpuSlot, Source
 from tests.cluster_loop_support import PRODUCT, QWEN, measured_profile, model_doc
 from tests.factories import toy_profile

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 import schemas
-from controller.compose import compose
-from controller.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
-from controller.compositions import CompositionInvalid, load_compositions
-from controller.names import service_name
+from controller.rendering.compose import compose
+from controller.rendering.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
+from controller.rendering.compositions import CompositionInvalid, load_compositions
+from controller.rendering.names import service_name
 from controller.types import Plan
 from templates import TEMPLATE_DIR
 from tests.compose_scenario import BIG, CHAT, CODER, FRESH, MODELS, PLAN, PREVIOUS, SLOTS, TINY, decide, model

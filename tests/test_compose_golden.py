@@ -18,10 +18,10 @@ import yaml
 
 import schemas
 
-from controller.compose import compose
-from controller.load import load_decision_records, load_repo
-from controller.reconcile import run_pass
-from controller.names import service_name
+from controller.rendering.compose import compose
+from controller.inputs.reader import load_decision_records, load_repo
+from controller.passes.reconcile import run_pass
+from controller.rendering.names import service_name
 from controller.types import Plan
 from tests.compose_scenario import MODELS, PLAN, PREVIOUS, SLOTS
 from tests.conftest import REPO_ROOT

@@ -11,12 +11,12 @@ import pytest
 import yaml
 from jinja2 import DictLoader
 
-from controller.compositions import CompositionInvalid, load_compositions
-from controller.kube_validate import NoSchema, validate_object
-from controller.names import dns_label, is_dns_label, profiler_job_name, service_name
-from controller.occupancy import device_bytes
-from controller.planmd import decision_changes, plan_markdown
-from controller.render import RenderError, environment, render_documents
+from controller.rendering.compositions import CompositionInvalid, load_compositions
+from controller.rendering.kube_validate import NoSchema, validate_object
+from controller.rendering.names import dns_label, is_dns_label, profiler_job_name, service_name
+from controller.planning.occupancy import device_bytes
+from controller.rendering.planmd import decision_changes, plan_markdown
+from controller.rendering.render import RenderError, environment, render_documents
 from controller.types import Plan
 from tests.compose_scenario import CHAT, CODER, DECISIONS, MODELS, PLAN, PREVIOUS, SLOTS, decide, model
 from tests.conftest import REPO_ROOT
@@ -214,10 +214,10 @@ def test_custom_resources_have_no_built_in_schema():
 def test_parallel_render_is_byte_identical_to_one_process(monkeypatch):
     import pickle
 
-    from controller import compose as compose_module
-    from controller.load import load_repo
-    from controller.plan import plan as make_plan
-    from controller.compose_errors import UnknownComposition
+    from controller.rendering import compose as compose_module
+    from controller.inputs.reader import load_repo
+    from controller.planning.plan import plan as make_plan
+    from controller.rendering.compose_errors import UnknownComposition
 
     inputs = load_repo(REPO_ROOT / "examples" / "fleet")
     result = make_plan(inputs)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 import schemas
-from controller import crd
-from controller.status import Observed, conditions_for, status_patch
+from controller.kube import crd
+from controller.observe.status import Observed, conditions_for, status_patch
 from controller.types import SLO, Decision, ElasticModel, Predicted
 from tests.kubedouble import stored_after_merge_patch as stored
 
@@ -23,7 +23,7 @@ CRD_VALIDATOR = jsonschema.Draft4Validator(OPENAPI)
 
 
 def test_the_crd_file_is_generated_from_the_schema():
-    assert crd.CRD_PATH.read_text() == crd.render(), "run `python -m controller.crd`"
+    assert crd.CRD_PATH.read_text() == crd.render(), "run `python -m controller.kube.crd`"
     assert crd.main(["--check"]) == 0
 
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 import schemas
-from controller.estimate import (UnsupportedArchitectureError, architecture_from_config, estimate_profile, main,
+from contract.estimate import (UnsupportedArchitectureError, architecture_from_config, estimate_profile, main,
                                  write_profiles)
-from controller.gpu_catalog import UnknownGpuError, gpu_spec
-from controller.load import parse_profile
+from contract.gpu_catalog import UnknownGpuError, gpu_spec
+from controller.inputs.load import parse_profile
 from tests.tinymodels import config_for
 
 torch = pytest.importorskip("torch")
@@ -157,7 +157,7 @@ def test_rerunning_the_estimator_reproduces_the_files_byte_for_byte(tmp_path):
     written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.yaml"))
     assert written == FILES
     changed = [rel for rel in FILES if (tmp_path / rel).read_bytes() != (PROFILES / rel).read_bytes()]
-    assert changed == [], "run: python -m controller.estimate --out examples/fleet/profiles"
+    assert changed == [], "run: python -m contract.estimate --out examples/fleet/profiles"
 
 
 # ---------------------------------------------------------------- the arithmetic on other shapes

@@ -1,8 +1,8 @@
 """`explain` and refusal reasons give advice that can work: no budget where the GPU is the limit."""
 from __future__ import annotations
 
-from controller.explain import explain
-from controller.plan import plan
+from controller.planning.explain import explain
+from controller.planning.plan import plan
 from controller.types import Inputs
 from tests.factories import toy_model, toy_profile, toy_slot
 

@@ -1,6 +1,7 @@
 """Write-back against a real remote: bare repos served by `git daemon` on 127.0.0.1 (gitops.writeback, workcopy)."""
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -8,11 +9,15 @@ from pathlib import Path
 import pytest
 
 import gitops.workcopy
-from gitops import NO_CHANGE, Change, WorkingCopy, publish
+import gitops
+from gitops import NO_CHANGE, Change, WorkingCopy
 from gitops.errors import (BranchNotFound, GitUnreachable, PushRejected, PushRetriesExhausted,
                            RevisionNotFound, UnsafePath, WorkdirInUse)
 from gitops.git import blob_id
 from gitserver import GitServer, git, serving
+
+OWNED = ("decisions/", "rendered/")  # what these tests generate; the controller passes its own layout
+publish = functools.partial(gitops.publish, owned=OWNED)
 
 pytestmark = pytest.mark.integration
 REPO = "fleet.git"

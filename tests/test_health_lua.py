@@ -8,7 +8,7 @@ import lupa.lua51 as lua51
 import pytest
 import yaml
 
-from controller.status import JobState, Observed, WorkerVerdict, conditions_for, status_patch
+from controller.observe.status import JobState, Observed, WorkerVerdict, conditions_for, status_patch
 from tests.test_status import ALL_GOOD, BELOW_MINIMUM, MODEL, PENDING, RESIDENT, SYNCED_APP
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.load import (combine, load_documents, load_previous_decisions, load_repo, parse_inventory,
-                             parse_model, parse_profile)
+from controller.inputs.load import combine, load_documents, parse_inventory, parse_model, parse_profile
+from controller.inputs.reader import load_repo, read_repo
 from controller.types import SLO, ElasticModel, GpuSlot, Source
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -240,7 +240,7 @@ def test_combine_drops_every_copy_of_a_duplicate_and_keeps_the_rest():
 # ---------------------------------------------------------------- previous decisions
 
 def test_previous_decisions_load_and_garbled_ones_are_skipped():
-    decisions = load_previous_decisions(GOOD)
+    decisions = read_repo(GOOD).previous
     assert list(decisions) == [("llm", "chat-small")]  # garbled.yaml and missing-fields.yaml skipped
     decision = decisions[("llm", "chat-small")]
     assert (decision.mode, decision.slot, decision.resident_layers, decision.predicted.tpot_ms) == (
@@ -248,7 +248,7 @@ def test_previous_decisions_load_and_garbled_ones_are_skipped():
 
 
 def test_no_decisions_directory_means_no_previous_decisions(tmp_path):
-    assert load_previous_decisions(tmp_path) == {}
+    assert read_repo(tmp_path).previous == {}
 
 
 @pytest.mark.parametrize("model_id,ok", [

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import cost
-from controller.plan import plan
+from controller.planning import cost
+from controller.planning.plan import plan
 from controller.types import Decision, Inputs
 from tests.factories import toy_model, toy_profile, toy_slot
 

@@ -20,8 +20,8 @@ from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
 from transformers import AutoModelForCausalLM, BertConfig
 
 import schemas
-from controller.estimate import architecture_from_config, estimate_profile
-from controller.gpu_catalog import gpu_spec
+from contract.estimate import architecture_from_config, estimate_profile
+from contract.gpu_catalog import gpu_spec
 from profiler_job import errors
 from profiler_job.cli import main
 from profiler_job.measure.device import Device

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.quantity import QuantityError, format_bytes, parse_bytes
+from contract.quantity import QuantityError, format_bytes, parse_bytes
 
 GI, MI = 2**30, 2**20
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.load import load_decision_records, load_repo
-from controller.reconcile import PassOutput, run_pass
+from controller.inputs.reader import load_decision_records, load_repo
+from controller.passes.reconcile import PassOutput, run_pass
 from tests.conftest import REPO_ROOT
 
 FLEET = REPO_ROOT / "examples" / "fleet"
@@ -145,7 +145,7 @@ def test_a_moved_models_own_budget_change_is_named_first(repo):
 
 
 def test_plan_marks_models_served_from_their_last_good_spec(repo, capsys):
-    from controller.cli import main
+    from controller.cli.commands import main
 
     reconcile_into(repo)
     (repo / "models/llm/chat.yaml").write_text("kind: [unclosed\n")

@@ -9,9 +9,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.compose import compose
-from controller.compose_errors import InvalidName
-from controller.render import yaml_quote
+from controller.rendering.compose import compose
+from controller.rendering.compose_errors import InvalidName
+from controller.rendering.render import yaml_quote
 from controller.types import Pending, Plan
 from tests.compose_scenario import SLOTS, decide, model
 

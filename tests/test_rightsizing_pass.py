@@ -8,11 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.cli import main
-from controller.load import load_repo
+from controller.cli.commands import main
+from controller.inputs.reader import load_repo
 from controller.rightsizing.prometheus import UsageUnavailable
 from controller.rightsizing.apply import rightsize_once
-from controller.rightsizing.records import effective_models, read_records
 from controller.rightsizing.usage import Sample, dump_lines
 from gitops import WorkingCopy
 from tests.gitserver import git_server  # noqa: F401  (fixture)
@@ -87,11 +86,19 @@ def test_recommend_commits_the_users_file_edit_to_a_review_branch_and_auto_recor
 
     checkout = tmp_path / "check"
     WorkingCopy(url, "main", checkout).sync()
-    models = {m.name: m for m in effective_models(load_repo(checkout).models, read_records(checkout))}
+    models = {m.name: m for m in load_repo(checkout).models}  # what every pass plans from
     assert models["summarizer"].budget_bytes == auto["budgetBytes"]
+    assert models["summarizer"].spec_budget_bytes == 6 * GiB
     assert models["chat-small"].budget_bytes == 4 * GiB  # Recommend waits for the merge
 
-    rightsize_once(copy, _usage(USAGE), NOW + 60, 3 * HOUR)  # the review branch takes in the records commit
+    # the next reconcile pass plans summarizer with its effective budget (status shows it) and keeps the records
+    assert main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r")]) == 0
+    after_pass = git_server.files("fleet")
+    assigned = yaml.safe_load(after_pass["decisions/llm/summarizer.yaml"])["status"]["assigned"]
+    assert assigned["budgetBytes"] == 2 * GiB
+    assert after_pass["decisions/rightsizing/llm/summarizer.yaml"] == records["decisions/rightsizing/llm/summarizer.yaml"]
+
+    rightsize_once(copy, _usage(USAGE), NOW + 60, 3 * HOUR)  # the review branch takes in the new tracked head
     again = rightsize_once(copy, _usage(USAGE), NOW + 120, 3 * HOUR)
     assert [p.commit for p in again.proposals] == [None] and again.records.commit is None
     assert git_server.files("fleet", branch="gpushare/rightsize-llm-chat-small")["models/llm/chat.yaml"] == \

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.load import parse_model
+from controller.inputs.load import parse_model
 from controller.rightsizing.histogram import DecayingHistogram
 from controller.rightsizing.policy import PolicyError, Rightsizing, parse_duration, parse_policy
 from controller.rightsizing.recommender import MIB, Change, Hold, Slo, replay

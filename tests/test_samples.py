@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from controller.load import load_repo
-from controller.plan import plan
+from controller.inputs.reader import load_repo
+from controller.planning.plan import plan
 from tests.conftest import REPO_ROOT
 
 FLEET = REPO_ROOT / "examples" / "fleet"

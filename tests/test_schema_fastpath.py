@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import schemas
-from controller.load import load_documents
+from controller.inputs.load import load_documents
 from tests.conftest import REPO_ROOT
 
 KINDS = {"ElasticModel": "elasticmodel", "ModelProfile": "profile", "GPUInventory": "gpus",

@@ -1,11 +1,11 @@
-"""controller.status: conditions from decisions and cluster observations, the status patch, write-if-changed."""
+"""controller.observe.status: conditions from decisions and cluster observations, the status patch, write-if-changed."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 
-from controller.status import (
+from controller.observe.status import (
     AppState, JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write, status_patch,
 )
 from controller.types import SLO, Decision, ElasticModel, InputError, Pending, Predicted

@@ -8,8 +8,11 @@ import time
 
 import yaml
 
-from worker.verdicts import DATA_KEY, LABEL, SLOT_ANNOTATION, ConfigMapPublisher, PublishLoop, Verdict, \
-    render_document
+from contract.verdicts import Verdict, render_document
+from contract.wire import SLOT_LABEL as SLOT_ANNOTATION
+from contract.wire import VERDICTS_DATA_KEY as DATA_KEY
+from contract.wire import VERDICTS_LABEL as LABEL
+from worker.verdicts import ConfigMapPublisher, PublishLoop
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     KubeApiThread, MiB, config_document, model_entry, started_worker, single_threaded_torch, tiny_models,
 )
@@ -45,7 +48,7 @@ def test_publisher_creates_then_patches_the_configmap():
         publisher.publish("n/gpu0", render_document("n/gpu0", [APPLIED, REFUSED]))
         stored = kube.configmap("gpushare", "verdicts-n-gpu0")
         methods = kube.methods()
-    assert methods == ["PATCH", "POST", "PATCH"], "404 on the first patch, then create, then patch"
+    assert methods == ["POST", "POST", "PATCH"], "create, then 409 on the second create, then merge-patch"
     assert [m["name"] for m in yaml.safe_load(stored["data"][DATA_KEY])["models"]] == ["a", "b"]
     assert stored["metadata"]["labels"][LABEL] == "true"
     assert stored["metadata"]["annotations"][SLOT_ANNOTATION] == "n/gpu0"

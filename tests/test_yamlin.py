@@ -5,8 +5,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 
-from controller.yamlin import parse_documents
-from controller.yamlout import dump
+from controller.inputs.yamlin import parse_documents
+from controller.rendering.yamlout import dump
 from tests.test_yamlout import data
 
 

@@ -6,7 +6,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.yamlout import NotData, dump
+from controller.rendering.yamlout import NotData, dump
 
 scalars = (st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False)
            | st.text(max_size=40) | st.sampled_from(["yes", "No", "on", "OFF", "y", "N", "null", "~", "1e3", "0x1F",

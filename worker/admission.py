@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.quantity import format_bytes
+from contract.quantity import format_bytes
+from contract.verdicts import Verdict
 
 from .config import ModelConfig
 from .shape import ModelShape
-from .verdicts import Verdict
 
 
 @dataclass(frozen=True)

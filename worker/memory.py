@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from controller.quantity import format_bytes
+from contract.quantity import format_bytes
 
 from .errors import BudgetExceeded
 

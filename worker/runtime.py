@@ -16,6 +16,8 @@ from typing import Callable
 
 import torch
 
+from contract.verdicts import Verdict, refused, render_document
+
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
 from .engine import Generation
@@ -27,7 +29,7 @@ from .metrics import PynvmlReader, WorkerMetrics
 from .residency import Residency, make_residency
 from .scheduler import Event, Job, Scheduler
 from .shape import ModelShape, read_shape
-from .verdicts import Publisher, PublishLoop, Verdict, refused, render_document
+from .verdicts import Publisher, PublishLoop
 
 log = logging.getLogger(__name__)
 

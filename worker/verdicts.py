@@ -1,62 +1,20 @@
-"""Verdicts: what the worker applied or refused, per model, and their publication.
+"""Publishing the worker's verdicts into its ConfigMap, in the background.
 
-Owns the Verdict shape, its YAML document (the ConfigMap data key `verdicts.yaml`
-that the controller reads) and the publisher that writes it with the official
-kubernetes client. Admission creates verdicts; the runtime publishes them through
-a background `PublishLoop` so an unreachable API server never stops serving.
+Owns the publisher that writes the verdicts document (contract.verdicts, the one
+writer) into a ConfigMap with the shared Kubernetes client (contract.kube), and a
+background `PublishLoop` so an unreachable API server never stops serving.
+Admission creates verdicts; the runtime submits each new document here.
 """
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict, dataclass
-from typing import Callable, Literal, Protocol
+from typing import Callable, Protocol
 
-import yaml
+from contract import kube
+from contract.wire import MANAGED_BY_LABEL, SLOT_LABEL, VERDICTS_DATA_KEY, VERDICTS_LABEL
 
 log = logging.getLogger(__name__)
-
-DATA_KEY = "verdicts.yaml"
-LABEL = "gpushare.dev/verdicts"
-SLOT_ANNOTATION = "gpushare.dev/slot"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    name: str
-    namespace: str
-    mode: str
-    verdict: Literal["applied", "refused"]
-    reason: str
-    message: str
-    need_bytes: int
-    available_bytes: int
-    missing_bytes: int
-    resident_layers: int | None = None
-
-    def as_dict(self) -> dict:
-        """camelCase keys, as the controller reads them; residentLayers only for elastic."""
-        data = asdict(self)
-        out = {"name": data["name"], "namespace": data["namespace"], "mode": data["mode"],
-               "verdict": data["verdict"], "reason": data["reason"], "message": data["message"],
-               "needBytes": data["need_bytes"], "availableBytes": data["available_bytes"],
-               "missingBytes": data["missing_bytes"]}
-        if self.mode == "elastic" and self.resident_layers is not None:
-            out["residentLayers"] = self.resident_layers
-        return out
-
-
-def refused(name: str, namespace: str, mode: str, reason: str, message: str) -> Verdict:
-    """A refusal that has no byte arithmetic (unreadable model, failed load)."""
-    return Verdict(name=name, namespace=namespace, mode=mode, verdict="refused", reason=reason,
-                   message=message, need_bytes=0, available_bytes=0, missing_bytes=0)
-
-
-def render_document(slot: str, verdicts: list[Verdict]) -> str:
-    """The YAML stored under DATA_KEY: the slot and one entry per configured model, in config order."""
-    return yaml.safe_dump({"apiVersion": "gpushare.dev/v1alpha1", "kind": "WorkerVerdicts", "slot": slot,
-                           "models": [v.as_dict() for v in verdicts]}, sort_keys=False)
-
 
 class Publisher(Protocol):
     def publish(self, slot: str, document: str) -> None: ...
@@ -72,33 +30,18 @@ class ConfigMapPublisher:
         self.timeout_s = timeout_s
 
     def publish(self, slot: str, document: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         body = {
             "metadata": {"name": self.name, "namespace": self.namespace,
-                         "labels": {LABEL: "true", "app.kubernetes.io/managed-by": "gpushare-worker"},
-                         "annotations": {SLOT_ANNOTATION: slot}},
-            "data": {DATA_KEY: document},
+                         "labels": {VERDICTS_LABEL: "true", MANAGED_BY_LABEL: "gpushare-worker"},
+                         "annotations": {SLOT_LABEL: slot}},
+            "data": {VERDICTS_DATA_KEY: document},
         }
-        try:
-            self.api.patch_namespaced_config_map(self.name, self.namespace, body,
-                                                 _content_type="application/merge-patch+json",
-                                                 _request_timeout=self.timeout_s)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            self.api.create_namespaced_config_map(self.namespace, body, _request_timeout=self.timeout_s)
+        kube.write_configmap(self.api, body, timeout_s=self.timeout_s)
 
 
 def kubernetes_publisher(namespace: str, name: str) -> ConfigMapPublisher:
     """A publisher with in-cluster credentials (the worker's ServiceAccount), else the local kubeconfig."""
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    return ConfigMapPublisher(client.CoreV1Api(), namespace, name)
+    return ConfigMapPublisher(kube.core_v1(), namespace, name)
 
 
 class PublishLoop:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from controller.load import load_previous_decisions, load_repo
-from controller.quantity import format_bytes
+from controller.inputs.reader import load_decision_records, load_repo
+from contract.quantity import format_bytes
 from gitops import Change, PublishResult, Target, WorkingCopy, publish
 
 from .edit import set_memory_budget
@@ -50,7 +50,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
-    result = step(inputs.models, tuple(load_previous_decisions(root).values()), inputs.slots, read_records(root),
+    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots, read_records(root),
                   usage, now, read_prices(root))
     published = tuple(_propose(copy, p) for p in result.proposals)
     copy.checkout(heads[copy.branch])

@@ -15,13 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-from controller.load import load_repo
-from controller.quantity import format_bytes
+from controller.inputs.reader import load_repo
+from contract.quantity import format_bytes
 
 from .policy import PolicyError, parse_duration
 from .prometheus import UsageUnavailable, read_usage
 from .recommender import Change, Slo, replay
-from .records import effective_models, read_records
 from .usage import UsageFormatError, by_model, dump_lines, format_time, read_samples
 
 
@@ -75,7 +74,7 @@ def _rightsize(args) -> int:
     except (OSError, UsageFormatError) as exc:
         return _fail(f"cannot read usage: {exc}")
     inputs = load_repo(args.repo)
-    models = effective_models(inputs.models, read_records(args.repo))
+    models = inputs.models  # Auto models carry their effective budget (controller.inputs.reader)
     shown = 0
     for model in sorted(models, key=lambda m: m.key):
         if not (model.rightsizing.enabled or args.all):

@@ -14,7 +14,7 @@ import io
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from controller.quantity import parse_bytes
+from contract.quantity import parse_bytes
 
 _PLAIN_END = (",", "}", "]", " #", "\t#", "\n", "\r")
 

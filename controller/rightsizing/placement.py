@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
-from controller.occupancy import device_bytes
-from controller.quantity import format_bytes
+from controller.planning.occupancy import device_bytes
+from contract.quantity import format_bytes
 from controller.types import Decision, GpuSlot
 
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from controller.quantity import parse_bytes
+from contract.quantity import parse_bytes
 
 Policy = Literal["Off", "Recommend", "Auto"]
 _DURATION = re.compile(r"^([0-9]+)(s|m|h|d)$")

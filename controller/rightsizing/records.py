@@ -16,9 +16,8 @@ from typing import Iterable
 
 import yaml
 
+from controller.inputs.layout import RIGHTSIZING_DIR as RECORDS_DIR
 from controller.types import API_VERSION, ElasticModel
-
-RECORDS_DIR = "decisions/rightsizing"
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,8 @@ def effective_models(models: Iterable[ElasticModel], records: dict[tuple[str, st
     for model in models:
         record = records.get(model.key)
         if (record is not None and model.rightsizing.policy == "Auto" and record.policy == "Auto"
-                and record.spec_budget_bytes == model.budget_bytes):
-            model = replace(model, budget_bytes=model.rightsizing.clamp(record.budget_bytes))
+                and model.user_budget_bytes is None and record.spec_budget_bytes == model.budget_bytes):
+            model = replace(model, budget_bytes=model.rightsizing.clamp(record.budget_bytes),
+                            user_budget_bytes=model.budget_bytes)
         out.append(model)
     return tuple(out)

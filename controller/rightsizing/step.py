@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from controller.quantity import format_bytes
+from contract.quantity import format_bytes
 from controller.types import Decision, ElasticModel, GpuSlot
 
 from .placement import Fit, where_it_fits
@@ -65,10 +65,11 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         if not policy.enabled:
             continue
         previous = records.get(model.key)
-        carried = previous if previous is not None and previous.spec_budget_bytes == model.budget_bytes \
+        user = model.spec_budget_bytes
+        carried = previous if previous is not None and previous.spec_budget_bytes == user \
             and previous.policy == policy.policy else None
-        in_force = carried.budget_bytes if carried and policy.policy == "Auto" else model.budget_bytes
-        base = carried or Record(model.namespace, model.name, policy.policy, model.budget_bytes, in_force)
+        in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
+        base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
         samples = list((usage or {}).get(model.ref, ()))
         missing = _missing(samples, now) if usage is not None else "usage could not be read"
         if missing:
@@ -97,7 +98,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
             if policy.policy == "Auto":
                 out[model.key] = replace(base, conditions=tuple(conditions), fit=_fit_dict(fit))
                 continue
-        record = Record(model.namespace, model.name, policy.policy, model.budget_bytes, loop.budget,
+        record = Record(model.namespace, model.name, policy.policy, user, loop.budget,
                         change.direction, change.reason, format_time(change.at), change.evidence.as_dict(),
                         _fit_dict(fit) if fit else {},
                         review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions))

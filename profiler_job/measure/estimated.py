@@ -1,4 +1,4 @@
-"""What a run without CUDA cannot measure, taken from controller.estimate for the named GPU product.
+"""What a run without CUDA cannot measure, taken from contract.estimate for the named GPU product.
 
 Owns the CPU fallback: activation peaks, runtime overhead and host-to-device
 bandwidth come from the estimator the controller uses for its shipped profiles
@@ -17,7 +17,7 @@ from profiler_job.measure.activation import ActivationPeak
 from profiler_job.measure.bandwidth import Bandwidth
 from profiler_job.measure.overhead import Overhead
 
-NOT_MEASURED = "not measured (no CUDA device), from controller.estimate: "
+NOT_MEASURED = "not measured (no CUDA device), from contract.estimate: "
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class CpuEstimate:
 
 def cpu_identity(product: str) -> GpuIdentity:
     """The GPU a CPU run estimates for: --gpu-product, which must be in the GPU catalog."""
-    from controller.gpu_catalog import UnknownGpuError, gpu_spec
+    from contract.gpu_catalog import UnknownGpuError, gpu_spec
 
     name = normalize_product(product)
     try:
@@ -43,8 +43,8 @@ def cpu_identity(product: str) -> GpuIdentity:
 
 
 def estimate_for_cpu_run(model: Any, model_id: str, dtype: str, gpu: GpuIdentity) -> CpuEstimate:
-    from controller.estimate import UnsupportedArchitectureError, architecture_from_config, estimate_profile
-    from controller.gpu_catalog import gpu_spec
+    from contract.estimate import UnsupportedArchitectureError, architecture_from_config, estimate_profile
+    from contract.gpu_catalog import gpu_spec
 
     try:
         architecture = architecture_from_config(model.config.to_dict())

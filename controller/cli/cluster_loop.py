@@ -1,0 +1,417 @@
+"""Cluster mode (`gpushare reconcile --kube`): the same pass, with facts from the Kubernetes API.
+
+Owns the shell around the pass in a cluster: `ClusterReconciler.reconcile_once()` is one
+pass (leader check -> facts from the API -> render and publish to git -> observe ->
+status), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
+backoff with jitter after API or git errors, Lease renewals while it waits), and
+`run_cluster(args)` builds the adapters from the command line. Every I/O adapter is
+passed in (Cluster, WorkingCopy, the election, clock, sleep), so tests drive a pass
+against the API server double and a real git remote. Git is the source of truth for
+ElasticModels (models/); the cluster's ElasticModel objects only receive status.
+Called by controller.cli.reconcile_cmd; the pure pieces live in controller.passes.cluster_pass.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from kubernetes import config
+
+from contract import kube
+from controller.kube.cluster import Cluster
+from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
+from controller.inputs.layout import CLUSTER_GENERATED
+from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView, application_for, model_views,
+                                     not_in_git, render_in_cluster, status_model, verdict_sources)
+from controller.kube.leader import LeaderElection
+from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
+from controller.cli.offline import OfflineResult
+from controller.passes.reconcile import PassOutput
+from controller.cli.common import credentials_from, default_workdir, show
+from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
+from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
+                               status_patch)
+from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target, publish
+from gitops.errors import RevisionNotFound
+
+log = logging.getLogger("gpushare.cluster")
+
+DEFAULT_APPLICATION = ("argocd", "gpushare-rendered")
+DEFAULT_INTERVAL_S = 30.0
+RENEW_EVERY_S = 2.0  # how often a waiting leader renews its Lease (client-go's retry period)
+CACHE_ENTRIES = 10_000  # git answers remembered across passes (commit per path set, ancestry per pair)
+
+
+def application_ref(text: str) -> tuple[str, str]:
+    """`NAMESPACE/NAME` of an Argo CD Application (the --argocd-application flag)."""
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME; write e.g. argocd/gpushare-rendered")
+    return namespace, name
+
+
+def add_cluster_arguments(parser) -> None:
+    group = parser.add_argument_group("cluster mode (--kube)")
+    group.add_argument("--kubeconfig", type=Path, help="default: in-cluster config, else ~/.kube/config")
+    group.add_argument("--argocd-application", action="append", default=[], metavar="NAMESPACE/NAME",
+                       type=application_ref,
+                       help="the Argo CD Application that syncs the rendered tree (repeatable; "
+                            "default argocd/gpushare-rendered)")
+    group.add_argument("--lease-namespace", default="gpushare-system", help="where the leader-election Lease lives")
+    group.add_argument("--identity", help="this replica's holder identity (default: the pod's hostname)")
+    group.add_argument("--metrics-port", type=int, default=8080,
+                       help="Prometheus /metrics, /healthz and /readyz while polling (0: no server)")
+
+
+class Election(Protocol):
+    """What the reconciler needs of controller.kube.leader.LeaderElection."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    def try_acquire_or_renew(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class LeadershipLost(Exception):
+    reason = "LeadershipLost"
+
+    def __init__(self) -> None:
+        super().__init__("the Lease was not renewed in time during the pass; another replica may lead now, "
+                         "so this one stopped writing")
+        self.message = str(self)
+
+
+@dataclass
+class PassReport:
+    """What one pass did. `leader` False: a standby pass that only tried to take the Lease."""
+
+    leader: bool = False
+    published: PublishResult | None = None
+    output: PassOutput | None = None
+    status_writes: int = 0
+    waiting: list[str] = field(default_factory=list)  # cluster spec differs from git: status left for later
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (reason, message): the pass failed
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # broken or foreign ConfigMaps: reported, not retried
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass(frozen=True)
+class _Last:
+    facts: ClusterFacts
+    published: PublishResult
+    output: PassOutput
+    ignored: tuple[tuple[str, str], ...]  # profile ConfigMaps the render left out
+
+
+class ClusterReconciler:
+    """One controller replica: passes against `cluster` and `copy`, guarded by `election`."""
+
+    def __init__(self, cluster: Cluster, copy: WorkingCopy, election: Election, *,
+                 applications: Sequence[tuple[str, str]] = (DEFAULT_APPLICATION,),
+                 target: Target | str = "direct", metrics: ControllerMetrics | None = None,
+                 health: Health | None = None, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
+                 renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
+                 max_backoff_s: float = MAX_BACKOFF_S):
+        self.cluster, self.copy, self.election = cluster, copy, election
+        self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
+        self.target = parse_target(target)
+        self.metrics = metrics or ControllerMetrics()
+        self.health = health
+        self.clock, self.sleep, self.jitter = clock, sleep, jitter
+        self.renew_every_s, self.backoff_base_s, self.max_backoff_s = renew_every_s, backoff_base_s, max_backoff_s
+        self._last: _Last | None = None
+        self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
+        self._contains: dict[tuple[str, str], bool] = {}
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self, interval_s: float = DEFAULT_INTERVAL_S, *, passes: int | None = None,
+            stopped: Callable[[], bool] = lambda: False) -> int:
+        """Pass after pass (controller.cli.loop) until `stopped()` (or `passes` passes); 0 when the last
+        pass succeeded."""
+        def one_pass() -> Outcome:
+            report = self.reconcile_once()
+            if self.health is not None:
+                self.health.beat()
+            if report.errors:
+                log.warning("pass failed (%s)", "; ".join(r for r, _ in report.errors))
+            # a standby asks for the Lease again soon
+            return Outcome(report.ok, None if report.leader else self.renew_every_s)
+
+        return run_loop(one_pass, interval_s, wait=lambda seconds: self._wait(seconds, stopped), stopped=stopped,
+                        passes=passes, jitter=self.jitter, backoff_base_s=self.backoff_base_s,
+                        max_backoff_s=self.max_backoff_s,
+                        on_retry=lambda seconds: log.warning("retrying in %.1f s", seconds))
+
+    def backoff(self, failures: int) -> float:
+        return backoff_s(failures, base_s=self.backoff_base_s, cap_s=self.max_backoff_s, jitter=self.jitter)
+
+    def _wait(self, seconds: float, stopped: Callable[[], bool]) -> None:
+        """Sleep `seconds`, renewing the Lease every `renew_every_s` while this replica leads."""
+        remaining = seconds
+        while remaining > 0 and not stopped():
+            step = min(remaining, self.renew_every_s)
+            self.sleep(step)
+            remaining -= step
+            if remaining > 0 and self.election.is_leader:
+                self.election.try_acquire_or_renew()
+
+    # ------------------------------------------------------------ one pass
+
+    def reconcile_once(self) -> PassReport:
+        started = time.monotonic()
+        report = PassReport()
+        try:
+            report.leader = self.election.try_acquire_or_renew()
+            if report.leader:
+                self._pass(report)
+        except (ClusterError, GitError, LeadershipLost) as exc:
+            report.errors.append((exc.reason, exc.message))
+        for reason, message in report.warnings:
+            self.metrics.error(reason)
+            log.warning("[%s] %s", reason, message)
+        for reason, message in report.errors:
+            self.metrics.error(reason)
+            log.error("[%s] %s", reason, message)
+        self.metrics.leader.set(1 if report.leader else 0)
+        result = "standby" if not report.leader else ("ok" if report.ok else "error")
+        self.metrics.pass_done(time.monotonic() - started, result, self.clock())
+        return report
+
+    def _pass(self, report: PassReport) -> None:
+        facts = self._facts(report)
+        objects = self.cluster.elastic_models()
+        applications = [a for a in (self.cluster.application(ns, name) for ns, name in self.applications) if a]
+        report.published, report.output = self._publish(facts, report)
+        self._count_modes(report.output)
+        verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered.files))
+        report.warnings += [(problem.reason, problem.message) for problem in broken]
+        views = model_views(report.output)
+        revision = report.published.heads.get(report.published.branch) or report.published.upstream
+        targets = [(obj, views.get(_key(obj))) for obj in objects]
+        live = _LiveReads(self.cluster)  # one read per object per pass, however many models share it
+        observed = [self._observe(_key(obj), view, applications, verdicts, revision, live) for obj, view in targets]
+        self._renew()
+        now = _rfc3339(self.clock())
+        for (obj, view), seen in zip(targets, observed):
+            self._write_status(obj, view, seen, now, report)
+
+    def _renew(self) -> None:
+        if not self.election.try_acquire_or_renew():
+            raise LeadershipLost()
+
+    def _facts(self, report: PassReport) -> ClusterFacts:
+        slots, node_errors = gpu_slots(self.cluster.nodes())
+        documents, broken = self.cluster.profile_documents()
+        report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
+        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors))
+
+    def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
+        """Render and push; the Lease is renewed at the end of each render, right before its commit is
+        pushed, so a replica deposed while it rendered never pushes."""
+        renders = []
+
+        def render(root: Path):
+            rendered = render_in_cluster(root, facts)
+            renders.append(rendered)
+            self._renew()
+            return rendered.change
+
+        last = self._last
+        previous = last.published if last is not None and last.facts == facts else None
+        try:
+            published = publish(self.copy, render, owned=CLUSTER_GENERATED, target=self.target, previous=previous,
+                                sleep=self.sleep)
+        except GitError as exc:
+            self.metrics.push_failed(exc.reason)
+            raise
+        if published.changed:
+            self.metrics.commits.inc()
+            log.info("committed %s to %s: %s", published.commit[:12], published.branch,
+                     published.message.splitlines()[0])
+        if renders:
+            self._last = _Last(facts, published, renders[-1].output, renders[-1].ignored)
+        else:  # no render: nothing moved since `last`
+            self._last = replace(last, published=published)
+        report.warnings += self._last.ignored
+        return published, self._last.output
+
+    def _count_modes(self, output: PassOutput) -> None:
+        counts = Counter(d.mode for d in output.plan.decisions)
+        counts["pending"] = len(output.plan.pending)
+        self.metrics.modes(counts)
+
+    # ------------------------------------------------------------ observe and write status
+
+    def _observe(self, key: tuple[str, str], view: ModelView | None, applications: list[dict],
+                 verdicts: dict[VerdictKey, WorkerVerdict], revision: str, live: _LiveReads) -> Observed:
+        if view is None:
+            return Observed()
+        commit = self._last_commit(revision, view.paths) if view.paths else None
+        application = application_for(view.rendered_paths, applications)
+        app = None if application is None else app_state(
+            application, lambda synced: commit is not None and self._synced_contains(commit, synced))
+        workload = job = None
+        if view.decision is not None and view.decision.mode != "refused":
+            states = [live.workload(o) for o in view.objects("Deployment")]
+            states = [s for s in states if s is not None]
+            workload = next((s for s in states if not s.available), states[0] if states else None)
+        if view.pending is not None:
+            jobs = [live.job(o) for o in view.objects("Job")]
+            job = next((j for j in jobs if j is not None), None)
+        verdict = verdicts.get((*key, view.decision.slot)) if view.decision is not None else None
+        return Observed(commit=commit, app=app, workload=workload, job=job, verdict=verdict)
+
+    def _last_commit(self, revision: str, paths: tuple[str, ...]) -> str | None:
+        """The newest commit at or before `revision` that touched any of `paths` (cached per revision)."""
+        key = (revision, paths)
+        if key not in self._commits:
+            if len(self._commits) > CACHE_ENTRIES:
+                self._commits.clear()
+            found = self.copy.git.text("log", "-1", "--format=%H", revision, "--", *paths)
+            self._commits[key] = found or None
+        return self._commits[key]
+
+    def _synced_contains(self, commit: str, synced: str) -> bool:
+        """Whether the revision Argo CD synced descends from `commit` (a git ancestry check, fetched if unknown)."""
+        key = (commit, synced)
+        if key not in self._contains:
+            if len(self._contains) > CACHE_ENTRIES:
+                self._contains.clear()
+            try:
+                self._contains[key] = self.copy.head_contains(commit, synced)
+            except RevisionNotFound as exc:
+                log.warning("Argo CD synced %s: %s", synced[:12], exc.message)
+                return False
+        return self._contains[key]
+
+    def _write_status(self, obj: dict, view: ModelView | None, observed: Observed, now: str,
+                      report: PassReport) -> None:
+        namespace, name = _key(obj)
+        model = status_model(obj, view)
+        if model is None:
+            report.waiting.append(f"{namespace}/{name}")
+            log.info("ElasticModel %s/%s in the cluster differs from models/ in git; its status waits for "
+                     "Argo CD to sync it", namespace, name)
+            return
+        error = view.error if view is not None else not_in_git(namespace, name, self.copy.branch)
+        decision = view.decision if view is not None else None
+        pending = view.pending if view is not None else None
+        previous = (obj.get("status") or {}).get("conditions") or []
+        body = status_patch(model, conditions_for(model, decision, pending, error, observed, previous, now), decision)
+        if not needs_write(obj.get("status"), body["status"]):
+            return
+        if not self.election.is_leader:
+            raise LeadershipLost()
+        try:
+            self.cluster.patch_status(namespace, name, body)
+        except ClusterError as exc:
+            if exc.reason != "ObjectGone":
+                report.errors.append((exc.reason, exc.message))
+            return
+        report.status_writes += 1
+        self.metrics.status_writes.inc()
+
+
+class _LiveReads:
+    """The live Deployments and Jobs read during one pass, each once."""
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self._seen: dict[LiveObject, WorkloadState | JobState | None] = {}
+
+    def workload(self, obj: LiveObject) -> WorkloadState | None:
+        if obj not in self._seen:
+            self._seen[obj] = self.cluster.workload(obj.namespace, obj.name)
+        return self._seen[obj]
+
+    def job(self, obj: LiveObject) -> JobState | None:
+        if obj not in self._seen:
+            self._seen[obj] = self.cluster.profiler_job(obj.namespace, obj.name)
+        return self._seen[obj]
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _rfc3339(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------- the command
+
+
+def run_cluster(args) -> int:
+    """`gpushare reconcile --kube`: one pass with --once, else poll until SIGTERM (then give the Lease up)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        api_client = kube.api_client(args.kubeconfig)
+    except (config.ConfigException, OSError) as exc:
+        print(f"gpushare: [KubeconfigUnusable] no usable Kubernetes configuration: {exc}\n"
+              "  fix: run in a pod with a ServiceAccount, or pass --kubeconfig FILE", file=sys.stderr)
+        return 1
+    try:
+        copy = WorkingCopy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch),
+                           credentials=credentials_from(args))
+    except GitError as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return 1
+    election = LeaderElection(api_client, namespace=args.lease_namespace,
+                              identity=args.identity or socket.gethostname())
+    interval = args.interval or DEFAULT_INTERVAL_S
+    health = Health(stall_after_s=max(600.0, 5 * interval) + MAX_BACKOFF_S)
+    stop = threading.Event()
+    reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
+                                   target=args.write_back, health=health, sleep=stop.wait)
+    try:
+        if args.once:
+            return _once(reconciler)
+        return _poll(reconciler, interval, stop, args.metrics_port)
+    finally:
+        election.release()
+        api_client.close()
+
+
+def _once(reconciler: ClusterReconciler) -> int:
+    report = reconciler.reconcile_once()
+    if not report.leader and report.ok:
+        print("another replica holds the leader Lease: nothing written")
+        return 0
+    if report.published is not None:
+        show(OfflineResult(report.published, report.output))
+        print(f"status written on {report.status_writes} ElasticModel(s)")
+    for reason, message in report.warnings + report.errors:
+        print(f"gpushare: [{reason}] {message}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
+def _poll(reconciler: ClusterReconciler, interval: float, stop: threading.Event, port: int) -> int:
+    """Poll until SIGTERM or SIGINT; the metrics server runs meanwhile (unless port is 0)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    server = MetricsServer(reconciler.metrics, reconciler.health, port) if port else None
+    try:
+        return reconciler.run(interval, stopped=stop.is_set)
+    finally:
+        if server is not None:
+            server.close()

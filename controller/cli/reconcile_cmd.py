@@ -1,0 +1,148 @@
+"""`gpushare reconcile` and `gpushare demo`: the loops around the pure pass.
+
+Owns flag parsing for the two commands and the offline polling pass (the
+timing is controller.cli.loop's; what a pass prints is controller.cli.common's). Offline passes go through controller.cli.offline; cluster passes
+(`--kube`) through controller.cli.cluster_loop. Called by controller.cli.commands.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from controller.cli.common import credentials_from, default_workdir, fail, show
+from controller.cli.loop import Outcome, run_loop
+from controller.cli.offline import reconcile_once
+from gitops import GitError, Identity, WorkingCopy, parse_target
+from gitops.git import Git
+
+EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet"
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
+
+
+def duration(text: str) -> float:
+    """`30s`, `2m`, `500ms`, `1h`, or plain seconds."""
+    match = _DURATION.match(text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30s, 2m or 500ms")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def _target(text: str):
+    try:
+        return parse_target(text)
+    except GitError as exc:
+        raise argparse.ArgumentTypeError(f"{exc.message}; {exc.fix}") from None
+
+
+def add_commands(sub) -> None:
+    rec = sub.add_parser("reconcile", help="plan, render and commit back to git (offline or against a cluster)")
+    where = rec.add_mutually_exclusive_group(required=True)
+    where.add_argument("--offline", action="store_true", help="inventory from gpus.yaml, profiles from the repo")
+    where.add_argument("--kube", action="store_true", help="facts from the Kubernetes API, status onto ElasticModels")
+    rec.add_argument("--repo", required=True, help="the GitOps repository: a URL or a local path")
+    rec.add_argument("--branch", default="main", help="the tracked branch (default: main)")
+    rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME",
+                     help="commit to the tracked branch, or to a review branch for pull requests")
+    rec.add_argument("--workdir", type=Path, help="the controller's checkout (default: a cache dir per repo)")
+    loop = rec.add_mutually_exclusive_group()
+    loop.add_argument("--once", action="store_true", help="one pass, then exit (the default offline)")
+    loop.add_argument("--interval", type=duration, help="poll: one pass every DURATION (e.g. 30s), with jitter")
+    rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
+    rec.add_argument("--git-username", default="x-access-token")
+    rec.add_argument("--git-ssh-key-file", type=Path)
+    rec.add_argument("--git-known-hosts-file", type=Path)
+    from controller.cli.cluster_loop import add_cluster_arguments
+
+    add_cluster_arguments(rec)
+    rec.set_defaults(run=_reconcile)
+
+    demo = sub.add_parser("demo", help="the main job on the embedded example: a throwaway git repo, one pass")
+    demo.add_argument("--from", dest="source", type=Path, default=EXAMPLE_FLEET,
+                      help="the GitOps tree to seed the throwaway repo with (default: examples/fleet)")
+    demo.add_argument("--keep", action="store_true", help="keep the throwaway repo and print where it is")
+    demo.set_defaults(run=_demo)
+
+
+def _reconcile(args) -> int:
+    if args.kube:
+        from controller.cli.cluster_loop import run_cluster
+
+        return run_cluster(args)
+    workdir = args.workdir or default_workdir(args.repo, args.branch)
+    try:
+        copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
+    except GitError as exc:
+        return fail(exc)
+    if not args.interval:
+        try:
+            show(reconcile_once(copy, args.write_back))
+        except GitError as exc:
+            return fail(exc)
+        return 0
+    return poll(lambda previous: reconcile_once(copy, args.write_back, previous), args.interval)
+
+
+def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
+    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried."""
+    previous: list = [None]
+
+    def attempt() -> Outcome:
+        try:
+            result = one_pass(previous[0])
+        except GitError as exc:
+            fail(exc)
+            return Outcome(False)
+        show(result)
+        previous[0] = result.published
+        return Outcome(True)
+
+    return run_loop(attempt, interval_s, wait=sleep, passes=passes,
+                    on_retry=lambda seconds: print(f"retrying in {seconds:.0f} s", file=sys.stderr))
+
+
+def _demo(args) -> int:
+    source = args.source.resolve()
+    if not (source / "models").is_dir():
+        print(f"gpushare: {source} has no models/ directory; pass --from a GitOps tree", file=sys.stderr)
+        return 2
+    base = Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
+    try:
+        remote = seed_remote(source, base)
+        print(f"seeded a throwaway git repository from {source}: {remote}\n")
+        copy = WorkingCopy(str(remote), "main", base / "controller")
+        first = reconcile_once(copy)
+        show(first)
+        if first.published.changed:
+            commit = first.published.commit
+            log = Git(base / "controller", identity=Identity()).text("show", "--stat=100", "--format=%h %s%n%n%b", commit)
+            print(f"\n$ git show --stat {commit[:12]}\n{log}")
+        print("\nA second pass over the same inputs commits nothing:")
+        show(reconcile_once(copy), table=False)
+    except GitError as exc:
+        return fail(exc)
+    finally:
+        if args.keep:
+            print(f"\nkept: {base} (the controller's checkout is {base / 'controller'})")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+def seed_remote(source: Path, base: Path) -> Path:
+    """A bare repository whose main branch holds `source`'s files, committed by a user."""
+    remote, seed = base / "fleet.git", base / "seed"
+    user = Identity("platform-engineer", "platform@example.com")
+    Git(base, identity=user).run("init", "-q", "--bare", "-b", "main", str(remote))
+    shutil.copytree(source, seed, ignore=shutil.ignore_patterns("rendered", "decisions"))
+    git = Git(seed, identity=user)
+    git.run("init", "-q", "-b", "main")
+    git.run("add", "--all")
+    git.run("commit", "-q", "-m", "fleet: models, GPU inventory and profiles")
+    git.run("push", "-q", str(remote), "main")
+    return remote

@@ -1,0 +1,79 @@
+"""Human and machine renderings of a plan: the per-slot table, JSON and YAML, and error lists.
+
+Owns presentation only. Called by the CLI (`plan`, `validate`, `reconcile`).
+"""
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from contract.quantity import format_bytes as fb
+from controller.serialize import plan_to_dict
+from controller.types import Decision, GpuSlot, InputError, Plan
+
+COLUMNS = ("NAME", "MODEL", "BUDGET", "NEED", "MODE", "LAYERS", "TPOT", "SLO")
+
+
+def as_json(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
+    return json.dumps(plan_to_dict(plan, errors), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def as_yaml(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
+    return yaml.safe_dump(plan_to_dict(plan, errors), sort_keys=True, allow_unicode=True)
+
+
+def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, ...] = (),
+             revived: tuple[str, ...] = ()) -> str:
+    """`revived`: namespace/name planned from their last good spec (their document is broken now)."""
+    by_slot: dict[str | None, list[Decision]] = {}
+    for d in plan.decisions:
+        by_slot.setdefault(d.slot, []).append(d)
+    out: list[str] = []
+    for slot in sorted(slots, key=lambda s: s.id):
+        rows = by_slot.get(slot.id, [])
+        used = _slot_used(rows)
+        out.append(f"{slot.id} ({slot.product}): {fb(used)} of {fb(slot.usable_bytes)} usable")
+        out += _table([_row(d, revived) for d in rows]) if rows else ["  (empty)"]
+        out.append("")
+    if by_slot.get(None):
+        out.append("refused:")
+        out += _table([_row(d, revived) for d in by_slot[None]])
+        out += [f"  {d.namespace}/{d.name}: {d.reason}" for d in by_slot[None]]
+        out.append("")
+    if plan.pending:
+        out.append("awaiting a profile (a profiler Job measures each first):")
+        out += [f"  {p.namespace}/{p.name}: {p.model} on {p.gpu_product}" for p in plan.pending]
+        out.append("")
+    if errors:
+        out.append(f"{len(errors)} input error(s):")
+        out += [f"  {line}" for line in error_lines(errors)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def error_lines(errors: tuple[InputError, ...]) -> list[str]:
+    lines = []
+    for e in errors:
+        where = e.file + (f" (document {e.document})" if e.document is not None else "")
+        path = f" at {e.path}" if e.path else ""
+        lines.append(f"{where}{path}: [{e.reason}] {e.message} Fix: {e.fix}")
+    return lines
+
+
+def _slot_used(rows: list[Decision]) -> int:
+    swap = max((d.need_bytes for d in rows if d.mode == "swap"), default=0)
+    return sum(d.footprint_bytes for d in rows if d.mode in ("resident", "elastic")) + swap
+
+
+def _row(d: Decision, revived: tuple[str, ...] = ()) -> tuple[str, ...]:
+    layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
+    tpot = f"{d.predicted.tpot_ms:g}ms" if d.predicted else "-"
+    slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met]
+    name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
+    return (name, d.model, fb(d.budget_bytes), fb(d.need_bytes) if d.need_bytes else "-", d.mode, layers, tpot, slo)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+    fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*COLUMNS).rstrip()] + [fmt.format(*r).rstrip() for r in rows]

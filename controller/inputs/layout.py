@@ -1,0 +1,23 @@
+"""The GitOps repository's layout: which paths the user owns and which the controller generates.
+
+One place for every folder name. The user owns `models/`, `gpus.yaml`,
+`profiles/` (estimated or hand-made profiles) and `compositions/`; the
+controller owns `rendered/` (manifests and PLAN.md), `decisions/` and, in
+cluster mode, `profiles/measured/`. The reader (controller.inputs.reader) reads
+the user's paths; the shells hand `GENERATED` (or `CLUSTER_GENERATED`) to gitops,
+which writes nothing outside the prefixes it is given.
+"""
+from __future__ import annotations
+
+MODELS_DIR = "models"
+PROFILES_DIR = "profiles"
+COMPOSITIONS_DIR = "compositions"
+INVENTORY_FILE = "gpus.yaml"
+RENDERED_DIR = "rendered"
+DECISIONS_DIR = "decisions"
+MEASURED_PROFILES_DIR = f"{PROFILES_DIR}/measured"
+PLAN_MD = f"{RENDERED_DIR}/PLAN.md"
+RIGHTSIZING_DIR = f"{DECISIONS_DIR}/rightsizing"  # right-sizing records: written by the right-sizing pass, kept by the others
+
+GENERATED = (f"{DECISIONS_DIR}/", f"{RENDERED_DIR}/")
+CLUSTER_GENERATED = (*GENERATED, f"{MEASURED_PROFILES_DIR}/")

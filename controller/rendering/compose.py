@@ -1,0 +1,401 @@
+"""compose: decisions → the generated tree (rendered manifests, decisions, PLAN.md).
+
+Owns turning one pass's plan into files: per model awaiting a profile its
+composition's profiling objects; per (GPU slot, composition) a worker (ConfigMap
+with worker.yaml, Deployment, its RBAC); per placed ElasticModel a Service; per
+decision `decisions/<namespace>/<name>.yaml`; and rendered/PLAN.md. Every object
+is rendered in the sandbox (controller.rendering.render), validated against Kubernetes'
+schemas (controller.rendering.kube_validate) and written with sorted keys to a path built
+only from DNS-1123 names. One bad model is reported in `errors` and never blocks
+the others. Pure: no I/O besides reading the template files when no compositions
+are passed in. Called by the reconcile pass; gitops writes `files`.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import multiprocessing
+import posixpath
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import jsonschema
+
+from controller.rendering.compose_errors import (ComposeError, InvalidName, ManifestInvalid, MixedCompositions, OutputConflict,
+                                       RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
+from controller.rendering.compositions import Composition, shipped_compositions
+from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
+from controller.rendering.kube_validate import warm as warm_validators
+from controller.rendering.names import (dns_label, is_dns_label, is_label_value, profile_configmap_name, profiler_job_name,
+                              service_name, worker_name)
+from controller.planning.occupancy import device_bytes
+from controller.rendering.planmd import Change, decision_changes, plan_markdown
+from controller.rendering.render import RenderError, render_documents
+from controller.serialize import decision_to_dict, model_to_doc
+from controller.types import API_VERSION, Decision, ElasticModel, GpuSlot, Pending, Plan
+from controller.rendering.yamlout import dump
+from controller.rendering.workerconfig import entry_problem, model_entry, worker_config
+
+RENDERED = "rendered"
+DECISIONS = "decisions"
+PLAN_FILE = f"{RENDERED}/PLAN.md"
+MIB = 1 << 20
+_PATH_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The generated tree of one pass: repo-relative path → text, and what could not be rendered."""
+
+    files: dict[str, str]
+    errors: tuple[ComposeError, ...]
+    owners: dict[str, tuple[str, ...]]  # path → the ElasticModels (namespace/name) whose objects it holds
+    changes: tuple[Change, ...]
+
+
+@dataclass
+class _Tree:
+    files: dict[str, str] = field(default_factory=dict)
+    owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+
+    def add(self, unit: list[tuple[str, str]], owners: Sequence[str]) -> None:
+        """Write every file of one unit, or none of them when one would overwrite a different object."""
+        for path, text in unit:
+            if self.files.get(path, text) != text:
+                raise OutputConflict(owners[0], f"{path} is already rendered with different content by "
+                                     f"{', '.join(sorted(self.owners[path]))}",
+                                     "give the objects distinct names in the composition's templates")
+        for path, text in unit:
+            self.files[path] = text
+            self.owners[path].update(owners)
+
+
+@dataclass(frozen=True)
+class _Served:
+    model: ElasticModel
+    decision: Decision
+    entry: dict
+
+
+PARALLEL_MIN_DECISIONS = 2000  # below this, one process renders faster than several start
+# What the shipped templates render: their validators are compiled once, before forking.
+SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
+                 ("batch/v1", "Job"), ("rbac.authorization.k8s.io/v1", "Role"),
+                 ("rbac.authorization.k8s.io/v1", "RoleBinding"))
+
+
+def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
+            previous: Mapping[tuple[str, str], Decision], *,
+            compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = (),
+            processes: int = 1) -> Rendered:
+    """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
+    slots render in that many forked processes; the result is byte-identical to one process."""
+    compositions = shipped_compositions() if compositions is None else compositions
+    if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
+        tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
+    else:
+        tree, errors = _objects(models, plan, slots, compositions)
+    changes = decision_changes(previous, plan)
+    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes)
+    return Rendered(
+        files=dict(sorted(tree.files.items())),
+        errors=tuple(errors),
+        owners={path: tuple(sorted(refs)) for path, refs in sorted(tree.owners.items())},
+        changes=changes,
+    )
+
+
+def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
+             compositions: Mapping[str, Composition]) -> tuple[_Tree, list[ComposeError]]:
+    """Every generated file but PLAN.md: profiler Jobs, worker objects, Services, decision files."""
+    by_key = {m.key: m for m in models}
+    tree, errors = _Tree(), []
+    _profiling_step(plan.pending, by_key, compositions, tree, errors)
+    workers, refused = _group(plan.decisions, by_key, {s.id: s for s in slots}, compositions, errors)
+    served = _serving_step(workers, compositions, tree, errors)
+    for decision in sorted(refused + served, key=lambda d: d.key):
+        _guarded(errors, lambda d: tree.add([_decision_file(d, by_key[d.key])], [f"{d.namespace}/{d.name}"]),
+                 decision)
+    return tree, errors
+
+
+def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositions, processes: int):
+    """Split the slots into `processes` groups of about equal decision counts (the pending and slot-less
+    decisions go with the first), render each group's objects in a forked process, merge."""
+    on_slot: dict[str | None, list[Decision]] = defaultdict(list)
+    for decision in plan.decisions:
+        on_slot[decision.slot].append(decision)
+    ordered = sorted(slots, key=lambda s: s.id)
+    share = math.ceil(len(plan.decisions) / processes)
+    parts: list[tuple[list[GpuSlot], list[Decision]]] = [([], list(on_slot.get(None, [])))]
+    for slot in ordered:
+        if len(parts[-1][1]) >= share and len(parts) < processes:
+            parts.append(([], []))
+        parts[-1][0].append(slot)
+        parts[-1][1].extend(on_slot.get(slot.id, []))
+    global _FORKED_JOBS
+    warm_validators(SHIPPED_KINDS)
+    _FORKED_JOBS = [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()), part_slots,
+                     compositions) for i, (part_slots, decisions) in enumerate(parts)]
+    try:  # the forked processes inherit the jobs (compositions hold Jinja environments, which do not pickle)
+        with ProcessPoolExecutor(len(parts), mp_context=multiprocessing.get_context("fork")) as pool:
+            results = list(pool.map(_objects_job, range(len(parts))))
+    finally:
+        _FORKED_JOBS = []
+    tree, errors = _Tree(), []
+    for files, owners, part_errors in results:
+        for path in tree.files.keys() & files.keys():  # the groups are disjoint: a clash is a template bug
+            if tree.files[path] != files[path]:
+                errors.append(OutputConflict(sorted(owners[path])[0], f"{path} is rendered with different "
+                                             f"content by {', '.join(sorted(tree.owners[path] | owners[path]))}",
+                                             "give the objects distinct names in the composition's templates"))
+        tree.files.update(files)
+        for path, refs in owners.items():
+            tree.owners[path].update(refs)
+        errors.extend(part_errors)
+    return tree, errors
+
+
+_FORKED_JOBS: list[tuple] = []
+
+
+def _objects_job(index: int) -> tuple[dict[str, str], dict[str, set[str]], list[ComposeError]]:
+    tree, errors = _objects(*_FORKED_JOBS[index])
+    return tree.files, dict(tree.owners), errors
+
+
+def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: object) -> bool:
+    """Run one model's step; its ComposeError is recorded instead of stopping the pass."""
+    try:
+        step(*args)
+    except ComposeError as exc:
+        errors.append(exc)
+        return False
+    return True
+
+
+def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: Mapping[str, Composition],
+                    tree: _Tree, errors: list[ComposeError]) -> None:
+    """Each model awaiting a profile: its composition's profiling objects, nothing else."""
+    def render(item: Pending) -> None:
+        model, composition = _admit(item, by_key, compositions)
+        tree.add(_profiling(model, item, composition), [model.ref])
+
+    for item in sorted(pending, key=lambda p: p.key):
+        _guarded(errors, render, item)
+
+
+def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[str, GpuSlot],
+           compositions: Mapping[str, Composition], errors: list[ComposeError]):
+    """Placed models grouped by (slot, composition), the valid refused decisions apart."""
+    workers: dict[tuple[GpuSlot, str], list[_Served]] = defaultdict(list)
+    refused: list[Decision] = []
+    composition_on: dict[str, str] = {}  # slot id -> the composition whose worker runs there
+    served_by: dict[tuple[str, str], str] = {}  # (slot id, model name) -> the ElasticModel served under it
+
+    def place(decision: Decision) -> None:
+        model, composition = _admit(decision, by_key, compositions)
+        if decision.mode == "refused":
+            refused.append(decision)
+            return
+        slot = _slot(decision, slot_by_id)
+        other = composition_on.get(slot.id, composition.name)
+        if other != composition.name:
+            raise MixedCompositions(model.ref, f"slot {slot.id} already runs a worker of composition {other!r}; "
+                                    f"one GPU takes one composition's worker (they would claim it twice)",
+                                    f"set spec.compositionRef.name to {other!r}, or give it another "
+                                    "spec.gpu.product")
+        taken = served_by.get((slot.id, model.name))
+        if taken is not None:
+            raise ServedNameTaken(model.ref, f"the worker on slot {decision.slot} already serves the name "
+                                  f"{model.name!r} for {taken} (a worker serves each model name once)",
+                                  "rename one of them, or give one another spec.gpu.product or compositionRef")
+        served = _served(model, decision)
+        composition_on[slot.id] = composition.name
+        served_by[(slot.id, model.name)] = model.ref
+        workers[(slot, composition.name)].append(served)
+
+    for decision in sorted(decisions, key=lambda d: d.key):
+        _guarded(errors, place, decision)
+    return workers, refused
+
+
+def _serving_step(workers: Mapping[tuple[GpuSlot, str], list[_Served]],
+                  compositions: Mapping[str, Composition], tree: _Tree, errors: list[ComposeError]) -> list[Decision]:
+    """One worker per (slot, composition), then a Service per model it serves; the decisions fully rendered."""
+    served = []
+    for (slot, name), members in sorted(workers.items(), key=lambda item: (item[0][0].id, item[0][1])):
+        composition, refs = compositions[name], [m.model.ref for m in members]
+        try:
+            worker = _worker(slot, composition, members)
+            tree.add(worker.unit, refs)
+        except ComposeError as exc:
+            errors.extend(exc.for_ref(ref) for ref in refs)
+            continue
+        for member in members:
+            if _guarded(errors, lambda m: tree.add(_service(m.model, composition, worker.context), [m.model.ref]),
+                        member):
+                served.append(member.decision)
+    return served
+
+
+def _admit(item: Decision | Pending, by_key: Mapping, compositions: Mapping[str, Composition]):
+    """The ElasticModel and composition of a decision or pending model, once its names are usable."""
+    ref = f"{item.namespace}/{item.name}"
+    for what, value in (("namespace", item.namespace), ("name", item.name)):
+        if not is_dns_label(value):
+            raise InvalidName(ref, f"{what} {value!r} is not a DNS-1123 label, so it can name no object or file",
+                              "rename it: lowercase letters, digits and '-', at most 63 characters")
+    model = by_key.get(item.key)
+    if model is None:
+        raise RenderFailed(ref, "the plan names a model that is not among the inputs",
+                           "pass compose the same ElasticModels the plan was made from")
+    composition = compositions.get(model.composition)
+    if composition is None:
+        raise UnknownComposition(ref, f"spec.compositionRef.name {model.composition!r} names no composition "
+                                 f"(known: {', '.join(sorted(compositions))})",
+                                 "use one of the known names or add the composition to templates/compositions/")
+    return model, composition
+
+
+def _slot(decision: Decision, slot_by_id: Mapping[str, GpuSlot]) -> GpuSlot:
+    slot = slot_by_id.get(decision.slot or "")
+    if slot is None:
+        raise UnknownSlot(f"{decision.namespace}/{decision.name}", f"the decision places it on GPU slot "
+                          f"{decision.slot!r}, which is not in the inventory", "plan and compose with the same slots")
+    return slot
+
+
+def _served(model: ElasticModel, decision: Decision) -> _Served:
+    entry = model_entry(model, decision)
+    problem = entry_problem(entry)
+    if problem is not None:
+        raise ManifestInvalid(model.ref, f"its worker.yaml entry breaks schemas/worker-config.schema.json: {problem}",
+                              "fix the ElasticModel field named there")
+    return _Served(model, decision, entry)
+
+
+def _profiling(model: ElasticModel, pending: Pending, composition: Composition) -> list[tuple[str, str]]:
+    _require_label_values(model.ref, {"GPU product": pending.gpu_product})
+    configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
+    context = {
+        "params": composition.parameters,
+        "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
+        "job": {
+            "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,
+                                      str(composition.parameters["image"])),
+            "product": pending.gpu_product,
+            "configmap": configmap,
+            "out": f"configmap:{model.namespace}/{configmap}",
+        },
+    }
+    return _render(composition, composition.profiling, context, model.ref)
+
+
+@dataclass(frozen=True)
+class _Worker:
+    unit: list[tuple[str, str]]
+    context: dict
+
+
+def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> _Worker:
+    ref = members[0].model.ref
+    _require_label_values(ref, {"node name": slot.node, "GPU product": slot.product})
+    name = worker_name(slot, composition.name)
+    namespace = str(composition.parameters["workerNamespace"])
+    verdicts = dns_label(name, "verdicts")
+    try:
+        config = dump(worker_config(slot, [m.entry for m in members], (namespace, verdicts)))
+    except jsonschema.ValidationError as exc:
+        raise ManifestInvalid(ref, f"worker.yaml for slot {slot.id} breaks schemas/worker-config.schema.json: "
+                              f"{exc.message}", "fix the GPU inventory entry of that slot") from exc
+    decisions = [m.decision for m in members]
+    host_bytes = int(composition.parameters["workerBaseMemoryBytes"]) + sum(
+        d.need_bytes for d in decisions if d.mode in ("swap", "elastic"))
+    context = {
+        "params": composition.parameters,
+        "worker": {
+            "name": name,
+            "namespace": namespace,
+            "node": slot.node,
+            "product": slot.product,
+            "slot": slot.id,
+            "config": config,
+            "checksum": hashlib.sha256(config.encode()).hexdigest(),
+            "gpu_memory_mib": math.ceil(min(slot.memory_bytes, device_bytes(decisions) + slot.reserved_bytes) / MIB),
+            "host_memory": f"{math.ceil(host_bytes / MIB)}Mi",
+            "verdicts": verdicts,
+        },
+    }
+    return _Worker(_render(composition, composition.per_worker, context, ref), context)
+
+
+def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[tuple[str, str]]:
+    context = worker_context | {"model": _model_context(model),
+                                "service": {"name": service_name(model.namespace, model.name)}}
+    return _render(composition, composition.per_model, context, model.ref)
+
+
+def _model_context(model: ElasticModel) -> dict:
+    return {"name": model.name, "namespace": model.namespace, "model": model.model, "revision": model.revision,
+            "ref": model.ref}
+
+
+def _require_label_values(ref: str, values: Mapping[str, str]) -> None:
+    for what, value in values.items():
+        if not is_label_value(value):
+            raise InvalidName(ref, f"{what} {value!r} is not a valid Kubernetes label value, so no selector can "
+                              "match it", "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
+
+
+def _render(composition: Composition, templates: Sequence[str], context: Mapping, ref: str) -> list[tuple[str, str]]:
+    unit = []
+    for template in templates:
+        try:
+            docs = render_documents(composition.env, template, context)
+        except RenderError as exc:
+            raise RenderFailed(ref, f"composition {composition.name}: {exc}",
+                               "fix the template; every printed value must pass through `| quote`") from exc
+        unit.extend(_object_file(doc, ref, f"{composition.name}/{template}") for doc in docs)
+    return unit
+
+
+def _object_file(doc: dict, ref: str, origin: str) -> tuple[str, str]:
+    """The checked path and canonical text of one rendered object."""
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    what = f"{origin}: {doc.get('kind')} {namespace}/{name}"
+    if not (isinstance(name, str) and isinstance(namespace, str) and is_dns_label(name) and is_dns_label(namespace)):
+        raise ManifestInvalid(ref, f"{what}: metadata.name and metadata.namespace must be DNS-1123 labels",
+                              "render namespaced objects named by controller.rendering.names")
+    try:
+        validate_object(doc)
+    except jsonschema.ValidationError as exc:
+        where = ".".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ManifestInvalid(ref, f"{what}: {where}: {exc.message} (Kubernetes {KUBERNETES_VERSION} schema)",
+                              "fix the template that renders this object") from exc
+    except NoSchema as exc:
+        raise ManifestInvalid(ref, f"{what}: {exc}", "compositions may render built-in Kubernetes kinds only") from exc
+    return _safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"), dump(doc)
+
+
+def _safe_path(ref: str, root: str, *parts: str) -> str:
+    """root/part/...; every part a plain DNS-style name, the result provably inside root."""
+    for part in parts:
+        if not _PATH_PART.match(part) or ".." in part:
+            raise InvalidName(ref, f"{part!r} cannot be part of an output path", "use a DNS-1123 name")
+    path = posixpath.normpath(posixpath.join(root, *parts))
+    if not path.startswith(root + "/"):
+        raise InvalidName(ref, f"{path!r} leaves {root}/", "use a DNS-1123 name")
+    return path
+
+
+def _decision_file(decision: Decision, model: ElasticModel) -> tuple[str, str]:
+    """decisions/<ns>/<name>.yaml: the decision, beside the spec it was made from (the model's last
+    good spec, which a later pass serves from if the model's file breaks)."""
+    ref = f"{decision.namespace}/{decision.name}"
+    return _safe_path(ref, DECISIONS, decision.namespace, f"{decision.name}.yaml"), dump(
+        {**model_to_doc(model), "status": {"assigned": decision_to_dict(decision)}})

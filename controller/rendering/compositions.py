@@ -1,0 +1,93 @@
+"""Compositions: which templates compose an ElasticModel, and with which parameters.
+
+Owns reading `compositions/*.yaml` beside the templates, validating each against
+schemas/composition.schema.json, filling unset parameters from the schema's
+defaults, and compiling the templates once into a sandboxed environment.
+Called by controller.rendering.compose (and by whoever passes custom compositions in).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+
+import yaml
+from jinja2 import DictLoader
+from jinja2.sandbox import SandboxedEnvironment
+
+import schemas
+from controller.rendering.render import environment
+from templates import TEMPLATE_DIR
+
+
+class CompositionInvalid(Exception):
+    """A composition file that cannot be used; the message names the file, the field and the fix."""
+
+    reason = "CompositionInvalid"
+
+
+@dataclass(frozen=True)
+class Composition:
+    name: str
+    parameters: Mapping[str, object]
+    profiling: tuple[str, ...]
+    per_worker: tuple[str, ...]
+    per_model: tuple[str, ...]
+    env: SandboxedEnvironment = field(compare=False, repr=False)
+
+
+@lru_cache(maxsize=1)
+def shipped_compositions() -> Mapping[str, Composition]:
+    """The compositions this package ships, read and compiled once per process (templates are code)."""
+    return MappingProxyType(load_compositions())
+
+
+def load_compositions(root: Path = TEMPLATE_DIR) -> dict[str, Composition]:
+    """Every composition under `root/compositions/`, its templates read from `root/*.j2`."""
+    sources = {path.name: path.read_text(encoding="utf-8") for path in sorted(root.glob("*.j2"))}
+    env = environment(DictLoader(sources))
+    found: dict[str, Composition] = {}
+    for path in sorted((root / "compositions").glob("*.yaml")):
+        composition = _parse(path, set(sources), env)
+        if composition.name in found:
+            raise CompositionInvalid(
+                f"{path}: a second composition named {composition.name!r}; give each file a unique metadata.name"
+            )
+        found[composition.name] = composition
+    return found
+
+
+def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Composition:
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise CompositionInvalid(f"{path}: not YAML ({exc}); fix the syntax") from exc
+    problems = sorted(schemas.validator("composition").iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if problems:
+        first = problems[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+        raise CompositionInvalid(
+            f"{path}: {where}: {first.message}; see schemas/composition.schema.json for the allowed fields"
+        )
+    steps = doc["spec"]["steps"]
+    lists = (steps["profiling"]["perModel"], steps["serving"]["perWorker"], steps["serving"]["perModel"])
+    missing = sorted({name for names in lists for name in names} - available)
+    if missing:
+        raise CompositionInvalid(
+            f"{path}: templates {missing} do not exist beside it; add them to {path.parent.parent} or fix the names"
+        )
+    return Composition(
+        name=doc["metadata"]["name"],
+        parameters=MappingProxyType(_with_defaults(doc["spec"].get("parameters", {}))),
+        profiling=tuple(lists[0]),
+        per_worker=tuple(lists[1]),
+        per_model=tuple(lists[2]),
+        env=env,
+    )
+
+
+def _with_defaults(given: Mapping[str, object]) -> dict[str, object]:
+    declared = schemas.load("composition")["$defs"]["parameters"]["properties"]
+    return {name: given.get(name, spec["default"]) for name, spec in sorted(declared.items())}

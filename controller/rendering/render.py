@@ -1,0 +1,98 @@
+"""Safe Jinja rendering of Kubernetes manifests.
+
+Owns the sandboxed Jinja environment every composition template runs in and the
+one way a value reaches YAML: the `quote` filter, which emits a double-quoted
+YAML scalar. A `finalize` hook refuses any other string output, so a template that
+forgets to quote a value fails to render instead of letting a field add keys or
+documents. Called by controller.rendering.compositions (to build environments) and
+controller.rendering.compose (to render).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import yaml
+from jinja2 import BaseLoader, StrictUndefined, TemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from controller.inputs.yamlin import parse_documents
+
+
+class Quoted(str):
+    """Text the `quote` filter produced: a complete YAML double-quoted scalar."""
+
+
+class UnquotedOutput(TemplateError):
+    """A template printed a string without `| quote`."""
+
+
+class RenderError(Exception):
+    """A template failed to render or its output is not YAML; `detail` says where."""
+
+    def __init__(self, template: str, detail: str):
+        super().__init__(f"{template}: {detail}")
+        self.template = template
+        self.detail = detail
+
+
+_NEEDS_ESCAPE = re.compile(r'[^ !#-\[\]-~]')  # anything but printable ASCII, and `"` and `\`
+
+
+def _escape(match: re.Match) -> str:
+    ch = match.group()
+    if ch in '"\\':
+        return "\\" + ch
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def yaml_quote(value: object) -> Quoted:
+    """A YAML double-quoted scalar that parses back to exactly `str(value)`.
+
+    Printable ASCII stays as-is except `"` and `\\`; everything else is escaped
+    (\\uXXXX, or \\UXXXXXXXX beyond the BMP, which YAML decodes without surrogates),
+    so newlines, `{{ }}`, `: `, `#`, `---` and unicode stay inside the string.
+    """
+    return Quoted(f'"{_NEEDS_ESCAPE.sub(_escape, str(value))}"')
+
+
+def _finalize(value: object) -> object:
+    if isinstance(value, Quoted) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise UnquotedOutput(
+        f"a template printed {type(value).__name__} {str(value)[:60]!r} without `| quote`; "
+        "every printed value must be an integer or pass through `| quote`"
+    )
+
+
+def environment(loader: BaseLoader) -> SandboxedEnvironment:
+    """The sandbox templates run in: no undefined names, no autoescape, only quoted strings out."""
+    env = SandboxedEnvironment(
+        loader=loader,
+        undefined=StrictUndefined,
+        autoescape=False,
+        finalize=_finalize,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["quote"] = yaml_quote
+    return env
+
+
+def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[str, object]) -> list[dict]:
+    """Render one template and parse it with libyaml's safe loader: the objects it defines, in order."""
+    try:
+        text = env.get_template(template).render(**context)
+    except TemplateError as exc:
+        raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
+    try:
+        docs = [doc for doc in parse_documents(text) if doc is not None]
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise RenderError(template, f"output is not YAML: {exc}") from exc
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise RenderError(template, f"a document is a {type(doc).__name__}, not a mapping")
+    return docs
+
