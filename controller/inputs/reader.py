@@ -14,15 +14,17 @@ are pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import yaml
 
-from controller.inputs.layout import DECISIONS_DIR, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR
+from controller.inputs.layout import DECISIONS_DIR, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR, RENDERED_DIR
 from controller.inputs.load import (YAML_SUFFIXES, DecisionRecord, Documents, combine, load_documents,
                                     parse_inventory, parse_model, parse_profile, revive_last_good)
+from controller.rightsizing.prices import read_prices
+from controller.rightsizing.records import Record as RightsizingRecord
 from controller.rightsizing.records import effective_models, read_records
 from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
@@ -35,6 +37,9 @@ class RepoSnapshot:
     inputs: Inputs
     records: Mapping[tuple[str, str], DecisionRecord]
     last_plan_md: str | None
+    last_workers: Mapping[str, str] = field(default_factory=dict)  # rendered worker Deployments and ConfigMaps
+    rightsizing: Mapping[tuple[str, str], RightsizingRecord] = field(default_factory=dict)
+    prices: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def previous(self) -> dict[tuple[str, str], Decision]:
@@ -48,7 +53,18 @@ class RepoSnapshot:
 def read_repo(root: Path) -> RepoSnapshot:
     """Everything a pass reads from a GitOps directory. Other trees are ignored; files are read sorted."""
     root = Path(root)
-    return RepoSnapshot(load_repo(root), load_decision_records(root), read_plan_md(root))
+    return RepoSnapshot(load_repo(root), load_decision_records(root), read_plan_md(root),
+                        read_rendered_workers(root), read_records(root), read_prices(root))
+
+
+def read_rendered_workers(root: Path) -> dict[str, str]:
+    """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts."""
+    base = Path(root) / RENDERED_DIR
+    if not base.is_dir():
+        return {}
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(base.glob("*/*.yaml")) if p.is_file() and not p.is_symlink()
+            and p.name.startswith(("deployment-", "configmap-"))}
 
 
 def load_repo(root: Path) -> Inputs:

@@ -32,7 +32,10 @@ from contract.estimate import profile_relpath
 from contract.wire import WORKER_CONFIG_DATA_KEY
 from controller.inputs.layout import MEASURED_PROFILES_DIR, RIGHTSIZING_DIR
 from controller.inputs.load import combine, load_documents, parse_model, parse_profile
-from controller.inputs.reader import load_decision_records, read_models, read_plan_md, read_profiles
+from controller.inputs.reader import (load_decision_records, read_models, read_plan_md, read_profiles,
+                                     read_rendered_workers)
+from controller.rightsizing.prices import read_prices
+from controller.rightsizing.records import effective_models, read_records
 from controller.observe.facts import ProfileDocument
 from controller.passes.reconcile import PassOutput, available_processes, run_pass
 from controller.rendering.names import profile_configmap_name
@@ -156,6 +159,8 @@ class ClusterRender:
 def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
     """The pass over `root` with the cluster's facts; the Change adds the measured profiles to the pass's files."""
     models, model_errors = read_models(root)
+    rightsizing = read_records(root)
+    models = list(effective_models(models, rightsizing))
     measured = measured_profiles(facts.profiles, profile_requests(models, facts.slots))
     git_profiles, profile_errors = read_profiles(root)
     replaced = set(measured.files)
@@ -165,10 +170,12 @@ def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
         facts.slots,
         [*model_errors, *(e for e in profile_errors if e.file not in replaced), *facts.errors, *measured.errors])
     output = run_pass(inputs, load_decision_records(root), last_plan_md=read_plan_md(root),
-                      processes=available_processes())
+                      processes=available_processes(), last_workers=read_rendered_workers(root),
+                      rightsizing=rightsizing, prices=read_prices(root))
     new = [path for path, text in measured.files.items() if _differs(root / path, text)]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
-    change = Change(files=files, message=_message(output, new, measured.sources), keep=_committed_measured(root) | {RIGHTSIZING_DIR + "/"})
+    change = Change(files=files, message=_message(output, new, measured.sources),
+                    keep=_committed_measured(root) | {RIGHTSIZING_DIR + "/"})
     return ClusterRender(output, change, measured.ignored)
 
 

@@ -16,12 +16,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from controller.rendering.compose import Rendered, compose
+from controller.rendering.compose import PLAN_FILE, Rendered, compose
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.compositions import Composition
 from controller.inputs.load import DecisionRecord, revive_last_good
 from controller.planning.plan import plan
-from controller.rendering.planmd import Change, last_change_lines
+from controller.rendering.planmd import CHANGES_HEADING, Change, last_change_lines
+from controller.rendering.rollouts import Rollouts, last_line, with_line, worker_rollouts
+from controller.rightsizing.planmd import section as rightsizing_section
+from controller.rightsizing.planmd import with_section
+from controller.rightsizing.records import Record as RightsizingRecord
 from controller.types import InputError, Inputs, Plan
 
 
@@ -43,15 +47,26 @@ class PassOutput:
 
 
 def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
-             compositions: Mapping[str, Composition] | None = None, processes: int = 1) -> PassOutput:
+             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
+             last_workers: Mapping[str, str] | None = None,
+             rightsizing: Mapping[tuple[str, str], RightsizingRecord] | None = None,
+             prices: Mapping[str, float] | None = None) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
-    `processes`: how many processes may render a large pass (see compose)."""
+    `processes`: how many processes may render a large pass (see compose); `last_workers`: the last
+    rendered worker Deployments and ConfigMaps (path -> text), to tell restarts from in-place changes;
+    `rightsizing`, `prices`: the right-sizing records and GPU prices PLAN.md lists open recommendations from."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last_changes=last_change_lines(last_plan_md), processes=processes)
-    return PassOutput(planned, result, rendered, revived, commit_message(rendered.changes, rendered, revived))
+    rollouts = worker_rollouts(last_workers or {}, rendered.files)
+    plan_md = with_line(rendered.files[PLAN_FILE], rollouts.line if rollouts.any else last_line(last_plan_md))
+    rendered.files[PLAN_FILE] = with_section(plan_md, rightsizing_section(rightsizing or {}, result.decisions,
+                                                                          planned.slots, prices or {}),
+                                             CHANGES_HEADING)
+    message = commit_message(rendered.changes, rendered, revived, rollouts)
+    return PassOutput(planned, result, rendered, revived, message)
 
 
 def available_processes() -> int:
@@ -59,7 +74,8 @@ def available_processes() -> int:
     return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 
-def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...]) -> str:
+def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...],
+                   rollouts: Rollouts = Rollouts()) -> str:
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
     a count and one line per change otherwise. Used only when the generated tree changed."""
     moved = [c for c in changes if c.before is not None and c.after is not None]
@@ -75,7 +91,10 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
         subject = f"gpushare: {len(changes)} decisions changed{why}"
     else:
         subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
+    if rollouts.any:
+        subject += f" · workers: {rollouts.summary}"
     body = [c.summary for c in changes] if len(changes) > 1 else []
+    body += [rollouts.line] if rollouts.any else []
     body += [f"served from its last good spec (its document is broken): {ref}" for ref in revived]
     body += [f"not rendered: {e.ref}: [{e.reason}] {e.message}" for e in rendered.errors]
     return subject + ("\n\n" + "\n".join(body) if body else "") + "\n"
