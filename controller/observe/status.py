@@ -253,6 +253,8 @@ def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision
         "observedGeneration": model.generation,
         "conditions": conditions,
         "assigned": decision_to_dict(decision) if decision is not None else None,
+        "rightsizing": {"policy": model.rightsizing.policy, "specBudgetBytes": model.spec_budget_bytes,
+                        "effectiveBudgetBytes": model.budget_bytes} if model.rightsizing.enabled else None,
     }}
 
 
@@ -269,7 +271,7 @@ def needs_write(current_status: dict | None, desired_status: dict) -> bool:
                 return True
         elif current.get(key) != value:
             return True
-    return any(value is None and key in current for key, value in desired_status.items())
+    return any(value is None and current.get(key) is not None for key, value in desired_status.items())
 
 
 def _without_nulls(value):
