@@ -7,6 +7,7 @@ Bounded: 1 s scrapes, about 8 s of load, well under a minute in all. Skipped whe
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import httpx
 import pytest
 import yaml
 
+from controller.cli.commands import main
 from controller.rightsizing.apply import rightsize_once
 from controller.rightsizing.prometheus import read_usage
 from gitops import WorkingCopy
@@ -99,7 +101,7 @@ def _load(base_url: str, stop: threading.Event, done: list[int]) -> None:
 
 
 def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_prometheus_stops(
-        tiny_models, git_server, tmp_path):  # noqa: F811
+        tiny_models, git_server, tmp_path, capsys):  # noqa: F811
     worker = started_worker(config_document([model_entry("chat", tiny_models["llama"], "resident",
                                                          budget=64 * MiB, context=256, concurrency=2)]))
     prometheus = None
@@ -138,6 +140,18 @@ def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_p
             assert device <= proposed <= device + kv_reserved + MiB  # the peak, headroom on the KV in use, a MiB
             assert edited == MODEL_FILE.replace("memoryBudget: 1Gi ", f"memoryBudget: {proposed >> 20}Mi ")
             head = git_server.head("fleet", branch)
+
+            # the same usage as a file, replayed offline: the proposal's budget, with its timestamp
+            usage = tmp_path / "usage.jsonl"
+            assert main(["usage", "export", "--prometheus", prometheus.url, "--since", "30s", "--step", "1s",
+                         "-o", str(usage)]) == 0
+            repo = tmp_path / "repo"
+            (repo / "models" / "llm").mkdir(parents=True)
+            (repo / "models" / "llm" / "chat.yaml").write_text(MODEL_FILE)
+            capsys.readouterr()
+            assert main(["rightsize", "--repo", str(repo), "--usage", str(usage)]) == 0
+            replayed = capsys.readouterr().out
+            assert re.search(r"\n  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  down  1\.0Gi → ", replayed), replayed
 
             prometheus.stop()  # mid-window: the next pass cannot read usage
             fault = rightsize_once(copy, lambda start, end: read_usage(prometheus.url, start, end, 1), time.time(), 30)
