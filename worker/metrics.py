@@ -134,6 +134,8 @@ class WorkerMetrics:
                                          ["model"], registry=r)
         self.verdict = Gauge(PREFIX + "verdict", "1 for the model's current verdict (applied or refused).",
                              ["model", "namespace", "mode", "verdict", "reason"], registry=r)
+        self.missing_bytes = Gauge(PREFIX + "missing_bytes", "Bytes a refused model lacked at admission (0 when "
+                                   "applied).", ["model"], registry=r)
         if nvml is not None:
             r.register(_NvmlCollector(nvml))
 

@@ -229,6 +229,7 @@ class Worker:
             self.verdicts[verdict.name] = verdict
         if old is not None:
             self.metrics.verdict.remove(old.name, old.namespace, old.mode, old.verdict, old.reason)
+        self.metrics.missing_bytes.labels(verdict.name).set(verdict.missing_bytes)
         self.metrics.verdict.labels(verdict.name, verdict.namespace, verdict.mode, verdict.verdict,
                                     verdict.reason).set(1)
         log.log(logging.INFO if verdict.verdict == "applied" else logging.WARNING,

@@ -46,6 +46,7 @@ def queries(step_s: int) -> dict[str, str]:
         "tpotSeconds": p95("gpushare_worker_tpot_seconds"),
         "refusals": ('max by (namespace, model) (max_over_time(gpushare_worker_verdict{verdict="refused"}'
                      f'[{rng}]))'),
+        "missingBytes": gauge("gpushare_worker_missing_bytes"),
     }
 
 
@@ -103,12 +104,14 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
     while t <= end:
         for ref in sorted(models):
             values = points.get((t, ref), {})
+            if values.get("refusals") and "deviceBytes" not in values:
+                values = {**values, "deviceBytes": 0.0}  # refused: nothing on the device, and that is data
             samples.append(Sample(
                 time=t, model=ref,
                 device_bytes=_int(values.get("deviceBytes")), kv_used_bytes=_int(values.get("kvUsedBytes")),
                 kv_reserved_bytes=_int(values.get("kvReservedBytes")), queue_wait_s=values.get("queueWaitSeconds"),
                 ttft_s=values.get("ttftSeconds"), tpot_s=values.get("tpotSeconds"),
-                refusals=_int(values.get("refusals")) if "deviceBytes" in values else None))
+                refusals=_int(values.get("refusals")), missing_bytes=_int(values.get("missingBytes"))))
         t += step_s
     return samples
 
