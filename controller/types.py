@@ -49,6 +49,7 @@ class ElasticModel:
     source: Source | None = field(default=None, compare=False)
     rightsizing: Rightsizing = field(default=OFF, compare=False)  # how the budget follows usage; never planned on
     user_budget_bytes: int | None = field(default=None, compare=False)  # spec.memoryBudget when right-sizing Auto set budget_bytes
+    rightsizing_conditions: tuple[dict, ...] = field(default=(), compare=False)  # the loop's last conditions (its record)
 
     @property
     def spec_budget_bytes(self) -> int:

@@ -125,6 +125,10 @@ def test_unreadable_usage_changes_nothing_and_the_records_say_usage_missing(git_
     assert record["budgetBytes"] == record["specBudgetBytes"] == 4 * GiB
     assert record["conditions"] == [{"type": "UsageAvailable", "status": "False", "reason": "UsageMissing",
                                      "message": "usage could not be read; no change made"}]
+    checkout = tmp_path / "check"
+    WorkingCopy(url, "main", checkout).sync()
+    chat = next(m for m in load_repo(checkout).models if m.name == "chat-small")
+    assert chat.rightsizing_conditions == tuple(record["conditions"])  # what its status shows
 
 
 def git_branches(server) -> str:

@@ -82,14 +82,16 @@ def test_plan_md_lists_open_recommendations_with_memory_and_monthly_cost(repo):
     assert plan_md.index("## Open right-sizing") < plan_md.index("## Latest decision changes")
 
 
-def test_status_shows_the_policy_and_the_effective_budget_of_an_auto_model():
+def test_status_shows_the_policy_the_effective_budget_and_the_loops_conditions():
     from dataclasses import replace
 
     from controller.observe.status import status_patch
     from controller.rightsizing.policy import Rightsizing
     from factories import toy_model
 
-    model = replace(toy_model("chat", 2 * GiB), rightsizing=Rightsizing(policy="Auto"), user_budget_bytes=6 * GiB)
+    missing = {"type": "UsageAvailable", "status": "False", "reason": "UsageMissing", "message": "no usage"}
+    model = replace(toy_model("chat", 2 * GiB), rightsizing=Rightsizing(policy="Auto"), user_budget_bytes=6 * GiB,
+                    rightsizing_conditions=(missing,))
     assert status_patch(model, [], None)["status"]["rightsizing"] == {
-        "policy": "Auto", "specBudgetBytes": 6 * GiB, "effectiveBudgetBytes": 2 * GiB}
+        "policy": "Auto", "specBudgetBytes": 6 * GiB, "effectiveBudgetBytes": 2 * GiB, "conditions": [missing]}
     assert status_patch(toy_model("plain", GiB), [], None)["status"]["rightsizing"] is None

@@ -53,7 +53,8 @@ class _Served:
 class BusyClock:
     """Seconds a model kept the device busy: CUDA events around its steps, or wall time on CPU.
 
-    On CUDA the start and end events are recorded on the current stream and read once
+    On CUDA the start and end events are recorded on the current stream (the executor enters
+    the model's own stream before `step`, so the events bracket that model's kernels) and read once
     the end event has completed (`drain`, never blocking), so the executor never waits
     for the device to measure it.
     """
@@ -173,7 +174,7 @@ class WorkerMetrics:
             served.tokens_in_flight = tokens
 
     # read at scrape time
-    def _device_families(self) -> list[GaugeMetricFamily]:
+    def device_families(self) -> list[GaugeMetricFamily]:
         with self._lock:
             served = dict(self._served)
         total = GaugeMetricFamily(PREFIX + "device_bytes", "Device bytes a model holds now (placed tensors plus "
@@ -208,7 +209,7 @@ class _ScrapeTime(Collector):
         self._metrics = metrics
 
     def collect(self):
-        return self._metrics._device_families()
+        return self._metrics.device_families()
 
     def describe(self):
         return []

@@ -155,6 +155,13 @@ def status_schema() -> dict:
                     "policy": {"type": "string", "enum": ["Off", "Recommend", "Auto"]},
                     "specBudgetBytes": {"type": "integer", "format": "int64"},
                     "effectiveBudgetBytes": {"type": "integer", "format": "int64"},
+                    "conditions": {
+                        "type": "array", "description": "The loop's last conditions: UsageAvailable (UsageMissing), "
+                        "NeedsCapacity (bytes missing, GPU product), AtMaxBudget.",
+                        "items": {"type": "object", "properties": {
+                            "type": {"type": "string"}, "status": {"type": "string"},
+                            "reason": {"type": "string"}, "message": {"type": "string"}}},
+                    },
                 },
             },
         },

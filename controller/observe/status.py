@@ -254,7 +254,8 @@ def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision
         "conditions": conditions,
         "assigned": decision_to_dict(decision) if decision is not None else None,
         "rightsizing": {"policy": model.rightsizing.policy, "specBudgetBytes": model.spec_budget_bytes,
-                        "effectiveBudgetBytes": model.budget_bytes} if model.rightsizing.enabled else None,
+                        "effectiveBudgetBytes": model.budget_bytes,
+                        "conditions": list(model.rightsizing_conditions) or None} if model.rightsizing.enabled else None,
     }}
 
 

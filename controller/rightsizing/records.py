@@ -114,10 +114,13 @@ def read_records(root: Path) -> dict[tuple[str, str], Record]:
 
 def effective_models(models: Iterable[ElasticModel], records: dict[tuple[str, str], Record]) -> tuple[ElasticModel, ...]:
     """Models with Auto's effective budget where a record applies: policy Auto now, and the user's budget is
-    still the one the record started from; clamped to the policy's current [minBudget, maxBudget]."""
+    still the one the record started from; clamped to the policy's current [minBudget, maxBudget]. Every model
+    under a policy carries its record's conditions (UsageMissing, NeedsCapacity, AtMaxBudget) for its status."""
     out = []
     for model in models:
         record = records.get(model.key)
+        if record is not None and model.rightsizing.enabled and record.conditions:
+            model = replace(model, rightsizing_conditions=tuple(c.as_dict() for c in record.conditions))
         if (record is not None and model.rightsizing.policy == "Auto" and record.policy == "Auto"
                 and model.user_budget_bytes is None and record.spec_budget_bytes == model.budget_bytes):
             model = replace(model, budget_bytes=model.rightsizing.clamp(record.budget_bytes),
