@@ -53,14 +53,15 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
              prices: Mapping[str, float] | None = None) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
     `processes`: how many processes may render a large pass (see compose); `last_workers`: the last
-    rendered worker Deployments and ConfigMaps (path -> text), to tell restarts from in-place changes;
+    rendered worker Deployments and ConfigMaps (path -> text), to tell restarts from in-place changes
+    (None: not known, no workers line);
     `rightsizing`, `prices`: the right-sizing records and GPU prices PLAN.md lists open recommendations from."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last_changes=last_change_lines(last_plan_md), processes=processes)
-    rollouts = worker_rollouts(last_workers or {}, rendered.files)
+    rollouts = worker_rollouts(last_workers, rendered.files) if last_workers is not None else Rollouts()
     plan_md = with_line(rendered.files[PLAN_FILE], rollouts.line if rollouts.any else last_line(last_plan_md))
     rendered.files[PLAN_FILE] = with_section(plan_md, rightsizing_section(rightsizing or {}, result.decisions,
                                                                           planned.slots, prices or {}),
@@ -91,7 +92,7 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
         subject = f"gpushare: {len(changes)} decisions changed{why}"
     else:
         subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
-    if rollouts.any:
+    if rollouts.restart or rollouts.in_place:
         subject += f" · workers: {rollouts.summary}"
     body = [c.summary for c in changes] if len(changes) > 1 else []
     body += [rollouts.line] if rollouts.any else []
