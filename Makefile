@@ -27,4 +27,5 @@ demo: $(CORE)
 	$(VENV)/bin/gpushare demo
 
 test: $(FULL)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from controller.types import API_VERSION, DEFAULT_COMPOSITION, Decision, ElasticModel, InputError, Pending, Plan, Predicted
-
-SOURCE_ANNOTATION = "gpushare.dev/source"  # the models/ file an ElasticModel was read from
+from contract.wire import API_VERSION, SOURCE_ANNOTATION
+from controller.types import DEFAULT_COMPOSITION, Decision, ElasticModel, InputError, Pending, Plan, Predicted
 
 
 def model_to_doc(m: ElasticModel) -> dict:
@@ -101,7 +100,7 @@ def error_to_dict(e: InputError) -> dict:
 def plan_to_dict(plan: Plan, errors: tuple[InputError, ...] = ()) -> dict:
     """The `gpushare plan -o json` document."""
     return {
-        "apiVersion": "gpushare.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "Plan",
         "decisions": [decision_to_dict(d) for d in plan.decisions],
         "pending": [pending_to_dict(p) for p in plan.pending],

@@ -8,12 +8,13 @@ field anywhere else.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
+from contract.footprint import Terms
 from controller.rightsizing.policy import OFF, Rightsizing
 
 Mode = Literal["resident", "swap", "elastic", "refused"]
-API_VERSION = "gpushare.dev/v1alpha1"
 DEFAULT_COMPOSITION = "default"
 DEFAULT_NAMESPACE = "default"
 
@@ -98,6 +99,15 @@ class Profile:
     def weight_bytes(self) -> int:
         return self.embedding_bytes + sum(self.layer_bytes) + self.final_norm_bytes + self.head_bytes
 
+    @cached_property
+    def terms(self) -> Terms:
+        """The footprint terms this profile gives (contract.footprint): what plan and worker size it by."""
+        return Terms(fixed_bytes=self.embedding_bytes + self.final_norm_bytes + self.head_bytes,
+                     layer_bytes=self.layer_bytes, kv_bytes_per_token=self.kv_bytes_per_token,
+                     prefill_activation_bytes_per_token=self.prefill_activation_bytes_per_token,
+                     decode_activation_bytes_per_sequence=self.decode_activation_bytes_per_sequence,
+                     overhead_bytes=self.runtime_overhead_bytes)
+
     @property
     def key(self) -> tuple[str, str, str]:
         """What a profile measures: one model revision on one GPU product."""
@@ -150,6 +160,10 @@ class Decision:
     reason: str
     reason_code: str
     profile: str | None = None
+    # What the worker is told to admit with (its config's dtype and footprint); set by the planner from the
+    # profile, absent in decisions read back from git. Not part of the decision's identity.
+    dtype: str | None = field(default=None, compare=False)
+    terms: Terms | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str]:

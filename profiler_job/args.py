@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from contract.footprint import PREFILL_CHUNK_TOKENS
 from profiler_job.errors import InvalidArguments
 from profiler_job.termination import DEFAULT_TERMINATION_LOG
 
 PROFILE_DTYPES = ("bfloat16", "float16", "float32")  # what a profile's dtype may be
 DTYPES = ("auto", *PROFILE_DTYPES)
 DEFAULT_CONTEXT_TOKENS = 4096
-DEFAULT_PREFILL_CHUNK_TOKENS = 2048
 DEFAULT_BATCH = 1
 DEFAULT_REPEATS = 5
 
@@ -40,7 +40,6 @@ class Options:
     revision: str = "main"
     dtype: str = "auto"
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
-    prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS
     batch: int = DEFAULT_BATCH
     repeats: int = DEFAULT_REPEATS
     gpu_product: str | None = None
@@ -50,8 +49,8 @@ class Options:
 
     @property
     def chunk_tokens(self) -> int:
-        """Tokens in one prefill forward: the context, bounded by the prefill chunk."""
-        return min(self.context_tokens, self.prefill_chunk_tokens)
+        """Tokens in one prefill forward: the context, bounded by the one prefill chunk (contract.footprint)."""
+        return min(self.context_tokens, PREFILL_CHUNK_TOKENS)
 
 
 def parse_target(text: str) -> Target:
@@ -93,8 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: the checkpoint's dtype")
     p.add_argument("--context-tokens", type=_positive, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"prompt length the prefill is measured for (default {DEFAULT_CONTEXT_TOKENS})")
-    p.add_argument("--prefill-chunk-tokens", type=_positive, default=DEFAULT_PREFILL_CHUNK_TOKENS,
-                   help=f"chunked prefill: most tokens in one forward (default {DEFAULT_PREFILL_CHUNK_TOKENS})")
     p.add_argument("--batch", type=_positive, default=DEFAULT_BATCH, help="sequences in the measured decode step")
     p.add_argument("--repeats", type=_positive, default=DEFAULT_REPEATS, help="timed runs per latency (median)")
     p.add_argument("--gpu-product", help="label the profile with this nvidia.com/gpu.product (CPU runs; overrides NVML)")
@@ -110,7 +107,7 @@ def parse_args(argv: list[str]) -> Options:
     ns = build_parser().parse_args(argv)
     return Options(
         model=ns.model, out=parse_target(ns.out), revision=ns.revision, dtype=ns.dtype,
-        context_tokens=ns.context_tokens, prefill_chunk_tokens=ns.prefill_chunk_tokens, batch=ns.batch,
+        context_tokens=ns.context_tokens, batch=ns.batch,
         repeats=ns.repeats, gpu_product=ns.gpu_product, require_gpu=ns.require_gpu,
         trust_remote_code=ns.trust_remote_code, termination_log=ns.termination_log,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import schemas
-from controller.types import API_VERSION
+from contract.wire import API_VERSION, PROFILE_KIND
 from profiler_job.errors import InvalidProfile
 from profiler_job.gpu import GpuIdentity
 from profiler_job.measure.activation import ActivationPeak
@@ -41,7 +41,7 @@ def build_profile(*, model: str, revision: str, dtype: str, gpu: GpuIdentity, me
     w = m.weights
     doc = {
         "apiVersion": API_VERSION,
-        "kind": "ModelProfile",
+        "kind": PROFILE_KIND,
         "model": model,
         "revision": revision,
         "gpu": _gpu(gpu),
@@ -70,7 +70,7 @@ def build_profile(*, model: str, revision: str, dtype: str, gpu: GpuIdentity, me
             **w.derivation(),
             **m.kv.derivation,
             "activation.prefillBytesPerToken": m.prefill_activation.derivation,
-            "activation.prefillChunkTokens": "set: min(--context-tokens, --prefill-chunk-tokens)",
+            "activation.prefillChunkTokens": "set: min(--context-tokens, the prefill chunk every gpushare program uses)",
             "activation.decodeBytesPerSequence": m.decode_activation.derivation,
             "runtimeOverheadBytes": m.overhead.derivation,
             "latency.prefillMsPer1kTokens": m.prefill_latency.derivation,

@@ -78,7 +78,7 @@ def measure_model(model: Any, options: Options, device: Device, identity: GpuIde
     except torch.OutOfMemoryError as exc:
         raise OutOfMemory(
             f"measuring {options.model} ran out of GPU memory ({str(exc).splitlines()[0]}); lower "
-            f"--prefill-chunk-tokens ({options.chunk_tokens}) or --batch ({options.batch})") from exc
+            f"--context-tokens (a prefill chunk of {options.chunk_tokens}) or --batch ({options.batch})") from exc
 
 
 def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity, progress: Progress) -> dict:

@@ -213,7 +213,7 @@ def test_out_of_memory_while_measuring_names_the_flags_that_shrink_it(tiny_model
                                    tmp_path, Adapters(cuda_available=lambda: False,
                                                       from_pretrained=load_then_fail_forward))
     assert code == errors.OutOfMemory.exit_code
-    assert log.startswith("OutOfMemory: measuring ") and "--prefill-chunk-tokens (32) or --batch (1)" in log
+    assert log.startswith("OutOfMemory: measuring ") and "--context-tokens (a prefill chunk of 32) or --batch (1)" in log
 
 
 def test_encoder_model_is_an_unsupported_architecture(tiny_bert, tmp_path):

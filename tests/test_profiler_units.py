@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from contract.footprint import PREFILL_CHUNK_TOKENS
 from profiler_job import errors
 from profiler_job.args import ConfigMapTarget, FileTarget, parse_args, parse_target, termination_log_from
 from profiler_job.gpu import cuda_version_text, normalize_product
@@ -26,10 +27,10 @@ def test_bad_output_targets_say_the_accepted_forms(text):
 
 
 def test_flags_parse_with_defaults_and_chunk_bounded_by_context():
-    options = parse_args(["--model", "org/m", "--out", "file:p.yaml", "--context-tokens", "1000"])
+    options = parse_args(["--model", "org/m", "--out", "file:p.yaml", "--context-tokens", "300"])
     assert (options.revision, options.dtype, options.batch, options.trust_remote_code) == ("main", "auto", 1, False)
-    assert options.chunk_tokens == 1000
-    assert parse_args(["--model", "m", "--out", "file:p", "--context-tokens", "8192"]).chunk_tokens == 2048
+    assert options.chunk_tokens == 300
+    assert parse_args(["--model", "m", "--out", "file:p", "--context-tokens", "8192"]).chunk_tokens == PREFILL_CHUNK_TOKENS
 
 
 @pytest.mark.parametrize("argv", [["--out", "file:p"], ["--model", "m", "--out", "file:p", "--batch", "0"],

@@ -103,7 +103,7 @@ def _load(base_url: str, stop: threading.Event, done: list[int]) -> None:
 def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_prometheus_stops(
         tiny_models, git_server, tmp_path, capsys):  # noqa: F811
     worker = started_worker(config_document([model_entry("chat", tiny_models["llama"], "resident",
-                                                         budget=64 * MiB, context=256, concurrency=2)]))
+                                                         context=256, concurrency=2)]))
     prometheus = None
     try:
         with ServerThread(create_app(worker)) as server:
@@ -137,7 +137,8 @@ def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_p
             edited = git_server.files("fleet", branch=branch)["models/llm/chat.yaml"].decode()
             proposed = first.step.records[("llm", "chat")].budget_bytes
             kv_reserved = max(s.kv_reserved_bytes for s in present)
-            assert device <= proposed <= device + kv_reserved + MiB  # the peak, headroom on the KV in use, a MiB
+            # the peak, plus the KV in use with headroom (the histogram's first bucket is 1 MiB), rounded up to a MiB
+            assert device <= proposed <= device + 1.15 * max(kv_reserved, MiB) + MiB
             assert edited == MODEL_FILE.replace("memoryBudget: 1Gi ", f"memoryBudget: {proposed >> 20}Mi ")
             head = git_server.head("fleet", branch)
 

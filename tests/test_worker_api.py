@@ -32,9 +32,9 @@ def server(tiny_models):
         model_entry("chat-elastic", tiny_models["gpt2"], "elastic", residentLayers=2),
         model_entry("llama-swap", tiny_models["llama"], "swap"),
         model_entry("llama-elastic", tiny_models["llama"], "elastic", residentLayers=1),
-        model_entry("too-big", tiny_models["llama"], "resident", budget=1 << 30, context=100_000),
+        model_entry("too-big", tiny_models["llama"], "resident", budget=1 << 40, context=10_000_000),
     ]
-    worker = started_worker(config_document(models, capacity=64 * MiB))
+    worker = started_worker(config_document(models, capacity=4 << 30))
     with ServerThread(create_app(worker)) as thread:
         yield worker, thread
     worker.stop()

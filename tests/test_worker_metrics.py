@@ -116,7 +116,7 @@ def test_a_real_worker_exports_per_model_usage_after_serving_requests(tiny_model
     models = [model_entry("chat", tiny_models["llama"], "resident"),
               model_entry("coder", tiny_models["qwen2"], "swap"),
               model_entry("writer", tiny_models["gpt2"], "elastic", residentLayers=1)]
-    worker = started_worker(config_document(models, capacity=256 * MiB))
+    worker = started_worker(config_document(models))
     try:
         with ServerThread(create_app(worker)) as thread:
             for name in ("chat", "coder", "writer"):

@@ -70,10 +70,10 @@ def test_publish_loop_retries_after_an_api_error():
 
 def test_worker_publishes_applied_and_refused_models(tiny_models):
     models = [model_entry("fits", tiny_models["llama"], "resident"),
-              model_entry("too-big", tiny_models["qwen2"], "resident", budget=1 << 30, context=100_000)]
+              model_entry("too-big", tiny_models["qwen2"], "resident", budget=1 << 40, context=10_000_000)]
     with KubeApiThread() as kube:
         publisher = ConfigMapPublisher(kube.core_v1(), "gpushare", "verdicts")
-        worker = started_worker(config_document(models, capacity=64 * MiB,
+        worker = started_worker(config_document(models, capacity=1 << 30,
                                                 verdicts={"namespace": "gpushare", "name": "verdicts"}),
                                 publisher=publisher)
         try:

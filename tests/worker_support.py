@@ -47,13 +47,13 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return dict(_saved)
 
 
-def model_entry(name: str, path: Path, mode: str, *, budget: int = 64 * MiB, context: int = 256,
+def model_entry(name: str, path: Path, mode: str, *, budget: int = 320 * MiB, context: int = 256,
                 concurrency: int = 2, **extra) -> dict:
     return {"name": name, "namespace": "llm", "model": str(path), "mode": mode, "budgetBytes": budget,
             "contextTokens": context, "concurrency": concurrency, **extra}
 
 
-def config_document(models: list[dict], *, capacity: int = 512 * MiB, max_queued: int = 64,
+def config_document(models: list[dict], *, capacity: int = 8 << 30, max_queued: int = 64,
                     min_residency_ms: int = 0, verdicts: dict | None = None) -> dict:
     doc = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "WorkerConfig",
            "slot": {"id": "node-a/gpu0", "product": "NVIDIA-H200", "capacityBytes": capacity},

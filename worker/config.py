@@ -13,6 +13,7 @@ import yaml
 from jsonschema.exceptions import best_match
 
 import schemas
+from contract.footprint import Terms, terms_from_document
 
 from .errors import ConfigError
 
@@ -31,6 +32,7 @@ class ModelConfig:
     resident_layers: int | None = None
     revision: str | None = None
     dtype: str = "auto"
+    footprint: Terms | None = None  # the controller's planned terms; None: estimate from the checkpoint
 
     @property
     def ref(self) -> str:
@@ -93,6 +95,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
                 budget_bytes=m["budgetBytes"], context_tokens=m["contextTokens"],
                 concurrency=m["concurrency"], resident_layers=m.get("residentLayers"),
                 revision=m.get("revision"), dtype=m.get("dtype", "auto"),
+                footprint=terms_from_document(m["footprint"]) if "footprint" in m else None,
             )
             for m in document["models"]
         ),

@@ -14,8 +14,9 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
+from contract.footprint import PREFILL_CHUNK_TOKENS
+
 from .sampling import Sampler, SamplingParams
-from .shape import PREFILL_CHUNK_TOKENS
 
 
 @lru_cache(maxsize=None)

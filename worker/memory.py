@@ -17,8 +17,6 @@ from contract.quantity import format_bytes
 
 from .errors import BudgetExceeded
 
-RUNTIME_WORKSPACE_BYTES_CUDA = 64 << 20  # cuBLAS/cuDNN workspaces and allocator slack per model on a GPU
-
 FreeBytesProbe = Callable[[], int | None]
 
 
@@ -48,10 +46,6 @@ def available_bytes(capacity_bytes: int, probe: FreeBytesProbe) -> int:
     """The smaller of the configured capacity and the free bytes the probe reports."""
     free = probe()
     return capacity_bytes if free is None else min(capacity_bytes, free)
-
-
-def workspace_bytes(device: torch.device) -> int:
-    return RUNTIME_WORKSPACE_BYTES_CUDA if device.type == "cuda" else 0
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

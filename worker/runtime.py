@@ -24,7 +24,7 @@ from .engine import Generation
 from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
-from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe, workspace_bytes
+from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .metrics import PynvmlReader, WorkerMetrics
 from .residency import Residency, make_residency
 from .scheduler import Event, Job, Scheduler
@@ -96,8 +96,7 @@ class Worker:
                 self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
         self.available_bytes = available_bytes(self.config.capacity_bytes, self.probe)
         readable = [(m, self.shapes[m.name]) for m in self.config.models if m.name in self.shapes]
-        for verdict in admit(readable, self.available_bytes, slot=self.config.slot_id,
-                             workspace_bytes=workspace_bytes(self.device)):
+        for verdict in admit(readable, self.available_bytes, slot=self.config.slot_id):
             self._set_verdict(verdict)
         self._publish_verdicts()
         self.scheduler.start()
@@ -202,11 +201,12 @@ class Worker:
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]
-        need = need_for(model, self.shapes[model.name], workspace_bytes(self.device), verdict.resident_layers)
+        need = need_for(model, self.shapes[model.name], verdict.resident_layers)
         ledger = DeviceLedger(model.name, model.budget_bytes, self.device)
         self.ledgers[model.name] = ledger
         ledger.reserve("kv-cache", need.kv_cache)
-        ledger.reserve("activation", need.activation + need.workspace)
+        ledger.reserve("activation", need.activation)
+        ledger.reserve("overhead", need.overhead)
         tokenizer, host_model = load(self.directories[model.name], model.dtype)
         residency = make_residency(model.mode, host_model, ledger, self.device,
                                    resident_layers=verdict.resident_layers)

@@ -1,8 +1,10 @@
 """A model's real shape, read before loading: weight bytes per part and per decoder layer,
-KV-cache bytes per token, activation bytes, from config.json and safetensors headers only.
+KV-cache bytes per token and the architecture numbers activations follow, from config.json
+and safetensors headers only.
 
-Called by the worker runtime before admission (no weights are read) and by elastic
-residency for the streaming-buffer alignment rule.
+Called by the worker runtime before admission (no weights are read). `estimated_terms`
+turns a shape into footprint terms by the shared rules (contract.footprint) when the
+config carries none; admission checks a checkpoint against the terms it was planned with.
 """
 from __future__ import annotations
 
@@ -12,10 +14,10 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelLoadError
+from contract.footprint import (Terms, decode_activation_per_sequence, default_overhead_bytes,
+                                prefill_activation_per_token)
 
-ALIGN_BYTES = 64  # every tensor packed into a streaming buffer starts on this boundary
-PREFILL_CHUNK_TOKENS = 512  # prefill runs in chunks of this many tokens (bounds the activation peak)
+from .errors import ModelLoadError
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
                 "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
@@ -25,23 +27,21 @@ _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
 _EMBEDDING = re.compile(r"embed|(?:^|\.)(?:wte|wpe)\.")
 
 
-def align(nbytes: int) -> int:
-    return -(-nbytes // ALIGN_BYTES) * ALIGN_BYTES
-
-
 @dataclass(frozen=True)
 class ModelShape:
-    """Bytes of one model at its compute dtype; `layer_buffer_bytes` is a layer packed with alignment."""
+    """Bytes of one model at its compute dtype."""
 
     dtype: str
     embedding_bytes: int
     layer_bytes: tuple[int, ...]
-    layer_buffer_bytes: tuple[int, ...]
     other_bytes: int  # final norm, LM head and anything outside the decoder layers
     kv_bytes_per_token: int
     hidden_size: int
     intermediate_size: int
     num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    mlp_tensors: int  # activations the MLP materialises per token, in units of intermediate_size
     vocab_size: int
 
     @property
@@ -56,13 +56,19 @@ class ModelShape:
     def element_bytes(self) -> int:
         return _TORCH_DTYPE_BYTES[self.dtype]
 
-    def activation_bytes(self, context_tokens: int) -> int:
-        """Peak activation of one sequence: a prefill chunk's hidden states, MLP and attention
-        scores against the whole context, plus float32 logits and sampling scratch for one token."""
-        chunk = min(PREFILL_CHUNK_TOKENS, context_tokens)
-        per_chunk = chunk * (4 * self.hidden_size + 2 * self.intermediate_size
-                             + self.num_attention_heads * context_tokens)
-        return per_chunk * self.element_bytes + 3 * self.vocab_size * 4
+
+def estimated_terms(shape: ModelShape) -> Terms:
+    """Footprint terms of a checkpoint no profile describes: exact weights and KV cache, activations and
+    overhead by the documented defaults (the estimator's rules, contract.footprint)."""
+    per_token = prefill_activation_per_token(
+        hidden=shape.hidden_size, heads=shape.num_attention_heads, kv_heads=shape.num_key_value_heads,
+        head_dim=shape.head_dim, intermediate=shape.intermediate_size, mlp_tensors=shape.mlp_tensors,
+        dtype_bytes=shape.element_bytes)
+    return Terms(fixed_bytes=shape.embedding_bytes + shape.other_bytes, layer_bytes=shape.layer_bytes,
+                 kv_bytes_per_token=shape.kv_bytes_per_token, prefill_activation_bytes_per_token=per_token,
+                 decode_activation_bytes_per_sequence=decode_activation_per_sequence(
+                     per_token, vocab=shape.vocab_size, dtype_bytes=shape.element_bytes),
+                 overhead_bytes=default_overhead_bytes(shape.weight_bytes))
 
 
 def read_safetensors_header(path: Path) -> dict[str, dict]:
@@ -104,13 +110,11 @@ def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> M
     intermediate = text.get("intermediate_size") or text.get("n_inner") or 4 * hidden
     embedding = other = 0
     per_layer = [0] * layers
-    per_layer_aligned = [0] * layers
     for name, info in tensors.items():
         nbytes = _tensor_bytes(info, target)
         layer = _LAYER.search(name)
         if layer and int(layer.group(1)) < layers:
             per_layer[int(layer.group(1))] += nbytes
-            per_layer_aligned[int(layer.group(1))] += align(nbytes)
         elif _EMBEDDING.search(name):
             embedding += nbytes
         else:
@@ -118,9 +122,10 @@ def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> M
     element = _TORCH_DTYPE_BYTES[target]
     return ModelShape(
         dtype=target, embedding_bytes=embedding, layer_bytes=tuple(per_layer),
-        layer_buffer_bytes=tuple(per_layer_aligned), other_bytes=other,
+        other_bytes=other,
         kv_bytes_per_token=2 * layers * kv_heads * head_dim * element,
         hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, head_dim=head_dim, mlp_tensors=2 if text.get("model_type") == "gpt2" else 3,
         vocab_size=_get(text, "vocab_size"),
     )
 

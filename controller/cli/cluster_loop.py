@@ -33,6 +33,7 @@ from contract import kube
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
+from controller.inputs.reader import read_tree
 from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView, application_for, model_views,
                                      not_in_git, render_in_cluster, status_model, verdict_sources)
 from controller.kube.leader import LeaderElection
@@ -43,7 +44,7 @@ from controller.cli.common import credentials_from, default_workdir, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
-from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target, publish
+from gitops import Change, GitError, PublishResult, Target, WorkingCopy, parse_target, publish
 from gitops.errors import RevisionNotFound
 
 log = logging.getLogger("gpushare.cluster")
@@ -229,11 +230,11 @@ class ClusterReconciler:
         pushed, so a replica deposed while it rendered never pushes."""
         renders = []
 
-        def render(root: Path):
-            rendered = render_in_cluster(root, facts)
+        def render(root: Path) -> Change:
+            rendered = render_in_cluster(read_tree(root), facts)
             renders.append(rendered)
             self._renew()
-            return rendered.change
+            return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)
 
         last = self._last
         previous = last.published if last is not None and last.facts == facts else None

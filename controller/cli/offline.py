@@ -25,8 +25,8 @@ def pass_over(root: Path) -> PassOutput:
     """The pass over a checked-out GitOps tree (pure but for reading files)."""
     snapshot = read_repo(root)
     return run_pass(snapshot.inputs, snapshot.records, last_plan_md=snapshot.last_plan_md,
-                    processes=available_processes(), last_workers=snapshot.last_workers,
-                    rightsizing=snapshot.rightsizing, prices=snapshot.prices)
+                    processes=available_processes(), last_workers=snapshot.tree.last_workers,
+                    rightsizing=snapshot.tree.rightsizing, prices=snapshot.tree.prices)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

@@ -1,1 +1,6 @@
-"""controller/inputs"""
+"""Reading the inputs: the GitOps repository layout, its one reader, and the pure parsers.
+
+git → validate: `layout` names the folders, `reader` reads a checked-out tree (the
+only file I/O of the stage), `load` parses documents into typed inputs with one
+InputError per problem, `yamlin` reads YAML fast and safely.
+"""

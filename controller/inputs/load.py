@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import yaml
@@ -23,10 +23,11 @@ from jsonschema.exceptions import relevance
 
 import schemas
 from contract.quantity import QuantityError, parse_bytes
+from contract.wire import API_VERSION
 from controller.inputs.yamlin import parse_documents
 from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
 from controller.rightsizing.policy import PolicyError, parse_policy
-from controller.types import (API_VERSION, DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
+from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -378,6 +379,29 @@ def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
                                f"{elsewhere}; neither is used"),
                       fix="keep one profile per (model, gpu.product) and source (a measured one supersedes "
                           "an estimated one): delete the stale one")
+
+
+@dataclass(frozen=True)
+class TreeInputs:
+    """A checked-out GitOps tree, parsed but not yet combined (cluster mode swaps in its own slots and
+    adds the profiles it holds before combining)."""
+
+    models: tuple[ElasticModel, ...]
+    model_errors: tuple[InputError, ...]
+    profiles: tuple[Profile, ...]
+    profile_errors: tuple[InputError, ...]
+    slots: tuple[GpuSlot, ...]
+    slot_errors: tuple[InputError, ...]
+    records: Mapping[tuple[str, str], DecisionRecord]
+    last_plan_md: str | None
+    measured_profiles: Mapping[str, str]  # profiles/measured/** as committed: path -> text
+    rightsizing: Mapping[tuple[str, str], Any] = field(default_factory=dict)  # decisions/rightsizing/ records
+    prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
+    last_workers: Mapping[str, str] | None = None  # the last rendered worker Deployments and ConfigMaps
+
+    def combined(self) -> Inputs:
+        return combine(self.models, self.profiles, self.slots,
+                       [*self.model_errors, *self.profile_errors, *self.slot_errors])
 
 
 @dataclass(frozen=True)

@@ -14,19 +14,20 @@ are pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import yaml
 
-from controller.inputs.layout import DECISIONS_DIR, INVENTORY_FILE, MODELS_DIR, PLAN_MD, PROFILES_DIR, RENDERED_DIR
-from controller.inputs.load import (YAML_SUFFIXES, DecisionRecord, Documents, combine, load_documents,
-                                    parse_inventory, parse_model, parse_profile, revive_last_good)
+from contract.wire import SOURCE_ANNOTATION
+from controller.inputs.layout import (DECISIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR, MODELS_DIR, PLAN_MD,
+                                      PROFILES_DIR, RENDERED_DIR)
+from controller.inputs.load import (YAML_SUFFIXES, DecisionRecord, Documents, load_documents,
+                                    TreeInputs, parse_inventory, parse_model, parse_profile, revive_last_good)
 from controller.rightsizing.prices import read_prices
-from controller.rightsizing.records import Record as RightsizingRecord
 from controller.rightsizing.records import effective_models, read_records
-from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
+from controller.serialize import decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 
@@ -37,9 +38,7 @@ class RepoSnapshot:
     inputs: Inputs
     records: Mapping[tuple[str, str], DecisionRecord]
     last_plan_md: str | None
-    last_workers: Mapping[str, str] = field(default_factory=dict)  # rendered worker Deployments and ConfigMaps
-    rightsizing: Mapping[tuple[str, str], RightsizingRecord] = field(default_factory=dict)
-    prices: Mapping[str, float] = field(default_factory=dict)
+    tree: TreeInputs | None = None  # as read: right-sizing records, prices, the last rendered workers
 
     @property
     def previous(self) -> dict[tuple[str, str], Decision]:
@@ -52,9 +51,30 @@ class RepoSnapshot:
 
 def read_repo(root: Path) -> RepoSnapshot:
     """Everything a pass reads from a GitOps directory. Other trees are ignored; files are read sorted."""
+    tree = read_tree(root)
+    return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md, tree)
+
+
+def load_repo(root: Path) -> Inputs:
+    """models/**, profiles/** and gpus.yaml (optional), parsed and combined; a model under right-sizing policy
+    Auto carries the effective budget its record under decisions/rightsizing/ holds."""
+    return read_repo(root).inputs
+
+
+def read_tree(root: Path) -> TreeInputs:
+    """Every input file of a GitOps tree, parsed, plus the measured profiles committed under
+    profiles/measured/ as text (cluster mode keeps or replaces them)."""
     root = Path(root)
-    return RepoSnapshot(load_repo(root), load_decision_records(root), read_plan_md(root),
-                        read_rendered_workers(root), read_records(root), read_prices(root))
+    models, model_errors = read_models(root)
+    profiles, profile_errors = read_profiles(root)
+    slots, slot_errors = read_inventory(root)
+    measured = root / MEASURED_PROFILES_DIR
+    committed = {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
+                 for p in sorted(measured.rglob("*")) if p.is_file()} if measured.is_dir() else {}
+    rightsizing = read_records(root)
+    return TreeInputs(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles),
+                      tuple(profile_errors), tuple(slots), tuple(slot_errors), load_decision_records(root),
+                      read_plan_md(root), committed, rightsizing, read_prices(root), read_rendered_workers(root))
 
 
 def read_rendered_workers(root: Path) -> dict[str, str]:
@@ -65,17 +85,6 @@ def read_rendered_workers(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
             for p in sorted(base.glob("*/*.yaml")) if p.is_file() and not p.is_symlink()
             and p.name.startswith(("deployment-", "configmap-"))}
-
-
-def load_repo(root: Path) -> Inputs:
-    """models/**, profiles/** and gpus.yaml (optional), parsed and combined; a model under right-sizing policy
-    Auto carries the effective budget its record under decisions/rightsizing/ holds."""
-    root = Path(root)
-    models, errors = read_models(root)
-    profiles, profile_errors = read_profiles(root)
-    slots, inventory_errors = read_inventory(root)
-    inputs = combine(models, profiles, slots, errors + profile_errors + inventory_errors)
-    return replace(inputs, models=effective_models(inputs.models, read_records(root)))
 
 
 def read_plan_md(root: Path) -> str | None:

@@ -6,8 +6,8 @@ Owns what cluster mode adds around the shared pass (controller.passes.reconcile.
 - `measured_profiles`: profile ConfigMaps -> profiles filed under `profiles/measured/`
   with the exact text committed there, so a decision can be replayed offline from git;
   only a ConfigMap our profiler Job writes for a model in git is used (`profile_requests`);
-- `render_in_cluster`: the pass over a checked-out tree with those facts: models and
-  decision records from git, profiles = git ∪ cluster (the cluster's copy of a
+- `render_in_cluster`: the pass over a parsed tree (controller.inputs.reader.read_tree)
+  with those facts: models and decision records from git, profiles = git ∪ cluster (the cluster's copy of a
   `profiles/measured/` file replaces git's; a measured profile supersedes an estimated
   one, see controller.inputs.load), slots from the nodes (gpus.yaml is ignored);
 - `ModelView`: for one planned model, its decision or pending entry, its input error,
@@ -16,7 +16,7 @@ Owns what cluster mode adds around the shared pass (controller.passes.reconcile.
 - `application_for`: which Argo CD Application syncs a model's rendered files;
 - `status_model`: the model an ElasticModel object's status is written for (None while the
   object differs from git), and `not_in_git`, the error of an object git does not hold.
-No I/O but reading the checked-out tree. Called by controller.cli.cluster_loop.
+No I/O. Called by controller.cli.cluster_loop.
 """
 from __future__ import annotations
 
@@ -24,23 +24,17 @@ import posixpath
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import yaml
 
 from contract.estimate import profile_relpath
 from contract.wire import WORKER_CONFIG_DATA_KEY
 from controller.inputs.layout import MEASURED_PROFILES_DIR, RIGHTSIZING_DIR
-from controller.inputs.load import combine, load_documents, parse_model, parse_profile
-from controller.inputs.reader import (load_decision_records, read_models, read_plan_md, read_profiles,
-                                     read_rendered_workers)
-from controller.rightsizing.prices import read_prices
-from controller.rightsizing.records import effective_models, read_records
+from controller.inputs.load import TreeInputs, combine, load_documents, parse_model, parse_profile
 from controller.observe.facts import ProfileDocument
 from controller.passes.reconcile import PassOutput, available_processes, run_pass
 from controller.rendering.names import profile_configmap_name
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
-from gitops import Change
 
 MEASURED_DIR = f"{MEASURED_PROFILES_DIR}/"
 MEASURED_HEADER = ("# Published by a gpushare profiler Job as a ConfigMap and committed by the controller; "
@@ -149,46 +143,32 @@ def measured_profiles(documents: Sequence[ProfileDocument],
 
 @dataclass(frozen=True)
 class ClusterRender:
-    """One render on a checked-out tree: the pass's output and the generated Change."""
+    """One render of a checked-out tree: the pass's output and the generated files, message and the
+    committed measured profiles that stay (the shell hands them to gitops as a Change)."""
 
     output: PassOutput
-    change: Change
+    files: dict[str, bytes]
+    message: str
+    keep: frozenset[str]
     ignored: tuple[tuple[str, str], ...] = ()  # (reason, message) of profile ConfigMaps not used
 
 
-def render_in_cluster(root: Path, facts: ClusterFacts) -> ClusterRender:
-    """The pass over `root` with the cluster's facts; the Change adds the measured profiles to the pass's files."""
-    models, model_errors = read_models(root)
-    rightsizing = read_records(root)
-    models = list(effective_models(models, rightsizing))
-    measured = measured_profiles(facts.profiles, profile_requests(models, facts.slots))
-    git_profiles, profile_errors = read_profiles(root)
+def render_in_cluster(tree: TreeInputs, facts: ClusterFacts) -> ClusterRender:
+    """The pass over a parsed tree with the cluster's facts; the files add the measured profiles."""
+    measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots))
     replaced = set(measured.files)
     inputs = combine(
-        models,
-        [*(p for p in git_profiles if p.file not in replaced), *measured.profiles],
+        tree.models,
+        [*(p for p in tree.profiles if p.file not in replaced), *measured.profiles],
         facts.slots,
-        [*model_errors, *(e for e in profile_errors if e.file not in replaced), *facts.errors, *measured.errors])
-    output = run_pass(inputs, load_decision_records(root), last_plan_md=read_plan_md(root),
-                      processes=available_processes(), last_workers=read_rendered_workers(root),
-                      rightsizing=rightsizing, prices=read_prices(root))
-    new = [path for path, text in measured.files.items() if _differs(root / path, text)]
+        [*tree.model_errors, *(e for e in tree.profile_errors if e.file not in replaced), *facts.errors,
+         *measured.errors])
+    output = run_pass(inputs, tree.records, last_plan_md=tree.last_plan_md, processes=available_processes(),
+                      last_workers=tree.last_workers, rightsizing=tree.rightsizing, prices=tree.prices)
+    new = [path for path, text in measured.files.items() if tree.measured_profiles.get(path) != text]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
-    change = Change(files=files, message=_message(output, new, measured.sources),
-                    keep=_committed_measured(root) | {RIGHTSIZING_DIR + "/"})
-    return ClusterRender(output, change, measured.ignored)
-
-
-def _committed_measured(root: Path) -> frozenset[str]:
-    """Measured profiles already in git stay there when their ConfigMap is gone (git is the record).
-    (Right-sizing records, RIGHTSIZING_DIR, are kept too: the right-sizing pass writes them.)"""
-    base = root / MEASURED_DIR
-    return frozenset(p.relative_to(root).as_posix() for p in base.rglob("*") if p.is_file()) if base.is_dir() \
-        else frozenset()
-
-
-def _differs(path: Path, text: str) -> bool:
-    return not path.is_file() or path.read_text(encoding="utf-8") != text
+    return ClusterRender(output, files, _message(output, new, measured.sources), frozenset(tree.measured_profiles) | {RIGHTSIZING_DIR + "/"},
+                         measured.ignored)
 
 
 def _message(output: PassOutput, new_profiles: list[str], sources: Mapping[str, str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from controller.rendering.compose import PLAN_FILE, Rendered, compose
 from controller.rendering.compose_errors import ComposeError

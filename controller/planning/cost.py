@@ -1,7 +1,9 @@
 """What a model costs on a GPU: need, the elastic slice, and predicted latencies.
 
-Owns the arithmetic of DESIGN.md's decision rules for ONE model and ONE profile,
-with no knowledge of other models or slots. Called by the planner (controller.planning.plan)
+Owns the planner's view of ONE model and ONE profile, with no knowledge of other
+models or slots: the bytes come from the shared footprint arithmetic
+(contract.footprint, the same the worker admits with), the latencies from the
+profile. Called by the planner (controller.planning.plan)
 and by `gpushare explain`, which prints the same terms.
 """
 from __future__ import annotations
@@ -9,29 +11,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from contract.footprint import PREFILL_CHUNK_TOKENS, Footprint, footprint, largest_elastic
 from controller.types import SLO, Predicted, Profile
 
 GB = 1e9  # bandwidths are in GB/s = 1e9 bytes per second
 
-
-@dataclass(frozen=True)
-class Need:
-    """need(m) = weights + KV cache + activation peak + runtime overhead."""
-
-    weights: int
-    kv_cache: int
-    activation: int
-    overhead: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv_cache + self.activation + self.overhead
+Need = Footprint  # a model's footprint with every layer on the device
 
 
 @dataclass(frozen=True)
 class ElasticSlice:
-    """The bytes an elastic model keeps on the GPU: embeddings, head, norm, the first
-    `resident_layers` decoder layers, two streaming buffers, KV cache, activations, overhead."""
+    """An elastic footprint as the planner places it: `footprint` bytes on the GPU with `resident_layers`
+    decoder layers kept; `buffer_bytes` of streaming buffers; `streamed_bytes` copied per pass."""
 
     resident_layers: int
     total_layers: int
@@ -39,48 +30,26 @@ class ElasticSlice:
     buffer_bytes: int
     streamed_bytes: int
 
+    @classmethod
+    def of(cls, f: Footprint) -> ElasticSlice:
+        return cls(f.resident_layers, f.total_layers, f.total, f.buffers, f.streamed_bytes)
+
 
 def need(profile: Profile, slo: SLO) -> Need:
-    kv = profile.kv_bytes_per_token * slo.context_tokens * slo.concurrency
-    prefill_peak = profile.prefill_activation_bytes_per_token * min(slo.context_tokens, profile.prefill_chunk_tokens)
-    decode_peak = profile.decode_activation_bytes_per_sequence * slo.concurrency
-    return Need(
-        weights=profile.weight_bytes,
-        kv_cache=kv,
-        activation=max(prefill_peak, decode_peak),
-        overhead=profile.runtime_overhead_bytes,
-    )
+    """need(m) = weights + KV cache + activation peak + runtime overhead (contract.footprint)."""
+    return footprint(profile.terms, slo.context_tokens, slo.concurrency)
 
 
 def elastic_slice_at(profile: Profile, slo: SLO, resident_layers: int) -> ElasticSlice:
     """The elastic footprint when the first `resident_layers` layers stay on the GPU."""
-    layers = profile.layer_bytes
-    streamed = layers[resident_layers:]
-    buffers = 2 * max(streamed) if streamed else 0
-    n = need(profile, slo)
-    fixed = profile.embedding_bytes + profile.final_norm_bytes + profile.head_bytes
-    footprint = fixed + sum(layers[:resident_layers]) + buffers + n.kv_cache + n.activation + n.overhead
-    return ElasticSlice(resident_layers, len(layers), footprint, buffers, sum(streamed))
+    return ElasticSlice.of(footprint(profile.terms, slo.context_tokens, slo.concurrency, resident_layers))
 
 
 def largest_elastic_slice(profile: Profile, slo: SLO, limit: int) -> ElasticSlice | None:
     """The slice with the most resident layers (fewer than all) whose footprint fits `limit`,
     or None when even zero resident layers do not fit."""
-    layers = profile.layer_bytes
-    total = len(layers)
-    n = need(profile, slo)
-    fixed = profile.embedding_bytes + profile.final_norm_bytes + profile.head_bytes + n.kv_cache + n.activation + n.overhead
-    prefix = [0] * (total + 1)
-    for i, size in enumerate(layers):
-        prefix[i + 1] = prefix[i] + size
-    suffix_max = [0] * (total + 1)
-    for i in range(total - 1, -1, -1):
-        suffix_max[i] = max(layers[i], suffix_max[i + 1])
-    for k in range(total - 1, -1, -1):
-        footprint = fixed + prefix[k] + 2 * suffix_max[k]
-        if footprint <= limit:
-            return ElasticSlice(k, total, footprint, 2 * suffix_max[k], prefix[total] - prefix[k])
-    return None
+    found = largest_elastic(profile.terms, slo.context_tokens, slo.concurrency, limit)
+    return None if found is None else ElasticSlice.of(found)
 
 
 def copy_ms(nbytes: int, profile: Profile) -> float:
@@ -110,8 +79,8 @@ def predict_elastic(profile: Profile, slo: SLO, piece: ElasticSlice) -> Predicte
     non-resident layer once, overlapped with that chunk's compute."""
     stream = copy_ms(piece.streamed_bytes, profile)
     tpot = max(profile.decode_ms_per_token, stream)
-    chunks = math.ceil(slo.context_tokens / profile.prefill_chunk_tokens)
-    chunk_compute = prefill_ms(profile, min(slo.context_tokens, profile.prefill_chunk_tokens))
+    chunks = math.ceil(slo.context_tokens / PREFILL_CHUNK_TOKENS)
+    chunk_compute = prefill_ms(profile, min(slo.context_tokens, PREFILL_CHUNK_TOKENS))
     ttft = chunks * max(chunk_compute, stream) + tpot
     return Predicted(ttft_ms=_ms(ttft), tpot_ms=_ms(tpot))
 

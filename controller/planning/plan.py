@@ -1,7 +1,7 @@
 """The occupancy planner: ElasticModels + profiles + GPU slots -> one decision per model.
 
 Owns placement (which GPU slot) and mode (resident, swap, elastic, or refused), by
-DESIGN.md's rules; the per-model arithmetic lives in controller.planning.cost. Pure and
+docs/architecture.md's rules; the per-model arithmetic lives in controller.planning.cost. Pure and
 deterministic: no I/O, and the result does not depend on input order. Called by
 the CLI (`gpushare plan`, `explain`) and by the reconcile pass.
 
@@ -353,6 +353,7 @@ def _decision(ask: _Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes
         budget_bytes=ask.model.budget_bytes, footprint_bytes=nbytes, predicted=pred,
         slo_met=(not misses) if (has_targets and pred is not None) else None,
         reason=reason, reason_code=code, profile=f"{ask.profile.model}@{ask.profile.gpu_product}",
+        dtype=ask.profile.dtype, terms=ask.profile.terms,
     )
 
 

@@ -35,7 +35,7 @@ from controller.planning.occupancy import device_bytes
 from controller.rendering.planmd import Change, decision_changes, plan_markdown
 from controller.rendering.render import RenderError, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
-from controller.types import API_VERSION, Decision, ElasticModel, GpuSlot, Pending, Plan
+from controller.types import Decision, ElasticModel, GpuSlot, Pending, Plan
 from controller.rendering.yamlout import dump
 from controller.rendering.workerconfig import entry_problem, model_entry, worker_config
 

@@ -13,11 +13,15 @@ from functools import lru_cache
 from jsonschema import Draft202012Validator
 
 import schemas
-from controller.types import API_VERSION, Decision, ElasticModel, GpuSlot
+from contract.footprint import terms_document
+from contract.wire import API_VERSION, WORKER_CONFIG_KIND
+from controller.types import Decision, ElasticModel, GpuSlot
 
 
 def model_entry(model: ElasticModel, decision: Decision) -> dict:
-    return {
+    """One model's entry. A planned decision carries its profile's dtype and footprint terms, so the
+    worker admits with exactly the arithmetic the plan used (contract.footprint)."""
+    entry = {
         "name": model.name,
         "namespace": model.namespace,
         "model": model.model,
@@ -28,6 +32,11 @@ def model_entry(model: ElasticModel, decision: Decision) -> dict:
         "contextTokens": model.slo.context_tokens,
         "concurrency": model.slo.concurrency,
     }
+    if decision.dtype is not None:
+        entry["dtype"] = decision.dtype
+    if decision.terms is not None:
+        entry["footprint"] = terms_document(decision.terms)
+    return entry
 
 
 @lru_cache(maxsize=1)
@@ -40,7 +49,7 @@ _PROBE_SLOT = {"id": "probe", "product": "probe", "capacityBytes": 1}
 
 def entry_problem(entry: dict) -> str | None:
     """Why one model entry breaks the worker-config schema, or None when it is valid."""
-    if schemas.is_valid("worker-config")({"apiVersion": API_VERSION, "kind": "WorkerConfig", "slot": _PROBE_SLOT,
+    if schemas.is_valid("worker-config")({"apiVersion": API_VERSION, "kind": WORKER_CONFIG_KIND, "slot": _PROBE_SLOT,
                                           "models": [entry]}):
         return None
     errors = sorted(_entry_validator().iter_errors(entry), key=lambda e: list(e.absolute_path))
@@ -54,7 +63,7 @@ def worker_config(slot: GpuSlot, entries: Sequence[dict], verdicts: tuple[str, s
     """The whole document; `entries` are valid model entries, sorted by the caller."""
     doc = {
         "apiVersion": API_VERSION,
-        "kind": "WorkerConfig",
+        "kind": WORKER_CONFIG_KIND,
         "slot": {"id": slot.id, "product": slot.product, "capacityBytes": slot.usable_bytes},
         "verdicts": {"configMap": {"namespace": verdicts[0], "name": verdicts[1]}},
         "models": list(entries),

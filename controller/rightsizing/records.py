@@ -16,8 +16,9 @@ from typing import Iterable
 
 import yaml
 
+from contract.wire import API_VERSION
 from controller.inputs.layout import RIGHTSIZING_DIR as RECORDS_DIR
-from controller.types import API_VERSION, ElasticModel
+from controller.types import ElasticModel
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..shape import align
 from ..transfer import Transfer
 from . import Residency, decoder_layers, place_all
 
@@ -65,11 +64,14 @@ class ElasticResidency(Residency):
             module.register_forward_hook(lambda module, args, out, j=j: self._leave(j))
 
     def _pack(self, index: int, module: nn.Module) -> _StreamedLayer:
-        params = list(module.parameters())
+        """One layer's parameters packed densely, largest element size first: every offset is then a
+        multiple of its tensor's element size with no padding, so the packed layer is exactly its weight
+        bytes, the streaming buffer the footprint arithmetic (contract.footprint) planned."""
+        params = sorted(module.parameters(), key=lambda p: -p.element_size())
         offsets, total = [], 0
         for p in params:
             offsets.append(total)
-            total += align(p.numel() * p.element_size())
+            total += p.numel() * p.element_size()
         host = torch.empty(total, dtype=torch.uint8, pin_memory=self.pin)
         layer = _StreamedLayer(index=index, params=params, host=host, offsets=offsets,
                                host_views=_views_at(host, params, offsets), device_views=[])

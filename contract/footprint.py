@@ -1,0 +1,181 @@
+"""The footprint arithmetic: the device bytes one model occupies, on plain numbers.
+
+The one source of every memory term behind a decision. The planner
+(controller.planning.cost) sizes models with it, the worker's admission
+(worker.admission) admits with it, the profiler Job and the estimator
+(contract.estimate) fill its inputs, so the plan's need is byte for byte the
+worker's admission for the config the controller renders.
+
+    need = weights on the device + streaming buffers (elastic) + KV cache
+           + activation peak + runtime overhead
+
+- weights: the fixed part (embeddings, final norm, LM head: always on the
+  device) plus the resident decoder layers (all of them unless elastic);
+- streaming buffers (elastic): two, each exactly the largest streamed layer (the
+  worker packs a layer's tensors densely, largest element size first, so no
+  padding is needed);
+- KV cache: kvBytesPerToken × contextTokens × concurrency, reserved up front;
+- activation peak: the larger of one prefill chunk (PREFILL_CHUNK_TOKENS at
+  most, so a long prompt never needs more) and one decode step of the whole batch;
+- runtime overhead: measured by the profiler on a GPU, else the documented
+  default `default_overhead_bytes` (256 MiB of library workspaces and sampler
+  buffers + 1 % of the weights for allocator rounding). CUDA graph pools and
+  library workspaces are charged against it.
+
+A swap group occupies the area of its largest member. Pure: no I/O, no torch.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from contract.quantity import format_bytes
+
+PREFILL_CHUNK_TOKENS = 512          # prefill runs in chunks of at most this many tokens (bounds the peak)
+OVERHEAD_BASE_BYTES = 256 << 20     # cuBLAS/cuBLASLt workspaces, sampler buffers, CUDA graph pools
+OVERHEAD_WEIGHT_DIVISOR = 100       # + 1/100 of the weights: caching-allocator rounding and fragmentation
+SAMPLER_LOGIT_BYTES = 4             # the sampler reads logits as float32
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What a footprint is computed from: one model at one dtype (a profile, or a checkpoint's shape)."""
+
+    fixed_bytes: int                     # embeddings, final norm, LM head: never streamed
+    layer_bytes: tuple[int, ...]         # each decoder layer, in order
+    kv_bytes_per_token: int              # one sequence, all layers, K and V
+    prefill_activation_bytes_per_token: int
+    decode_activation_bytes_per_sequence: int
+    overhead_bytes: int
+
+    @property
+    def total_layers(self) -> int:
+        return len(self.layer_bytes)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.fixed_bytes + sum(self.layer_bytes)
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Device bytes of one model, by part. `resident_layers` < `total_layers` only in elastic mode."""
+
+    weights: int
+    buffers: int
+    kv_cache: int
+    activation: int
+    overhead: int
+    resident_layers: int
+    total_layers: int
+    streamed_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.buffers + self.kv_cache + self.activation + self.overhead
+
+    @property
+    def elastic(self) -> bool:
+        return self.resident_layers < self.total_layers
+
+
+def kv_cache_bytes(terms: Terms, context_tokens: int, concurrency: int) -> int:
+    return terms.kv_bytes_per_token * context_tokens * concurrency
+
+
+def activation_bytes(terms: Terms, context_tokens: int, concurrency: int) -> int:
+    """The activation peak: one prefill chunk, or one decode step of `concurrency` sequences."""
+    prefill = terms.prefill_activation_bytes_per_token * min(context_tokens, PREFILL_CHUNK_TOKENS)
+    return max(prefill, terms.decode_activation_bytes_per_sequence * concurrency)
+
+
+def stream_buffer_bytes(streamed_layer_bytes: Iterable[int]) -> int:
+    """Both streaming buffers: each holds the largest streamed layer, packed densely."""
+    return 2 * max(streamed_layer_bytes, default=0)
+
+
+def footprint(terms: Terms, context_tokens: int, concurrency: int, resident_layers: int | None = None) -> Footprint:
+    """The footprint with the first `resident_layers` decoder layers on the device (None: all of them)."""
+    total = terms.total_layers
+    kept = total if resident_layers is None else max(0, min(total, resident_layers))
+    streamed = terms.layer_bytes[kept:]
+    return Footprint(
+        weights=terms.fixed_bytes + sum(terms.layer_bytes[:kept]),
+        buffers=stream_buffer_bytes(streamed),
+        kv_cache=kv_cache_bytes(terms, context_tokens, concurrency),
+        activation=activation_bytes(terms, context_tokens, concurrency),
+        overhead=terms.overhead_bytes,
+        resident_layers=kept, total_layers=total, streamed_bytes=sum(streamed))
+
+
+def elastic_minimum(terms: Terms, context_tokens: int, concurrency: int) -> Footprint:
+    """The smallest footprint that still serves: every decoder layer streamed."""
+    return footprint(terms, context_tokens, concurrency, 0)
+
+
+def largest_elastic(terms: Terms, context_tokens: int, concurrency: int, limit: int) -> Footprint | None:
+    """The elastic footprint with the most resident layers (fewer than all) within `limit`, or None."""
+    layers = terms.layer_bytes
+    base = elastic_minimum(terms, context_tokens, concurrency)
+    fixed = base.total - base.buffers  # everything but resident layers and buffers
+    prefix = [0]
+    for size in layers:
+        prefix.append(prefix[-1] + size)
+    largest_after = 0  # the largest layer streamed when k layers stay resident
+    for k in range(len(layers) - 1, -1, -1):
+        largest_after = max(largest_after, layers[k])
+        if fixed + prefix[k] + stream_buffer_bytes([largest_after]) <= limit:
+            return footprint(terms, context_tokens, concurrency, k)
+    return None
+
+
+def swap_area(needs: Sequence[int]) -> int:
+    """A swap group occupies the area of its largest member (one member is on the device at a time)."""
+    return max(needs, default=0)
+
+
+def default_overhead_bytes(weight_bytes: int) -> int:
+    """The runtime overhead of a model no profiler measured: a fixed workspace plus 1 % of its weights."""
+    return OVERHEAD_BASE_BYTES + math.ceil(weight_bytes / OVERHEAD_WEIGHT_DIVISOR)
+
+
+def prefill_activation_per_token(*, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int,
+                                 mlp_tensors: int, dtype_bytes: int) -> int:
+    """Every tensor one decoder layer materialises per prompt token: residual + normed input (2·h), q, k, v
+    and the attention output ((2·heads + 2·kvHeads)·headDim), and the MLP's `mlp_tensors`·i (3 for gated
+    MLPs: gate, up, gate·up; 2 for GPT-2: fc, gelu). Attention scores are not materialised (SDPA)."""
+    attention = (2 * heads + 2 * kv_heads) * head_dim
+    return (2 * hidden + attention + mlp_tensors * intermediate) * dtype_bytes
+
+
+def decode_activation_per_sequence(prefill_per_token: int, *, vocab: int, dtype_bytes: int) -> int:
+    """One decode step of one sequence: one token's activations plus a logits row (dtype + float32 copy)."""
+    return prefill_per_token + vocab * (dtype_bytes + SAMPLER_LOGIT_BYTES)
+
+
+def terms_document(terms: Terms) -> dict:
+    """The camelCase form a worker config carries (schemas/worker-config.schema.json `footprint`)."""
+    return {"fixedBytes": terms.fixed_bytes, "layerBytes": list(terms.layer_bytes),
+            "kvBytesPerToken": terms.kv_bytes_per_token,
+            "prefillActivationBytesPerToken": terms.prefill_activation_bytes_per_token,
+            "decodeActivationBytesPerSequence": terms.decode_activation_bytes_per_sequence,
+            "overheadBytes": terms.overhead_bytes}
+
+
+def terms_from_document(doc: dict) -> Terms:
+    return Terms(fixed_bytes=doc["fixedBytes"], layer_bytes=tuple(doc["layerBytes"]),
+                 kv_bytes_per_token=doc["kvBytesPerToken"],
+                 prefill_activation_bytes_per_token=doc["prefillActivationBytesPerToken"],
+                 decode_activation_bytes_per_sequence=doc["decodeActivationBytesPerSequence"],
+                 overhead_bytes=doc["overheadBytes"])
+
+
+def describe(f: Footprint) -> str:
+    """The parts of a footprint in words: `weights 1.0Gi + 2 streaming buffers 64.0Mi + KV cache ...`."""
+    parts = [f"weights {format_bytes(f.weights)}"]
+    if f.buffers:
+        parts.append(f"2 streaming buffers {format_bytes(f.buffers)}")
+    parts += [f"KV cache {format_bytes(f.kv_cache)}", f"activations {format_bytes(f.activation)}",
+              f"overhead {format_bytes(f.overhead)}"]
+    return " + ".join(parts)
