@@ -154,3 +154,20 @@ def test_replay_prints_each_decision_with_its_timestamp(tmp_path, capsys):
     assert lines[chat + 2].startswith("2027-01-15T08:01:00Z") and " up " in lines[chat + 2] and "OutOfMemory" in lines[chat + 2]
     assert any(x.startswith("llm/summarizer: policy Auto") for x in lines)
     assert "llm/assistant-8b" not in out  # policy Off
+
+
+@pytest.mark.integration
+def test_the_pass_command_with_prometheus_down_commits_only_the_hold(git_server, tmp_path, capsys):  # noqa: F811
+    url = git_server.create_repo("fleet", _fleet(tmp_path))
+    code = main(["rightsize", "--git", url, "--prometheus", "http://127.0.0.1:9", "--window", "1h",
+                 "--workdir", str(tmp_path / "w")])
+    out, err = capsys.readouterr()
+    assert code == 0 and "usage unavailable, no budget changed" in err and "unreachable" in err
+    assert "usage unavailable, no budget changed (2 models hold)" in out
+    assert set(git_server.files("fleet")) >= {"decisions/rightsizing/llm/chat-small.yaml",
+                                              "decisions/rightsizing/llm/summarizer.yaml"}
+
+
+def test_the_pass_command_needs_both_git_and_prometheus(capsys):
+    assert main(["rightsize", "--git", "/nowhere"]) == 2
+    assert "takes --git and --prometheus" in capsys.readouterr().err

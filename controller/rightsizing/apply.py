@@ -82,9 +82,11 @@ def _records_message(result: StepResult, usage_error: str | None) -> str:
             lines.append(f"{ref}: {record.policy} {verb} {format_bytes(record.spec_budget_bytes)} → "
                          f"{format_bytes(record.budget_bytes)} ({record.reason})")
         lines += [f"{ref}: {c.reason}: {c.message}" for c in held]
-    subject = (f"gpushare right-sizing: {lines[0]}" if len(lines) == 1 else
-               f"gpushare right-sizing: {len(lines)} updates" if lines else "gpushare right-sizing: records")
-    body = lines if len(lines) > 1 else []
     if usage_error:
-        body.append(f"usage unavailable: {usage_error}")
+        subject = f"gpushare right-sizing: usage unavailable, no budget changed ({len(result.records)} models hold)"
+        body = [f"usage unavailable: {usage_error}"] + lines
+    else:
+        subject = (f"gpushare right-sizing: {lines[0]}" if len(lines) == 1 else
+                   f"gpushare right-sizing: {len(lines)} updates" if lines else "gpushare right-sizing: records")
+        body = lines if len(lines) > 1 else []
     return subject + ("\n\n" + "\n".join(body) if body else "") + "\n"
