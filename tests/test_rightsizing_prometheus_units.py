@@ -54,3 +54,9 @@ def test_a_refused_model_is_data_with_nothing_on_the_device():
 def test_bad_answers_are_usage_unavailable(answer, needle):
     with pytest.raises(UsageUnavailable, match=needle):
         read_usage("http://prom:9090", 0, 100, 10, lambda url: answer)
+
+
+def test_an_out_of_memory_increase_is_an_event():
+    fetch, _ = fake({"deviceBytes": [series("chat", {1000: 5e8})], "ooms": [series("chat", {1000: 0.8})]})
+    (sample,) = read_usage("http://prom:9090", 1000, 1010, 10, fetch)
+    assert sample.ooms == 1

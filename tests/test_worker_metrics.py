@@ -142,3 +142,15 @@ def test_a_real_worker_exports_per_model_usage_after_serving_requests(tiny_model
     assert "nopenope" not in text
     streamed = [s.value for s in families["gpushare_worker_streamed_bytes"].samples if s.labels == {"model": "writer"}]
     assert streamed and streamed[0] > 0
+
+
+@pytest.mark.parametrize("error,counted", [
+    (type("OutOfMemoryError", (RuntimeError,), {})("CUDA out of memory. Tried to allocate 2.00 GiB"), True),
+    (RuntimeError("CUDA error: out of memory"), True),
+    (ValueError("index out of range"), False),
+], ids=["torch-oom-type", "allocator-message", "other-error"])
+def test_failed_steps_count_as_out_of_memory_only_when_they_were(error, counted):
+    metrics = WorkerMetrics(known=["chat"])
+    metrics.failed_step("chat", error)
+    got = _samples(metrics).get(("gpushare_worker_out_of_memory_total", (("model", "chat"),)), 0)
+    assert got == (1 if counted else 0)

@@ -7,7 +7,7 @@ Prometheus conventions (base units in the name, `_total` on counters, histograms
 with explicit buckets); docs/worker.md lists each one.
 
 Updated by the scheduler (requests, tokens, queue wait, TTFT, TPOT, swaps, GPU
-busy time, sequences in flight), residency (streamed bytes), the API (rejected
+busy time, sequences in flight, out-of-memory steps), residency (streamed bytes), the API (rejected
 requests) and the runtime (`serve` registers a loaded model's ledger, verdicts).
 Device bytes are read from each model's ledger when Prometheus scrapes, and
 memory of other processes on the GPU from NVML (absent when NVML is).
@@ -135,6 +135,10 @@ class WorkerMetrics:
                                          ["model"], registry=r)
         self.verdict = Gauge(PREFIX + "verdict", "1 for the model's current verdict (applied or refused).",
                              ["model", "namespace", "mode", "verdict", "reason"], registry=r)
+        self.out_of_memory = Counter(PREFIX + "out_of_memory", "Steps that ran out of device memory (the "
+                                     "request failed; the right-sizing loop upsizes on it).", ["model"], registry=r)
+        self.budget_bytes = Gauge(PREFIX + "budget_bytes", "The model's budget in the worker's config (what the "
+                                  "right-sizing loop compares its last change with).", ["model"], registry=r)
         self.missing_bytes = Gauge(PREFIX + "missing_bytes", "Bytes a refused model lacked at admission (0 when "
                                    "applied).", ["model"], registry=r)
         if nvml is not None:
@@ -165,6 +169,12 @@ class WorkerMetrics:
         if served is None:
             return _nothing()
         return served.busy.step(device_type)
+
+    def failed_step(self, model: str, error: BaseException) -> None:
+        """A step raised: counted as out of memory when it was one (torch.OutOfMemoryError or the allocator's
+        "out of memory" message)."""
+        if type(error).__name__ == "OutOfMemoryError" or "out of memory" in str(error).lower():
+            self.out_of_memory.labels(model).inc()
 
     def in_flight(self, model: str, sequences: int, tokens: int) -> None:
         """The model's running sequences and the tokens their KV caches hold now."""

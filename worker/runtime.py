@@ -71,6 +71,8 @@ class Worker:
         self.probe = probe or (cuda_free_bytes if self.device.type == "cuda" else no_probe)
         self.metrics = metrics or WorkerMetrics(known=[m.name for m in config.models],
                                                 nvml=_nvml_reader(self.device))
+        for model in config.models:
+            self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
                                    max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock)
         self.started_at = int(time.time())

@@ -163,6 +163,7 @@ class Scheduler:
                     delta = job.generation.step(residency.model, residency.device)
             except Exception as exc:  # a failing forward pass fails this request only
                 log.exception("generation failed for %s", action.model)
+                self.metrics.failed_step(action.model, exc)
                 events.append(ErrorEvent(WorkerError("GenerationFailed", f"generation failed: {exc}")))
             else:
                 if delta is not None:

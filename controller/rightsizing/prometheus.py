@@ -47,6 +47,8 @@ def queries(step_s: int) -> dict[str, str]:
         "refusals": ('max by (namespace, model) (max_over_time(gpushare_worker_verdict{verdict="refused"}'
                      f'[{rng}]))'),
         "missingBytes": gauge("gpushare_worker_missing_bytes"),
+        "budgetBytes": gauge("gpushare_worker_budget_bytes"),
+        "ooms": f"max by (namespace, model) (increase(gpushare_worker_out_of_memory_total[{win}]) {_NS})",
     }
 
 
@@ -111,10 +113,16 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
                 device_bytes=_int(values.get("deviceBytes")), kv_used_bytes=_int(values.get("kvUsedBytes")),
                 kv_reserved_bytes=_int(values.get("kvReservedBytes")), queue_wait_s=values.get("queueWaitSeconds"),
                 ttft_s=values.get("ttftSeconds"), tpot_s=values.get("tpotSeconds"),
-                refusals=_int(values.get("refusals")), missing_bytes=_int(values.get("missingBytes"))))
+                refusals=_int(values.get("refusals")), missing_bytes=_int(values.get("missingBytes")),
+                ooms=_ceil(values.get("ooms")), budget_bytes=_int(values.get("budgetBytes"))))
         t += step_s
     return samples
 
 
 def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
+
+
+def _ceil(value: float | None) -> int | None:
+    """increase() extrapolates (0.8 for one event): any increase is an event."""
+    return None if value is None else math.ceil(value - 1e-9)

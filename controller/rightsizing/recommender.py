@@ -8,7 +8,7 @@ Rules (docs/guide.md, "Right-sizing"):
   the TTFT SLO, else 1 s), TTFT or TPOT over the SLO (`TtftOverSlo`, `TpotOverSlo`), a
   worker refusal (`WorkerRefusal`), an out-of-memory failure (`OutOfMemory`).
 - **Upsize fast**: a breach held in consecutive samples for `upsizeAfter` (a refusal or an
-  OOM at once) raises the budget to the largest of budget x (1 + headroom), the window's
+  OOM at once, unless the last change is younger than `upsizeAfter`) raises the budget to the largest of budget x (1 + headroom), the window's
   peak x (1 + headroom) and budget + the missing bytes a refusal reported x (1 + headroom).
 - **Downsize slow**: headroom covers what varies. With KV in use reported, the target is
   the window's peak of the rest (device bytes minus KV in use: weights, buffers, activations,
@@ -18,6 +18,8 @@ Rules (docs/guide.md, "Right-sizing"):
   When it frees at least DOWNSIZE_MARGIN of the budget
   in every sample for `downsizeAfter`, no sooner than `downsizeAfter` after the series
   began and `cooldown` after the last change, the budget goes down to it.
+- A breach in a sample whose `budgetBytes` (the budget the worker runs with) is below the
+  budget the loop set is not acted on: that upsize has not reached the worker yet.
 - Samples at or before `last_change_at` (a change an earlier pass made) feed the histogram
   and the peak but trigger nothing: they already acted.
 - Every budget is clamped to [minBudget, maxBudget] and rounded up to a MiB.
@@ -180,6 +182,9 @@ class Recommender:
         self._last_queue_wait = s.queue_wait_s
         if self.last_change_at is not None and s.time <= self.last_change_at:
             return []  # history before the last change: it informs the target, it already acted
+        if breaches and s.budget_bytes is not None and s.budget_bytes < self.budget:
+            self.breach_since = None  # the worker still runs the old, smaller budget: the upsize is on its way
+            return []
         if breaches:
             return self._on_breach(s, breaches)
         self.breach_since = None
@@ -245,7 +250,8 @@ class Recommender:
         self.quiet_since = None
         if self.breach_since is None:
             self.breach_since = s.time
-        sustained = bool(IMMEDIATE & set(breaches)) or s.time - self.breach_since >= self.policy.upsize_after_s
+        settled = self.last_change_at is None or s.time - self.last_change_at >= self.policy.upsize_after_s
+        sustained = (bool(IMMEDIATE & set(breaches)) and settled) or s.time - self.breach_since >= self.policy.upsize_after_s
         if not sustained:
             return []
         target = self.upsize_target(s.missing_bytes or 0)

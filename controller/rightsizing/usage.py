@@ -15,7 +15,8 @@ held on the device in the interval: weights, buffers and its KV-cache and activa
 reservations (`gpushare_worker_device_bytes`); `kvUsedBytes` the most KV cache its running
 sequences held, against `kvReservedBytes`. Latencies are the sample interval's 95th
 percentile; `refusals`/`ooms` count worker refusals and out-of-memory failures in the
-interval, `missingBytes` the largest shortfall a refusal reported.
+interval, `missingBytes` the largest shortfall a refusal reported, `budgetBytes` the budget the
+worker ran with (a breach under a budget older than the loop's last upsize is not acted on).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Iterable, Iterator
 
 _NUMBERS = {"deviceBytes": "device_bytes", "kvUsedBytes": "kv_used_bytes", "kvReservedBytes": "kv_reserved_bytes",
             "queueWaitSeconds": "queue_wait_s", "ttftSeconds": "ttft_s", "tpotSeconds": "tpot_s",
-            "refusals": "refusals", "ooms": "ooms", "missingBytes": "missing_bytes"}
+            "refusals": "refusals", "ooms": "ooms", "missingBytes": "missing_bytes", "budgetBytes": "budget_bytes"}
 
 
 class UsageFormatError(ValueError):
@@ -47,6 +48,7 @@ class Sample:
     refusals: int | None = None
     ooms: int | None = None
     missing_bytes: int | None = None
+    budget_bytes: int | None = None  # the budget the worker ran with
 
     @property
     def missing(self) -> bool:
