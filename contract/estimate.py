@@ -21,7 +21,7 @@ import yaml
 
 from contract.footprint import (OVERHEAD_BASE_BYTES, OVERHEAD_WEIGHT_DIVISOR, PREFILL_CHUNK_TOKENS,
                                 SAMPLER_LOGIT_BYTES, decode_activation_per_sequence, default_overhead_bytes,
-                                prefill_activation_per_token)
+                                kv_bytes_per_token, prefill_activation_per_token)
 from contract.gpu_catalog import CATALOG, GpuSpec
 from contract.wire import API_VERSION, PROFILE_KIND
 
@@ -216,7 +216,8 @@ def _weights(counts: ParameterCounts, dtype: str) -> Derived:
 def _kv_cache(arch: dict, dtype: str) -> Derived:
     layers, kv_heads, head_dim, nbytes = (arch["numHiddenLayers"], arch["numKeyValueHeads"], _head_dim(arch),
                                           DTYPE_BYTES[dtype])
-    return {"bytesPerToken": (2 * layers * kv_heads * head_dim * nbytes,
+    return {"bytesPerToken": (kv_bytes_per_token(layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                                                 dtype_bytes=nbytes),
                               f"2 (K, V) × layers × kvHeads × headDim × dtype bytes = "
                               f"2 × {layers} × {kv_heads} × {head_dim} × {nbytes}")}
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from contract.quantity import format_bytes
 
@@ -53,9 +54,13 @@ class Terms:
     def total_layers(self) -> int:
         return len(self.layer_bytes)
 
+    @cached_property
+    def layers_total(self) -> int:
+        return sum(self.layer_bytes)
+
     @property
     def weight_bytes(self) -> int:
-        return self.fixed_bytes + sum(self.layer_bytes)
+        return self.fixed_bytes + self.layers_total
 
 
 @dataclass(frozen=True)
@@ -99,14 +104,15 @@ def footprint(terms: Terms, context_tokens: int, concurrency: int, resident_laye
     """The footprint with the first `resident_layers` decoder layers on the device (None: all of them)."""
     total = terms.total_layers
     kept = total if resident_layers is None else max(0, min(total, resident_layers))
-    streamed = terms.layer_bytes[kept:]
+    streamed = terms.layer_bytes[kept:] if kept < total else ()
+    streamed_bytes = sum(streamed)
     return Footprint(
-        weights=terms.fixed_bytes + sum(terms.layer_bytes[:kept]),
+        weights=terms.fixed_bytes + terms.layers_total - streamed_bytes,
         buffers=stream_buffer_bytes(streamed),
         kv_cache=kv_cache_bytes(terms, context_tokens, concurrency),
         activation=activation_bytes(terms, context_tokens, concurrency),
         overhead=terms.overhead_bytes,
-        resident_layers=kept, total_layers=total, streamed_bytes=sum(streamed))
+        resident_layers=kept, total_layers=total, streamed_bytes=streamed_bytes)
 
 
 def elastic_minimum(terms: Terms, context_tokens: int, concurrency: int) -> Footprint:
@@ -115,18 +121,21 @@ def elastic_minimum(terms: Terms, context_tokens: int, concurrency: int) -> Foot
 
 
 def largest_elastic(terms: Terms, context_tokens: int, concurrency: int, limit: int) -> Footprint | None:
-    """The elastic footprint with the most resident layers (fewer than all) within `limit`, or None."""
+    """The elastic footprint with the most resident layers (fewer than all) within `limit`, or None.
+    One backward scan: with k layers resident, the buffers hold the largest of layers k..n-1."""
     layers = terms.layer_bytes
     base = elastic_minimum(terms, context_tokens, concurrency)
-    fixed = base.total - base.buffers  # everything but resident layers and buffers
-    prefix = [0]
-    for size in layers:
-        prefix.append(prefix[-1] + size)
-    largest_after = 0  # the largest layer streamed when k layers stay resident
+    fixed = base.total - base.weights - base.buffers + terms.fixed_bytes  # KV + activation + overhead + fixed
+    resident, largest_after = terms.layers_total, 0
     for k in range(len(layers) - 1, -1, -1):
-        largest_after = max(largest_after, layers[k])
-        if fixed + prefix[k] + stream_buffer_bytes([largest_after]) <= limit:
-            return footprint(terms, context_tokens, concurrency, k)
+        size = layers[k]
+        resident -= size
+        largest_after = size if size > largest_after else largest_after
+        if fixed + resident + 2 * largest_after <= limit:  # 2 × largest: stream_buffer_bytes
+            return Footprint(weights=terms.fixed_bytes + resident, buffers=2 * largest_after,
+                             kv_cache=base.kv_cache, activation=base.activation, overhead=base.overhead,
+                             resident_layers=k, total_layers=len(layers),
+                             streamed_bytes=terms.layers_total - resident)
     return None
 
 
@@ -138,6 +147,11 @@ def swap_area(needs: Sequence[int]) -> int:
 def default_overhead_bytes(weight_bytes: int) -> int:
     """The runtime overhead of a model no profiler measured: a fixed workspace plus 1 % of its weights."""
     return OVERHEAD_BASE_BYTES + math.ceil(weight_bytes / OVERHEAD_WEIGHT_DIVISOR)
+
+
+def kv_bytes_per_token(*, layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """One sequence's KV cache per token: 2 (K and V) × layers × KV heads × head dim × dtype bytes."""
+    return 2 * layers * kv_heads * head_dim * dtype_bytes
 
 
 def prefill_activation_per_token(*, hidden: int, heads: int, kv_heads: int, head_dim: int, intermediate: int,
@@ -155,8 +169,15 @@ def decode_activation_per_sequence(prefill_per_token: int, *, vocab: int, dtype_
 
 
 def terms_document(terms: Terms) -> dict:
-    """The camelCase form a worker config carries (schemas/worker-config.schema.json `footprint`)."""
-    return {"fixedBytes": terms.fixed_bytes, "layerBytes": list(terms.layer_bytes),
+    """The camelCase form a worker config carries (schemas/worker-config.schema.json `footprint`); the
+    decoder layers as runs of equal sizes, since most models repeat one layer shape."""
+    runs: list[dict] = []
+    for size in terms.layer_bytes:
+        if runs and runs[-1]["bytes"] == size:
+            runs[-1]["count"] += 1
+        else:
+            runs.append({"bytes": size, "count": 1})
+    return {"fixedBytes": terms.fixed_bytes, "layerRuns": runs,
             "kvBytesPerToken": terms.kv_bytes_per_token,
             "prefillActivationBytesPerToken": terms.prefill_activation_bytes_per_token,
             "decodeActivationBytesPerSequence": terms.decode_activation_bytes_per_sequence,
@@ -164,7 +185,8 @@ def terms_document(terms: Terms) -> dict:
 
 
 def terms_from_document(doc: dict) -> Terms:
-    return Terms(fixed_bytes=doc["fixedBytes"], layer_bytes=tuple(doc["layerBytes"]),
+    layers = tuple(run["bytes"] for run in doc["layerRuns"] for _ in range(run["count"]))
+    return Terms(fixed_bytes=doc["fixedBytes"], layer_bytes=layers,
                  kv_bytes_per_token=doc["kvBytesPerToken"],
                  prefill_activation_bytes_per_token=doc["prefillActivationBytesPerToken"],
                  decode_activation_bytes_per_sequence=doc["decodeActivationBytesPerSequence"],

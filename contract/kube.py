@@ -2,9 +2,10 @@
 
 Owns loading credentials (a named kubeconfig, else the in-cluster ServiceAccount,
 else ~/.kube/config) into an official `kubernetes` ApiClient, and
-`write_configmap`: create a ConfigMap, or merge-patch it when it exists. The profiler Job (profiles), the worker (verdicts) and the controller
-use it; each maps failures to its own typed errors. Imports the client lazily so
-the light core loads without it on the hot path.
+`write_configmap`: create a ConfigMap, or merge-patch it when it exists. All
+three programs build their client here; the profiler Job (profiles) and the worker
+(verdicts) write with it, each mapping failures to its own typed errors. The
+client is imported lazily, so importing this module costs nothing.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.footprint import (Terms, decode_activation_per_sequence, default_overhead_bytes,
+from contract.footprint import (Terms, decode_activation_per_sequence, default_overhead_bytes, kv_bytes_per_token,
                                 prefill_activation_per_token)
 
 from .errors import ModelLoadError
@@ -123,7 +123,7 @@ def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> M
     return ModelShape(
         dtype=target, embedding_bytes=embedding, layer_bytes=tuple(per_layer),
         other_bytes=other,
-        kv_bytes_per_token=2 * layers * kv_heads * head_dim * element,
+        kv_bytes_per_token=kv_bytes_per_token(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=element),
         hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim, mlp_tensors=2 if text.get("model_type") == "gpt2" else 3,
         vocab_size=_get(text, "vocab_size"),

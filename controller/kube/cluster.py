@@ -96,7 +96,7 @@ class Cluster:
                 GROUP, VERSION, PLURAL, _request_timeout=self.timeout))
         except ClusterError as exc:
             if exc.status == 404:
-                raise ClusterError("CrdNotInstalled", "the API server does not serve elasticmodels.gpushare.dev; "
+                raise ClusterError("CrdNotInstalled", f"the API server does not serve {PLURAL}.{GROUP}; "
                                    "apply config/crd/elasticmodels.yaml (kubectl apply -k config/)") from exc
             raise
         return result["items"]

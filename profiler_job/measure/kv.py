@@ -1,7 +1,7 @@
 """KV-cache bytes per token: the formula from the config, confirmed by a real forward pass's cache.
 
-Owns the formula 2 (K and V) x layers x KV heads x head dim x dtype bytes, and
-the check that the cache a forward pass really allocates holds exactly that
+Owns reading the formula's numbers (contract.footprint.kv_bytes_per_token: 2 (K and V)
+x layers x KV heads x head dim x dtype bytes) from a config, and the check that the cache a forward pass really allocates holds exactly that
 (else KVCacheMismatch). Called by profiler_job.run (stage "kv").
 """
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from contract.footprint import kv_bytes_per_token
 from profiler_job.errors import KVCacheMismatch
 from profiler_job.measure.device import Device, dtype_bytes, forward
 
@@ -24,7 +25,8 @@ class KvShape:
 
     @property
     def bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        return kv_bytes_per_token(layers=self.layers, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                                  dtype_bytes=self.dtype_bytes)
 
     def formula(self) -> str:
         return (f"2 x {self.layers} layers x {self.kv_heads} KV heads x {self.head_dim} head dim "

@@ -1,0 +1,53 @@
+"""contract.footprint: each term on round numbers, and the fast elastic scan against brute force."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contract.footprint import (PREFILL_CHUNK_TOKENS, Terms, default_overhead_bytes, elastic_minimum, footprint,
+                                largest_elastic, swap_area, terms_document, terms_from_document)
+
+TERMS = Terms(fixed_bytes=100, layer_bytes=(10, 30, 20), kv_bytes_per_token=2,
+              prefill_activation_bytes_per_token=1, decode_activation_bytes_per_sequence=1000, overhead_bytes=7)
+
+
+@pytest.mark.parametrize("case,context,concurrency,layers,expected", [
+    ("resident-all-layers-no-buffers", 10, 1, None, 100 + 60 + 20 + 1000 + 7),
+    ("elastic-one-layer-buffers-hold-the-largest-streamed", 10, 1, 1, 100 + 10 + 2 * 30 + 20 + 1000 + 7),
+    ("elastic-two-layers-buffers-hold-the-last", 10, 1, 2, 100 + 40 + 2 * 20 + 20 + 1000 + 7),
+    ("minimum-streams-everything", 10, 1, 0, 100 + 2 * 30 + 20 + 1000 + 7),
+    ("kv-scales-with-context-and-concurrency", 100, 3, None, 100 + 60 + 600 + 3000 + 7),
+    ("prefill-peak-is-bounded-by-one-chunk", 100_000, 1, None,
+     100 + 60 + 200_000 + max(PREFILL_CHUNK_TOKENS, 1000) + 7),
+])
+def test_footprint_terms(case, context, concurrency, layers, expected):
+    assert footprint(TERMS, context, concurrency, layers).total == expected, case
+
+
+def test_swap_area_is_the_largest_member_and_zero_for_none():
+    assert (swap_area([3, 9, 4]), swap_area([])) == (9, 0)
+
+
+def test_default_overhead_is_256_mib_plus_one_percent_rounded_up():
+    assert default_overhead_bytes(101) == (256 << 20) + 2
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers=st.lists(st.integers(0, 1000), min_size=1, max_size=12), fixed=st.integers(0, 500),
+       kv=st.integers(0, 5), context=st.integers(1, 2000), concurrency=st.integers(1, 8),
+       limit=st.integers(0, 20_000))
+def test_largest_elastic_is_the_most_layers_that_fit(layers, fixed, kv, context, concurrency, limit):
+    terms = Terms(fixed, tuple(layers), kv, 1, 3, 11)
+    fitting = [footprint(terms, context, concurrency, k) for k in range(len(layers))
+               if footprint(terms, context, concurrency, k).total <= limit]
+    assert largest_elastic(terms, context, concurrency, limit) == (fitting[-1] if fitting else None)
+    assert elastic_minimum(terms, context, concurrency) == footprint(terms, context, concurrency, 0)
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=20))
+def test_the_worker_config_form_round_trips_any_layer_sizes(layers):
+    terms = Terms(5, tuple(layers), 1, 2, 3, 4)
+    doc = terms_document(terms)
+    assert terms_from_document(doc) == terms
+    assert sum(run["count"] for run in doc["layerRuns"]) == len(layers)
