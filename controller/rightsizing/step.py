@@ -39,7 +39,6 @@ class Proposal:
 class StepResult:
     records: dict[tuple[str, str], Record]
     proposals: tuple[Proposal, ...]
-    events: dict[str, list]  # namespace/name -> the recommender's events over the window
 
 
 def review_branch(model: ElasticModel) -> str:
@@ -59,7 +58,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     """`usage` None: no usage could be read at all (every enabled model holds)."""
     by_key = {d.key: d for d in decisions}
     out: dict[tuple[str, str], Record] = {}
-    proposals, events = [], {}
+    proposals = []
     for model in sorted(models, key=lambda m: m.key):
         policy = model.rightsizing
         if not policy.enabled:
@@ -79,7 +78,6 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         last_change = parse_time(carried.at) if carried and carried.at else None
         found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
                              last_change)
-        events[model.ref] = found
         change = next((e for e in reversed(found) if isinstance(e, Change)), None)
         conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
         capped = [e for e in found if isinstance(e, Hold) and e.reason == "AtMaxBudget"]
@@ -107,7 +105,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
             slot = next((s for s in slots if decision is not None and s.id == decision.slot), None)
             proposals.append(Proposal(model, loop.budget, review_branch(model),
                                       proposal_message(model, in_force, change, fit, slot, prices or {})))
-    return StepResult(out, tuple(proposals), events)
+    return StepResult(out, tuple(proposals))
 
 
 def _reproposal_message(model: ElasticModel, record: Record) -> str:
