@@ -171,3 +171,24 @@ def test_the_pass_command_with_prometheus_down_commits_only_the_hold(git_server,
 def test_the_pass_command_needs_both_git_and_prometheus(capsys):
     assert main(["rightsize", "--git", "/nowhere"]) == 2
     assert "takes --git and --prometheus" in capsys.readouterr().err
+
+
+def test_a_merged_proposal_closes_and_its_breaches_do_not_act_twice():
+    from dataclasses import replace as dc_replace
+
+    from controller.rightsizing.policy import Rightsizing
+    from controller.rightsizing.records import Record
+    from controller.rightsizing.step import step
+    from factories import toy_model
+
+    policy = Rightsizing(policy="Recommend", upsize_after_s=60, downsize_after_s=3600)
+    samples = [Sample(time=NOW - 600 + 15 * i, model="llm/chat", device_bytes=3 * GiB, ooms=int(i == 0))
+               for i in range(40)]
+    user = dc_replace(toy_model("chat", 4 * GiB), rightsizing=policy)
+    first = step([user], [], [], {}, {"llm/chat": samples}, NOW)
+    proposed = first.records[("llm", "chat")]
+    assert proposed.open and proposed.direction == "up" and len(first.proposals) == 1
+    merged = dc_replace(user, budget_bytes=proposed.budget_bytes)  # the user merged the review branch
+    second = step([merged], [], [], {proposed.key: proposed}, {"llm/chat": samples}, NOW + 15)
+    record = second.records[("llm", "chat")]
+    assert not record.open and record.at == proposed.at and second.proposals == ()

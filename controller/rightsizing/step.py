@@ -67,6 +67,9 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         user = model.spec_budget_bytes
         carried = previous if previous is not None and previous.spec_budget_bytes == user \
             and previous.policy == policy.policy else None
+        if previous is not None and carried is None and previous.policy == policy.policy == "Recommend" \
+                and previous.budget_bytes == user:  # the user merged the proposal: it is closed, its time stays
+            carried = replace(previous, spec_budget_bytes=user)
         in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
         base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
         samples = list((usage or {}).get(model.ref, ()))
