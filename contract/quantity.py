@@ -13,6 +13,9 @@ _DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 1
 _PATTERN = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(?:([eE][0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E))?$")
 
 
+MAX_BYTES = 2**63 - 1  # Kubernetes quantities are int64
+
+
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity of bytes."""
 
@@ -24,12 +27,15 @@ def parse_bytes(value: int | str) -> int:
     if isinstance(value, int):
         if value < 0:
             raise QuantityError(f"{value} is negative")
-        return value
-    text = str(value).strip()
+        return _bounded(value, value)
+    text = str(value)
+    if text != text.strip():
+        raise QuantityError(f"{_shown(text)} has leading or trailing whitespace; write the quantity alone, "
+                            f"e.g. {text.strip()[:40]!r}")
     match = _PATTERN.match(text)
     if not match:
         raise QuantityError(
-            f"{value!r} is not a Kubernetes quantity; write a number with an optional suffix "
+            f"{_shown(text)} is not a Kubernetes quantity; write a number with an optional suffix "
             "Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T (powers of 1000), e.g. 4Gi or 500M"
         )
     number, exponent, suffix = match.groups()
@@ -39,10 +45,21 @@ def parse_bytes(value: int | str) -> int:
             amount *= Decimal(10) ** int(exponent[1:])
         else:
             amount *= _BINARY.get(suffix or "", None) or _DECIMAL[suffix or ""]
-    except (InvalidOperation, KeyError) as exc:  # pragma: no cover - pattern guards this
-        raise QuantityError(f"{value!r}: {exc}") from exc
-    whole = int(amount.to_integral_value(rounding="ROUND_CEILING"))
-    return whole
+    except (ArithmeticError, InvalidOperation):  # an exponent beyond Decimal's range
+        raise QuantityError(f"{_shown(text)} is more than {MAX_BYTES} bytes (8Ei - 1), the largest quantity") from None
+    if amount > MAX_BYTES:
+        raise QuantityError(f"{_shown(text)} is more than {MAX_BYTES} bytes (8Ei - 1), the largest quantity")
+    return _bounded(int(amount.to_integral_value(rounding="ROUND_CEILING")), text)
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}… ({len(text)} characters)"
+
+
+def _bounded(amount: int, given: object) -> int:
+    if amount > MAX_BYTES:
+        raise QuantityError(f"{_shown(str(given))} is more than {MAX_BYTES} bytes (8Ei - 1), the largest quantity")
+    return amount
 
 
 def format_bytes(n: int | None) -> str:

@@ -82,9 +82,10 @@ class Result:
 
 @dataclass(frozen=True)
 class PushOutcome:
-    """`pushed` (or already there), `stale` (a newer upstream won: retry), `refused` (do not retry)."""
+    """`pushed`, `present` (the remote already had this very commit: another writer pushed it), `stale` (a
+    newer upstream won: retry), `refused` (do not retry)."""
 
-    status: Literal["pushed", "stale", "refused"]
+    status: Literal["pushed", "present", "stale", "refused"]
     detail: str
 
 
@@ -116,6 +117,8 @@ def parse_push(porcelain: str, ref: str) -> PushOutcome | None:
         if len(fields) != 3 or not fields[1].endswith(":" + ref):
             continue
         flag, summary = fields[0], fields[2]
+        if flag == "=":
+            return PushOutcome("present", summary)
         if flag != "!":
             return PushOutcome("pushed", summary)
         lost_race = any(reason in summary for reason in _LOST_RACE)

@@ -137,6 +137,9 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     if outcome.status == "stale":
         log.info("push to %s lost the race to a newer upstream (%s); re-rendering", branch, outcome.detail)
         return None
+    if outcome.status == "present":  # another controller built and pushed this very commit first
+        log.info("%s is already on %s: another writer pushed the same commit", commit[:12], branch)
+        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, {**heads, branch: commit})
     log.info("pushed %s to %s (attempt %d)", commit[:12], branch, attempt)
     return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit})
 

@@ -82,8 +82,8 @@ def test_a_leader_deposed_while_it_rendered_does_not_push(world, monkeypatch):
     before = world.commits()
     render = cluster_loop.render_in_cluster
 
-    def slow_render(tree, facts):
-        rendered = render(tree, facts)
+    def slow_render(tree, facts, *args):
+        rendered = render(tree, facts, *args)
         assert not standby.election.try_acquire_or_renew()  # pod-b sees pod-a's fresh Lease
         world.clock.now += 20  # the render outlasts the Lease (15 s): pod-a's hold expires
         assert standby.election.try_acquire_or_renew()  # and pod-b takes over

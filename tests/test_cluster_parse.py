@@ -31,6 +31,10 @@ SLOT_CASES = [
      ["nvidia.com/gpu.memory"]),
     ("memory-not-a-number", [node("a", **{**GFD, "nvidia.com/gpu.memory": "80GB"})], [], ["nvidia.com/gpu.memory"]),
     ("count-zero", [node("a", **GFD, **{"nvidia.com/gpu.count": "0"})], [], ["nvidia.com/gpu.count"]),
+    ("memory-beyond-int64-bytes", [node("a", **{**GFD, "nvidia.com/gpu.memory": "9" * 30})], [],
+     ["nvidia.com/gpu.memory"]),
+    ("memory-in-non-ascii-digits", [node("a", **{**GFD, "nvidia.com/gpu.memory": "１４３７７１"})], [],
+     ["nvidia.com/gpu.memory"]),
 ]
 
 

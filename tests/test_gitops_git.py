@@ -66,7 +66,7 @@ REF = "refs/heads/main"
 @pytest.mark.parametrize("stdout, expected", [
     pytest.param(f"To git://h/r.git\n \tabc:{REF}\t8eb7680..79e3bdf\nDone\n", "pushed", id="fast-forward"),
     pytest.param("To git://h/r.git\n*\tabc:refs/heads/main\t[new branch]\nDone\n", "pushed", id="new-branch"),
-    pytest.param(f"To git://h/r.git\n=\tabc:{REF}\t[up to date]\nDone\n", "pushed", id="up-to-date"),
+    pytest.param(f"To git://h/r.git\n=\tabc:{REF}\t[up to date]\nDone\n", "present", id="up-to-date"),
     pytest.param(f"To git://h/r.git\n!\tabc:{REF}\t[rejected] (fetch first)\nDone\n", "stale", id="fetch-first"),
     pytest.param(f"!\tabc:{REF}\t[rejected] (non-fast-forward)\n", "stale", id="non-fast-forward"),
     pytest.param(f"!\tabc:{REF}\t[remote rejected] (cannot lock ref '{REF}': is at 1 but expected 2)\n",

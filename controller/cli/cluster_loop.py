@@ -39,7 +39,7 @@ from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView,
 from controller.kube.leader import LeaderElection
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
-from controller.passes.reconcile import PassOutput
+from controller.passes.reconcile import PassOutput, prune_share_setting
 from controller.cli.common import credentials_from, default_workdir, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
@@ -130,7 +130,7 @@ class ClusterReconciler:
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
-                 max_backoff_s: float = MAX_BACKOFF_S):
+                 max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
         self.target = parse_target(target)
@@ -138,6 +138,7 @@ class ClusterReconciler:
         self.health = health
         self.clock, self.sleep, self.jitter = clock, sleep, jitter
         self.renew_every_s, self.backoff_base_s, self.max_backoff_s = renew_every_s, backoff_base_s, max_backoff_s
+        self.max_prune_share = prune_share_setting() if max_prune_share is None else max_prune_share
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str], bool] = {}
@@ -186,6 +187,11 @@ class ClusterReconciler:
                 self._pass(report)
         except (ClusterError, GitError, LeadershipLost) as exc:
             report.errors.append((exc.reason, exc.message))
+        except Exception as exc:  # noqa: BLE001 - one pass's bug must not end the loop: report it, back off
+            log.error("pass failed unexpectedly", exc_info=True)
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            report.errors.append(("PassCrashed", f"the pass raised {type(exc).__name__}: {text}"))
+            self._last = None  # render again next pass, whatever moved
         for reason, message in report.warnings:
             self.metrics.error(reason)
             log.warning("[%s] %s", reason, message)
@@ -231,7 +237,7 @@ class ClusterReconciler:
         renders = []
 
         def render(root: Path) -> Change:
-            rendered = render_in_cluster(read_tree(root), facts)
+            rendered = render_in_cluster(read_tree(root), facts, self.max_prune_share)
             renders.append(rendered)
             self._renew()
             return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)
@@ -253,6 +259,9 @@ class ClusterReconciler:
         else:  # no render: nothing moved since `last`
             self._last = replace(last, published=published)
         report.warnings += self._last.ignored
+        if renders and renders[-1].hold is not None:
+            hold = renders[-1].hold
+            report.warnings.append(("PruneHeld", f"{hold.message}; fix: {hold.fix}"))
         return published, self._last.output
 
     def _count_modes(self, output: PassOutput) -> None:
@@ -383,7 +392,8 @@ def run_cluster(args) -> int:
     health = Health(stall_after_s=max(600.0, 5 * interval) + MAX_BACKOFF_S)
     stop = threading.Event()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
-                                   target=args.write_back, health=health, sleep=stop.wait)
+                                   target=args.write_back, health=health, sleep=stop.wait,
+                                   max_prune_share=args.max_prune_share)
     try:
         if args.once:
             return _once(reconciler)

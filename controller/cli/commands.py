@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from controller.cli import report
+from controller.cli.offline import pass_over
 from controller.planning.explain import ModelNotFound, explain
 from controller.inputs.reader import read_repo
 from controller.planning.plan import plan
@@ -64,13 +65,21 @@ def _require_dir(path: Path) -> None:
 
 
 def _validate(args) -> int:
+    """The whole pass a reconcile would run (inputs, plan, compose), without git: every error it would report."""
     _require_dir(args.path)
-    inputs = read_repo(args.path).inputs
+    output = pass_over(args.path, processes=1)
+    inputs, refused = output.inputs, output.rendered.errors
     for line in report.error_lines(inputs.errors):
         print(line)
-    print(f"{len(inputs.models)} ElasticModel(s), {len(inputs.profiles)} profile(s), {len(inputs.slots)} GPU slot(s); "
-          f"{len(inputs.errors)} error(s)")
-    return 1 if inputs.errors else 0
+    for error in refused:
+        print(f"{error.ref}: [{error.reason}] {error.message} Fix: {error.fix}")
+    for file in output.held:
+        print(f"{file}: a reconcile would read its last good copy until it is fixed")
+    total = len(inputs.errors) + len(refused)
+    models = len(inputs.models) - len(output.revived)
+    print(f"{models} ElasticModel(s), {len(inputs.profiles)} profile(s), {len(inputs.slots)} GPU slot(s); "
+          f"{total} error(s)")
+    return 1 if total else 0
 
 
 def _plan(args) -> int:

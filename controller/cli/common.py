@@ -34,11 +34,16 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
         out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors, output.revived))
         for error in output.rendered.errors:
             out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
+    if output is not None and output.held:
+        out.write(f"read from the last good copy (the file is broken): {', '.join(output.held)}\n")
+    if result.hold is not None:
+        out.write(f"\nheld: {result.hold.message}\n  fix: {result.hold.fix}\n")
     if published.changed:
         subject = published.message.splitlines()[0]
         out.write(f"\ncommitted {published.commit[:12]} to {published.branch}: {subject}\n")
     else:
-        out.write(f"\nno change ({published.branch} at {published.upstream[:12]})\n")
+        head = published.heads.get(published.branch) or published.upstream  # the branch written, not the tracked one
+        out.write(f"\nno change ({published.branch} at {head[:12]})\n")
     out.flush()
 
 

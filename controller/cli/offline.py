@@ -1,17 +1,22 @@
 """Offline mode: one reconcile pass against a git repository, with no cluster.
 
 Owns the adapter between the pure pass and gitops: read the checked-out tree
-(controller.inputs.reader), run controller.passes.reconcile.run_pass, hand its files to gitops.publish. Called by
-`gpushare reconcile --offline` and `gpushare demo` (controller.cli.reconcile_cmd).
+(controller.inputs.reader: models/, gpus.yaml, profiles/, compositions/, the last
+decisions/ and PLAN.md), run controller.passes.reconcile.run_pass, hold the commit
+when it would prune too much (controller.passes.reconcile.guarded_change), hand its
+files to gitops.publish. Called by `gpushare reconcile --offline` and `gpushare demo`
+(controller.cli.reconcile_cmd), and by `gpushare validate` through `pass_over`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.inputs.layout import GENERATED, RIGHTSIZING_DIR
+from controller.inputs.layout import GENERATED
 from controller.inputs.reader import read_repo
-from controller.passes.reconcile import PassOutput, available_processes, run_pass
+from controller.inputs.repofiles import owned_files
+from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
+                                         prune_share_setting, run_pass)
 from gitops import Change, PublishResult, Target, WorkingCopy, publish
 
 
@@ -19,25 +24,32 @@ from gitops import Change, PublishResult, Target, WorkingCopy, publish
 class OfflineResult:
     published: PublishResult
     output: PassOutput | None  # None when nothing moved upstream and the pass was skipped
+    hold: PruneHold | None = None  # the pass would have pruned too much: nothing was committed
 
 
-def pass_over(root: Path) -> PassOutput:
+def pass_over(root: Path, processes: int | None = None) -> PassOutput:
     """The pass over a checked-out GitOps tree (pure but for reading files)."""
     snapshot = read_repo(root)
     return run_pass(snapshot.inputs, snapshot.records, last_plan_md=snapshot.last_plan_md,
-                    processes=available_processes(), last_workers=snapshot.tree.last_workers,
-                    rightsizing=snapshot.tree.rightsizing, prices=snapshot.tree.prices)
+                    compositions=snapshot.compositions, processes=processes or available_processes(),
+                    last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners,
+                    last_workers=snapshot.tree.last_workers, rightsizing=snapshot.tree.rightsizing,
+                    prices=snapshot.tree.prices)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
-                   previous: PublishResult | None = None) -> OfflineResult:
-    """Render on top of upstream, commit if the generated tree changed, push (retrying lost races)."""
-    outputs: list[PassOutput] = []
+                   previous: PublishResult | None = None, max_prune_share: float | None = None) -> OfflineResult:
+    """Render on top of upstream, commit if the generated tree changed, push (retrying lost races); hold the
+    commit when it would shrink the rendered objects by more than `max_prune_share` (default: the setting)."""
+    share = prune_share_setting() if max_prune_share is None else max_prune_share
+    outputs: list[tuple[PassOutput, PruneHold | None]] = []
 
     def render(root: Path) -> Change:
         out = pass_over(root)
-        outputs.append(out)
-        return Change(files=out.files, message=out.message, keep=frozenset({RIGHTSIZING_DIR + "/"}))
+        guarded = guarded_change(owned_files(root, GENERATED), out.files, share, keep=out.keep)
+        outputs.append((out, guarded.hold))
+        return Change(files=guarded.files, message=out.message, keep=guarded.keep)
 
     published = publish(copy, render, owned=GENERATED, target=target, previous=previous)
-    return OfflineResult(published, outputs[-1] if outputs else None)
+    output, hold = outputs[-1] if outputs else (None, None)
+    return OfflineResult(published, output, hold)

@@ -7,6 +7,7 @@ timing is controller.cli.loop's; what a pass prints is controller.cli.common's).
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import shutil
 import sys
@@ -23,6 +24,7 @@ from gitops.git import Git
 EXAMPLE_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet"
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
+log = logging.getLogger("gpushare.reconcile")
 
 
 def duration(text: str) -> float:
@@ -31,6 +33,17 @@ def duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30s, 2m or 500ms")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def share(text: str) -> float:
+    """A share between 0 and 1 (the --max-prune-share flag)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share between 0 and 1; write e.g. 0.5")
+    return value
 
 
 def _target(text: str):
@@ -53,6 +66,9 @@ def add_commands(sub) -> None:
     loop = rec.add_mutually_exclusive_group()
     loop.add_argument("--once", action="store_true", help="one pass, then exit (the default offline)")
     loop.add_argument("--interval", type=duration, help="poll: one pass every DURATION (e.g. 30s), with jitter")
+    rec.add_argument("--max-prune-share", type=share, default=None, metavar="SHARE",
+                     help="hold a pass that would remove more than this share (0 to 1) of the rendered objects "
+                          "(default: GPUSHARE_MAX_PRUNE_SHARE, else 0.5; 1 turns the guard off)")
     rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
     rec.add_argument("--git-username", default="x-access-token")
     rec.add_argument("--git-ssh-key-file", type=Path)
@@ -79,26 +95,37 @@ def _reconcile(args) -> int:
         copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
     except GitError as exc:
         return fail(exc)
+    share_limit = args.max_prune_share
     if not args.interval:
         try:
-            show(reconcile_once(copy, args.write_back))
+            result = reconcile_once(copy, args.write_back, max_prune_share=share_limit)
         except GitError as exc:
             return fail(exc)
-        return 0
-    return poll(lambda previous: reconcile_once(copy, args.write_back, previous), args.interval)
+        show(result)
+        return 1 if result.hold is not None else 0
+    return poll(lambda previous: reconcile_once(copy, args.write_back, previous, share_limit), args.interval)
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
-    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried."""
+    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried.
+    No exception ends the loop: an unexpected one (a bug, a file nobody foresaw) is reported with its type
+    and backed off like a git error, and the next pass renders again whatever moved."""
     previous: list = [None]
 
     def attempt() -> Outcome:
         try:
             result = one_pass(previous[0])
+            show(result)
         except GitError as exc:
             fail(exc)
             return Outcome(False)
-        show(result)
+        except Exception as exc:  # noqa: BLE001 - the loop must outlive any one pass
+            log.error("pass failed unexpectedly", exc_info=True)
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            print(f"gpushare: [PassCrashed] the pass raised {type(exc).__name__}: {text}\n"
+                  "  fix: report this as a bug with the log above; the loop goes on", file=sys.stderr)
+            previous[0] = None
+            return Outcome(False)
         previous[0] = result.published
         return Outcome(True)
 
@@ -139,7 +166,8 @@ def seed_remote(source: Path, base: Path) -> Path:
     remote, seed = base / "fleet.git", base / "seed"
     user = Identity("platform-engineer", "platform@example.com")
     Git(base, identity=user).run("init", "-q", "--bare", "-b", "main", str(remote))
-    shutil.copytree(source, seed, ignore=shutil.ignore_patterns("rendered", "decisions"))
+    shutil.copytree(source, seed, symlinks=True,  # a link is committed as a link (the reader refuses one out)
+                    ignore=shutil.ignore_patterns("rendered", "decisions"))
     git = Git(seed, identity=user)
     git.run("init", "-q", "-b", "main")
     git.run("add", "--all")

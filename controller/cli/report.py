@@ -5,6 +5,7 @@ Owns presentation only. Called by the CLI (`plan`, `validate`, `reconcile`).
 from __future__ import annotations
 
 import json
+import math
 
 import yaml
 
@@ -16,7 +17,19 @@ COLUMNS = ("NAME", "MODEL", "BUDGET", "NEED", "MODE", "LAYERS", "TPOT", "SLO")
 
 
 def as_json(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
-    return json.dumps(plan_to_dict(plan, errors), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """Strict JSON: a number that is not finite (a prediction that overflowed) is written as null."""
+    return json.dumps(_finite(plan_to_dict(plan, errors)), indent=2, sort_keys=True, ensure_ascii=False,
+                      allow_nan=False) + "\n"
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def as_yaml(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:

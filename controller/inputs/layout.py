@@ -3,7 +3,9 @@
 One place for every folder name. The user owns `models/`, `gpus.yaml`,
 `profiles/` (estimated or hand-made profiles) and `compositions/`; the
 controller owns `rendered/` (manifests and PLAN.md), `decisions/` and, in
-cluster mode, `profiles/measured/`. The reader (controller.inputs.reader) reads
+cluster mode, `profiles/measured/`; under `decisions/_last-good/` it keeps the last
+copy of each input file that parsed cleanly (what a pass reads while that file is
+broken) and each model's generated paths (kept while the model fails to render). The reader (controller.inputs.reader) reads
 the user's paths; the shells hand `GENERATED` (or `CLUSTER_GENERATED`) to gitops,
 which writes nothing outside the prefixes it is given.
 """
@@ -17,6 +19,8 @@ RENDERED_DIR = "rendered"
 DECISIONS_DIR = "decisions"
 MEASURED_PROFILES_DIR = f"{PROFILES_DIR}/measured"
 PLAN_MD = f"{RENDERED_DIR}/PLAN.md"
+LAST_GOOD_DIR = f"{DECISIONS_DIR}/_last-good"  # the last good copy of each input file; `_` is no namespace
+OWNERS_FILE = f"{LAST_GOOD_DIR}/_owners.yaml"  # each model's generated paths after the last pass
 RIGHTSIZING_DIR = f"{DECISIONS_DIR}/rightsizing"  # right-sizing records: written by the right-sizing pass, kept by the others
 
 GENERATED = (f"{DECISIONS_DIR}/", f"{RENDERED_DIR}/")

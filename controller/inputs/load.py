@@ -12,6 +12,7 @@ PascalCase reason, a message that says what is wrong and a fix.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -24,63 +25,50 @@ from jsonschema.exceptions import relevance
 import schemas
 from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
-from controller.inputs.yamlin import parse_documents
-from controller.serialize import SOURCE_ANNOTATION, decision_from_dict
+from controller.inputs.profilecheck import profile_problem
+from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.rightsizing.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
-YAML_SUFFIXES = (".yaml", ".yml")
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?$", re.MULTILINE)
 _DNS_LABEL = schemas.load("elasticmodel")["$defs"]["dns1123Label"]
 _QUANTITY_PATTERN = schemas.load("elasticmodel")["$defs"]["quantity"]["oneOf"][1]["pattern"]
 _SHOWN_CHARS = 40
+INT64_MAX = 2**63 - 1
 
 Documents = list[tuple[int, Any]]
 
 
 # ---------------------------------------------------------------- YAML text -> documents
 
-class _UniqueKeyLoader(yaml.CSafeLoader):
-    """libyaml's safe loader, refusing a mapping with the same key twice (PyYAML silently keeps the last)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen = set()
-    for key_node, _ in node.value:
-        scalar = isinstance(key_node, yaml.ScalarNode)  # compare scalars by text: no second construction
-        key = (key_node.tag, key_node.value) if scalar else loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            shown = key_node.value if scalar else key
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {shown!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def load_documents(text: str, file: str) -> tuple[Documents, list[InputError]]:
+def load_documents(text: str, file: str, limits: YamlLimits | None = None) -> tuple[Documents, list[InputError]]:
     """Each non-empty YAML document of `text` with its 0-based index; one InputError per unparseable document.
 
     Documents are split on `---` lines first, so a broken document does not hide the ones after it.
     Empty documents (a lone `---`) are skipped; indexes count them, as `yaml.safe_load_all` does.
+    Every document is held to `limits` (default: `YamlLimits.from_env()`): alias expansion, depth, string keys.
     """
+    limits = limits or YamlLimits.from_env()
     try:  # the whole file at once; only a file with a broken document is parsed document by document
-        return [(i, doc) for i, doc in enumerate(parse_documents(text, unique_keys=True)) if doc is not None], []
-    except (yaml.YAMLError, RecursionError):
+        docs = parse_documents(text, unique_keys=True, limits=limits)
+        return [(i, doc) for i, doc in enumerate(docs) if doc is not None], []
+    except (yaml.YAMLError, RecursionError, ValueError, OverflowError):
         pass
     documents: Documents = []
     errors: list[InputError] = []
     for index, (first_line, chunk) in enumerate(_split_documents(text)):
         try:
-            doc = yaml.load(chunk, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            found = [doc for doc in parse_documents(chunk, unique_keys=True, limits=limits) if doc is not None]
         except yaml.YAMLError as exc:
             errors.append(_yaml_error(exc, file, index, first_line))
             continue
-        if doc is not None:
-            documents.append((index, doc))
+        except (RecursionError, ValueError, OverflowError) as exc:  # a scalar PyYAML cannot construct
+            errors.append(InputError(file=file, document=index, path="", reason="InvalidYAML",
+                                     message=f"a value cannot be read ({type(exc).__name__}); the document is not read",
+                                     fix="check the document's numbers, dates and tags"))
+            continue
+        documents += [(index, doc) for doc in found[:1]]
     return documents, errors
 
 
@@ -101,7 +89,7 @@ def _has_content(chunk: str) -> bool:
 def _yaml_error(exc: yaml.YAMLError, file: str, index: int, first_line: int) -> InputError:
     mark = getattr(exc, "problem_mark", None)
     where = f"line {first_line + mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    problem = getattr(exc, "problem", None) or str(exc)
+    problem = getattr(exc, "problem", None) or type(exc).__name__
     return InputError(file=file, document=index, path="", reason="InvalidYAML",
                       message=f"{where}{problem}; the document cannot be parsed",
                       fix="fix the YAML syntax there (indentation, quoting, a missing ':' or a repeated key)")
@@ -117,12 +105,18 @@ def _json_path(parts: Iterable[Any]) -> str:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, (dict, list)):  # the offending token only, never a structure's content
+        return f"a {'mapping' if isinstance(value, dict) else 'sequence'} of {len(value)} item(s)"
     text = repr(value)
     return text if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]}… ({len(str(value))} characters)"
 
 
-def _schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
-    """One InputError per offending JSON path (the most relevant violation there), in path order."""
+def schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
+    """One InputError per offending JSON path (the most relevant violation there), in path order; numbers
+    that are not finite or beyond 64 bits first (the schema cannot see them)."""
+    numbers = _number_errors(doc, file, document, obj)
+    if numbers:
+        return numbers
     if schemas.is_valid(schema)(doc):
         return []
     best: dict[str, InputError] = {}
@@ -155,9 +149,19 @@ def _explain(err: ValidationError, schema: str) -> list[tuple[str, str, str, str
         return [(path, "InvalidValue", f"{at} is {_show(err.instance)}; it must be {expected}",
                  f"set {at} to {expected}")]
     if err.validator == "type":
-        return [(path, "InvalidType", f"{at} is {_show(err.instance)}, not of type {err.validator_value}",
+        return [(path, "InvalidType", f"{at} is a YAML {_yaml_type(err.instance)}, not of type {err.validator_value}",
                  f"write {at} as a {err.validator_value}")]
-    return [(path, "InvalidSpec", f"{at}: {err.message}", f"correct {at} as schemas/{schema}.schema.json describes")]
+    words = _RULES.get(err.validator)
+    rule = words.format(err.validator_value) if words else f"breaks the schema's {err.validator} rule"
+    return [(path, "InvalidSpec", f"{at} is {_show(err.instance)}; it {rule}",  # never jsonschema's message: it
+             f"correct {at} as schemas/{schema}.schema.json describes")]  # quotes the whole value
+
+
+_RULES = {"minimum": "must be at least {}", "maximum": "must be at most {}", "exclusiveMinimum": "must be above {}",
+          "exclusiveMaximum": "must be below {}", "minLength": "must have at least {} characters",
+          "maxLength": "must have at most {} characters", "pattern": "must match the pattern {}",
+          "minItems": "must have at least {} items", "maxItems": "must have at most {} items",
+          "uniqueItems": "must not repeat an item", "multipleOf": "must be a multiple of {}"}
 
 
 def _unknown_field(path: str, allowed: list[str]) -> tuple[str, str, str, str]:
@@ -184,19 +188,48 @@ def _quantity_problem(at: str, value: Any) -> tuple[str, str]:
     if isinstance(value, float):
         return (f"{at} is the YAML number {value!r}; a quantity is a whole number of bytes or a string",
                 "quote it with a suffix, e.g. '1.5Gi' or '500M'")
+    if not isinstance(value, (int, str)) or isinstance(value, bool):
+        return f"{at} is a {type(value).__name__}, not a quantity", "write a quantity such as 4Gi or 500M"
     try:
         amount = parse_bytes(value)
     except QuantityError as exc:
         return f"{at}: {exc}", "write a quantity such as 4Gi, 4096Mi, 1.5Gi, 16G or 500M"
-    return f"{at} is {amount} bytes; it must be at least 1 byte", "write a positive quantity such as 4Gi"
+    if amount < 1:
+        return f"{at} is {amount} bytes; it must be at least 1 byte", "write a positive quantity such as 4Gi"
+    return (f"{at}: {_show(value)} is not written as a Kubernetes quantity",
+            "write a number with an optional suffix, e.g. 4Gi, 4096Mi, 1.5Gi, 16G or 500M")
+
+
+def _number_errors(doc: Any, file: str, document: int | None, obj: str | None) -> list[InputError]:
+    """One InputError per number that is not finite (.nan, .inf) or lies beyond the 64-bit range: the schema
+    cannot say so (JSON has no NaN), and such a number would turn every sum it enters into nonsense."""
+    errors = []
+    stack: list[tuple[list, Any]] = [([], doc)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack += [([*path, key], item) for key, item in value.items()]
+        elif isinstance(value, list):
+            stack += [([*path, i], item) for i, item in enumerate(value)]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            at = _json_path(path) or "the document"
+            if isinstance(value, float) and not math.isfinite(value):
+                errors.append(InputError(file, document, _json_path(path), reason="InvalidNumber", object=obj,
+                                         message=f"{at} is {value!r}, not a finite number",
+                                         fix=f"write {at} as an ordinary number (not .nan or .inf)"))
+            elif abs(value) > INT64_MAX:
+                errors.append(InputError(file, document, _json_path(path), reason="InvalidNumber", object=obj,
+                                         message=f"{at} is {_show(value)}, beyond the 64-bit range (±{INT64_MAX})",
+                                         fix=f"write {at} as a realistic number"))
+    return sorted(errors, key=lambda e: e.path)
 
 
 # ---------------------------------------------------------------- documents -> typed values
 
-def _kind_error(doc: Any, kind: str, file: str, document: int | None) -> InputError | None:
+def kind_error(doc: Any, kind: str, file: str, document: int | None) -> InputError | None:
     if not isinstance(doc, dict):
         return InputError(file=file, document=document, path="", reason="NotAnObject",
-                          message=f"expected a {kind} mapping, found {type(doc).__name__} {_show(doc)}",
+                          message=f"expected a {kind} mapping, found a YAML {_yaml_type(doc)}",
                           fix=f"write the document as a YAML mapping with apiVersion: {API_VERSION} and kind: {kind}")
     if doc.get("kind") != kind:
         return InputError(file=file, document=document, path="kind", reason="WrongKind",
@@ -205,14 +238,20 @@ def _kind_error(doc: Any, kind: str, file: str, document: int | None) -> InputEr
     return None
 
 
+def _yaml_type(value: Any) -> str:
+    """The kind of a value, never its content (a file's text must not reach a log)."""
+    return {str: "string", list: "sequence", int: "integer", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__)
+
+
 def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[InputError]]:
     """An ElasticModel from one document (a file's or a custom resource's), or the errors that prevent it."""
-    wrong = _kind_error(doc, "ElasticModel", source.file, source.document)
+    wrong = kind_error(doc, "ElasticModel", source.file, source.document)
     if wrong:
         return None, [wrong]
     meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     ref = f"{meta.get('namespace') or DEFAULT_NAMESPACE}/{meta.get('name')}" if meta.get("name") else None
-    errors = _schema_errors(doc, "elasticmodel", source.file, source.document, ref)
+    errors = schema_errors(doc, "elasticmodel", source.file, source.document, ref)
     if errors:
         return None, errors
     spec = doc["spec"]
@@ -249,11 +288,12 @@ _SLO_FIELDS = {"contextTokens": "context_tokens", "concurrency": "concurrency", 
 
 
 def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profile | None, list[InputError]]:
-    """A Profile from one ModelProfile document (a file's or a ConfigMap's), or the errors that prevent it."""
-    wrong = _kind_error(doc, "ModelProfile", file, document)
+    """A Profile from one ModelProfile document (a file's or a ConfigMap's), or the errors that prevent it;
+    a profile that disagrees with its model's known architecture is refused (controller.profilecheck)."""
+    wrong = kind_error(doc, "ModelProfile", file, document)
     if wrong:
         return None, [wrong]
-    errors = _schema_errors(doc, "profile", file, document, None)
+    errors = schema_errors(doc, "profile", file, document, None)
     if errors:
         return None, errors
     w, act = doc["weights"], doc["activation"]
@@ -264,7 +304,7 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
             message=(f"weights.totalBytes is {w['totalBytes']} but embeddingBytes + sum(layerBytes) + "
                      f"finalNormBytes + headBytes = {parts} (off by {w['totalBytes'] - parts})"),
             fix="regenerate the profile (profiler Job or `python -m contract.estimate`) or correct the numbers")]
-    return Profile(
+    profile = Profile(
         model=doc["model"], gpu_product=doc["gpu"]["product"], dtype=doc["dtype"], source=doc["source"],
         method=doc["method"], embedding_bytes=w["embeddingBytes"], layer_bytes=tuple(w["layerBytes"]),
         final_norm_bytes=w["finalNormBytes"], head_bytes=w["headBytes"], tied_embeddings=w["tiedEmbeddings"],
@@ -276,15 +316,17 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
         decode_ms_per_token=float(doc["latency"]["decodeMsPerToken"]),
         prefill_ms_per_1k_tokens=float(doc["latency"]["prefillMsPer1kTokens"]),
         host_to_device_gbps=float(doc["hostToDeviceGBps"]), revision=doc.get("revision", "main"), file=file,
-    ), []
+    )
+    disagrees = profile_problem(profile, architecture=doc.get("architecture"))
+    return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
 
 
 def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
     """The GPU slots of a GPUInventory (gpus.yaml): one per GPU of each node. Bad nodes are reported and skipped."""
-    wrong = _kind_error(doc, "GPUInventory", file, document)
+    wrong = kind_error(doc, "GPUInventory", file, document)
     if wrong:
         return (), [wrong]
-    errors = _schema_errors(doc, "gpus", file, document, None)
+    errors = schema_errors(doc, "gpus", file, document, None)
     if any(not e.path.startswith("nodes[") for e in errors):
         return (), errors  # the document itself is broken, not just some of its nodes
     bad_nodes = {e.path.split("]")[0] + "]" for e in errors}
@@ -384,7 +426,9 @@ def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
 @dataclass(frozen=True)
 class TreeInputs:
     """A checked-out GitOps tree, parsed but not yet combined (cluster mode swaps in its own slots and
-    adds the profiles it holds before combining)."""
+    adds the profiles it holds before combining), with what the hardened reader adds: the compositions
+    by name (shipped, then the repository's), the input files' last good copies and the files read from
+    them, each model's generated paths after the last pass, and the files under the generated prefixes."""
 
     models: tuple[ElasticModel, ...]
     model_errors: tuple[InputError, ...]
@@ -395,13 +439,50 @@ class TreeInputs:
     records: Mapping[tuple[str, str], DecisionRecord]
     last_plan_md: str | None
     measured_profiles: Mapping[str, str]  # profiles/measured/** as committed: path -> text
+    compositions: Mapping[str, Any] = field(default_factory=dict)  # name -> rendering.compositions.Composition
+    composition_errors: tuple[InputError, ...] = ()
+    last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
+    held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
+    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
+    generated: tuple[str, ...] = ()  # every file under the controller's prefixes, as the tree holds them
     rightsizing: Mapping[tuple[str, str], Any] = field(default_factory=dict)  # decisions/rightsizing/ records
     prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
     last_workers: Mapping[str, str] | None = None  # the last rendered worker Deployments and ConfigMaps
 
-    def combined(self) -> Inputs:
-        return combine(self.models, self.profiles, self.slots,
-                       [*self.model_errors, *self.profile_errors, *self.slot_errors])
+    def combined(self, slots: Iterable[GpuSlot] | None = None, measured: Iterable[Profile] = (),
+                 replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> Inputs:
+        """The checked inputs (`check_inputs`). Cluster mode passes the nodes' `slots` (gpus.yaml's are
+        then not used), its `measured` profiles, the git profile files they `replaced`, and its `errors`."""
+        slot_errors = self.slot_errors if slots is None else ()
+        inputs = combine(self.models, [*(p for p in self.profiles if p.file not in replaced), *measured],
+                         self.slots if slots is None else slots,
+                         [*self.model_errors, *(e for e in self.profile_errors if e.file not in replaced),
+                          *slot_errors, *self.composition_errors, *errors])
+        return check_inputs(inputs, self.compositions)
+
+    def last_good_except(self, replaced: frozenset[str]) -> dict[str, str]:
+        """The last good copies to write, less those of git files the cluster's copies replace."""
+        return {path: text for path, text in self.last_good.items()
+                if path.split("/", 2)[-1] not in replaced}
+
+
+def check_inputs(inputs: Inputs, compositions: Mapping[str, Any]) -> Inputs:
+    """The cross-document check: a model naming an unknown composition is an InputError and is left out of
+    the inputs (so a pass serves it from its last good spec)."""
+    errors = list(inputs.errors)
+    models = []
+    for model in inputs.models:
+        if model.composition in compositions:
+            models.append(model)
+            continue
+        source = model.source
+        errors.append(InputError(
+            source.file if source else "models/", source.document if source else None,
+            "spec.compositionRef.name", reason="UnknownComposition", object=model.ref,
+            message=f"spec.compositionRef.name {model.composition!r} names no composition "
+                    f"(known: {', '.join(sorted(compositions))})",
+            fix="use one of the known names, or add compositions/<name>.yaml to the repository"))
+    return replace(inputs, models=tuple(models), errors=tuple(errors))
 
 
 @dataclass(frozen=True)

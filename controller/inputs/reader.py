@@ -1,43 +1,59 @@
 """The one reader of a GitOps directory: what every command and loop plans from.
 
-Owns reading a checked-out tree into parsed inputs: ElasticModels under
-models/**, profiles under profiles/**, gpus.yaml, the decision records under
-decisions/ (each decision with the last good spec it was made from) and the last
-rendered/PLAN.md. `read_repo` is used by `gpushare validate`, `plan` and
-`explain`, by offline passes and (with the cluster's own facts swapped in) by
-cluster passes, so they all plan from the same inputs, last good specs revived
-alike (`RepoSnapshot.planned`).
+Owns reading a checked-out tree into checked inputs: ElasticModels under models/**,
+profiles under profiles/**, gpus.yaml (or the cluster's slots), compositions under
+compositions/** over the shipped ones, the decision records under decisions/ (each
+decision with the last good spec it was made from), the last rendered/PLAN.md, and
+the last good copy of each input file (decisions/_last-good/<path>). `read_repo` is
+used by `gpushare validate`, `plan` and `explain`, by offline passes and (with the
+cluster's own facts swapped in) by cluster passes, so they all plan from the same
+inputs, checked by the same `check_inputs` and revived alike (`RepoSnapshot.planned`):
+validate refuses exactly what reconcile refuses.
 
-The only I/O of the input stage; the parsers it calls (controller.inputs.load)
-are pure.
+Every file is read through controller.inputs.repofiles, so nothing outside the
+repository is ever read. A gpus.yaml, profile or composition file with any error is
+read from its last good copy while there is one (its errors are still reported), so
+one bad file never takes the fleet down; a broken model keeps its last good spec
+through its decision record. The only I/O of the input stage; the parsers it calls
+(controller.inputs.load) are pure.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
-
-import yaml
+from types import MappingProxyType
+from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
-from controller.inputs.layout import (DECISIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR, MODELS_DIR, PLAN_MD,
+from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
+                                      LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
                                       PROFILES_DIR, RENDERED_DIR)
-from controller.inputs.load import (YAML_SUFFIXES, DecisionRecord, Documents, load_documents,
-                                    TreeInputs, parse_inventory, parse_model, parse_profile, revive_last_good)
+from controller.inputs.load import (DecisionRecord, TreeInputs, load_documents, parse_inventory, parse_model,
+                                    parse_profile, revive_last_good)
+from controller.inputs.repofiles import (RepoFileError, is_file, owned_files, read_optional, read_text,
+                                         yaml_files)
+from controller.rendering.compositions import Composition, parse_composition, shipped_compositions
 from controller.rightsizing.prices import read_prices
 from controller.rightsizing.records import effective_models, read_records
 from controller.serialize import decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 
+
 @dataclass(frozen=True)
 class RepoSnapshot:
-    """A GitOps tree as read: the inputs (before reviving), the last decisions and PLAN.md."""
+    """A GitOps tree as read: the checked inputs (before reviving), the last decisions and PLAN.md, the
+    compositions by name, and the input files' last good copies (which the pass writes back)."""
 
     inputs: Inputs
     records: Mapping[tuple[str, str], DecisionRecord]
     last_plan_md: str | None
+    compositions: Mapping[str, Composition] | None = None
+    last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
+    held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
+    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
     tree: TreeInputs | None = None  # as read: right-sizing records, prices, the last rendered workers
 
     @property
@@ -50,96 +66,166 @@ class RepoSnapshot:
 
 
 def read_repo(root: Path) -> RepoSnapshot:
-    """Everything a pass reads from a GitOps directory. Other trees are ignored; files are read sorted."""
+    """Everything a pass reads from a GitOps directory, checked; files are read sorted."""
     tree = read_tree(root)
-    return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md, tree)
+    return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md, tree.compositions, tree.last_good,
+                        tree.held, tree.owners, tree)
 
 
 def load_repo(root: Path) -> Inputs:
-    """models/**, profiles/** and gpus.yaml (optional), parsed and combined; a model under right-sizing policy
-    Auto carries the effective budget its record under decisions/rightsizing/ holds."""
+    """The checked inputs of `read_repo`: models, profiles, GPU slots and every error; a model under right-sizing
+    policy Auto carries the effective budget its record under decisions/rightsizing/ holds."""
     return read_repo(root).inputs
 
 
 def read_tree(root: Path) -> TreeInputs:
-    """Every input file of a GitOps tree, parsed, plus the measured profiles committed under
+    """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
+    good copy), the compositions, the records the last pass left, and the measured profiles committed under
     profiles/measured/ as text (cluster mode keeps or replaces them)."""
     root = Path(root)
     models, model_errors = read_models(root)
-    profiles, profile_errors = read_profiles(root)
-    slots, slot_errors = read_inventory(root)
-    measured = root / MEASURED_PROFILES_DIR
-    committed = {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
-                 for p in sorted(measured.rglob("*")) if p.is_file()} if measured.is_dir() else {}
+    profiles = read_profile_tree(root)
+    inventory = read_inventory(root)
+    compositions = read_compositions(root)
+    committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
+                 if (text := read_optional(root, rel)) is not None}
+    read = TreeRead().add(profiles).add(inventory).add(compositions.read)
     rightsizing = read_records(root)
-    return TreeInputs(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles),
-                      tuple(profile_errors), tuple(slots), tuple(slot_errors), load_decision_records(root),
-                      read_plan_md(root), committed, rightsizing, read_prices(root), read_rendered_workers(root))
+    return TreeInputs(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values), tuple(profiles.errors),
+                      tuple(inventory.values), tuple(inventory.errors), load_decision_records(root),
+                      read_plan_md(root), committed, compositions.compositions, tuple(compositions.read.errors),
+                      read.last_good, tuple(sorted(read.held)), read_owners(root),
+                      tuple(owned_files(root, CLUSTER_GENERATED)), rightsizing=rightsizing, prices=read_prices(root),
+                      last_workers=read_rendered_workers(root))
 
 
 def read_rendered_workers(root: Path) -> dict[str, str]:
     """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts."""
-    base = Path(root) / RENDERED_DIR
-    if not base.is_dir():
+    names = [rel for rel in owned_files(root, (RENDERED_DIR,))
+             if rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(("deployment-", "configmap-"))]
+    return {rel: text for rel in names if (text := read_optional(root, rel)) is not None}
+
+
+def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
+    """The owners file the last pass wrote (namespace/name -> its generated paths); {} when absent or garbled."""
+    text = read_optional(Path(root), OWNERS_FILE)
+    docs = load_documents(text, OWNERS_FILE)[0] if text else []
+    doc = docs[0][1] if docs else {}
+    if not isinstance(doc, dict):
         return {}
-    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8")
-            for p in sorted(base.glob("*/*.yaml")) if p.is_file() and not p.is_symlink()
-            and p.name.startswith(("deployment-", "configmap-"))}
+    return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
+            if isinstance(ref, str) and isinstance(paths, list)}
 
 
 def read_plan_md(root: Path) -> str | None:
-    path = Path(root) / PLAN_MD
-    return path.read_text(encoding="utf-8") if path.is_file() else None
+    return read_optional(Path(root), PLAN_MD)
 
 
-def _yaml_files(root: Path, sub: str) -> list[Path]:
-    base = root / sub
-    return sorted((p for p in base.rglob("*") if p.suffix in YAML_SUFFIXES and p.is_file()),
-                  key=lambda p: p.relative_to(root).as_posix()) if base.is_dir() else []
+def _file_error(rel: str, exc: RepoFileError) -> InputError:
+    return InputError(rel, None, "", reason=exc.reason, message=exc.message, fix=exc.fix)
 
 
-def _read(root: Path, path: Path) -> tuple[str, Documents, list[InputError]]:
-    rel = path.relative_to(root).as_posix()
+@dataclass
+class TreeRead:
+    """What one input tree (or file) gave: the parsed values, the errors, and its last good copies.
+
+    `last_good`: decisions/_last-good/<path> -> the text of each file that parses cleanly now (or whose
+    last good copy was used); the pass writes them so a later pass can fall back on them. `held`: the
+    files that are broken now and were read from their last good copy instead."""
+
+    values: list = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    last_good: dict[str, str] = field(default_factory=dict)
+    held: list[str] = field(default_factory=list)
+
+    def add(self, other: TreeRead) -> TreeRead:
+        self.values += other.values
+        self.errors += other.errors
+        self.last_good.update(other.last_good)
+        self.held += other.held
+        return self
+
+
+def last_good_path(rel: str) -> str:
+    """Where a pass keeps the last copy of input file `rel` that parsed without an error."""
+    return f"{LAST_GOOD_DIR}/{rel}"
+
+
+def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list, list[InputError]]],
+                    *, last_good: bool = True) -> TreeRead:
+    """One input file through `parse(text, rel) -> (values, errors)`. A file with any error is read from
+    its last good copy instead, when there is one and `last_good` is set; its errors are still reported."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return rel, [], [InputError(rel, None, "", reason="UnreadableFile", message=f"cannot read the file: {exc}",
-                                    fix="save it as UTF-8 text and check its permissions")]
-    return rel, *load_documents(text, rel)
+        text = read_text(root, rel)
+        values, errors = parse(text, rel)
+    except RepoFileError as exc:
+        values, errors = [], [_file_error(rel, exc)]
+    if not errors:
+        return TreeRead(values, [], {last_good_path(rel): text} if last_good else {})
+    old = read_optional(root, last_good_path(rel)) if last_good else None
+    if old is not None:
+        old_values, old_errors = parse(old, rel)
+        if not old_errors:
+            return TreeRead(old_values, errors, {last_good_path(rel): old}, [rel])
+    return TreeRead(values, errors)
+
+
+def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]]
+                     ) -> Callable[[str, str], tuple[list, list[InputError]]]:
+    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors."""
+    def parse_text(text: str, rel: str) -> tuple[list, list[InputError]]:
+        docs, errors = load_documents(text, rel)
+        values = []
+        for index, doc in docs:
+            value, problems = parse(doc, rel, index)
+            values += [value] if value else []
+            errors += problems
+        return values, errors
+
+    return parse_text
 
 
 def read_models(root: Path) -> tuple[list[ElasticModel], list[InputError]]:
-    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does)."""
-    return _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)))
+    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does). A broken model
+    keeps its last good spec through its decision file (controller.inputs.load.revive_last_good)."""
+    found = _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)),
+                        last_good=False)
+    return found.values, found.errors
 
 
 def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:
     """Every profile under profiles/**, not yet checked for duplicates (`combine` does). Cluster mode adds
     the profiles it finds in ConfigMaps to these before combining."""
+    found = read_profile_tree(root)
+    return found.values, found.errors
+
+
+def read_profile_tree(root: Path) -> TreeRead:
+    """profiles/**, each broken file read from its last good copy."""
     return _parse_tree(Path(root), PROFILES_DIR, parse_profile)
 
 
-def _parse_tree(root: Path, sub: str, parse: Callable) -> tuple[list, list[InputError]]:
-    values, errors = [], []
-    for path in _yaml_files(root, sub):
-        rel, docs, errors_here = _read(root, path)
-        errors += errors_here
-        for index, doc in docs:
-            value, errors_here = parse(doc, rel, index)
-            values += [value] if value else []
-            errors += errors_here
-    return values, errors
+def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True) -> TreeRead:
+    found, parse_text = TreeRead(), documents_parser(parse)
+    for rel in yaml_files(root, sub):
+        found.add(read_input_file(root, rel, parse_text, last_good=last_good))
+    return found
 
 
-def read_inventory(root: Path) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
-    if not (root / INVENTORY_FILE).is_file():
-        return (), []
-    rel, docs, errors = _read(root, root / INVENTORY_FILE)
+def read_inventory(root: Path) -> TreeRead:
+    """gpus.yaml's GPU slots (none when it is absent), from its last good copy while it is broken."""
+    if not is_file(root, INVENTORY_FILE):
+        return TreeRead()
+    return read_input_file(Path(root), INVENTORY_FILE, _parse_inventory_text)
+
+
+def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[InputError]]:
+    docs, errors = load_documents(text, rel)
     if not docs:
-        return (), errors
+        return [], errors
     (first, doc), extra = docs[0], docs[1:]
     slots, errors_here = parse_inventory(doc, rel, first)
-    return slots, errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
+    return list(slots), errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
 
 
 def _extra_inventory(file: str, document: int) -> InputError:
@@ -148,19 +234,50 @@ def _extra_inventory(file: str, document: int) -> InputError:
                       fix="merge its nodes into the first document's nodes list")
 
 
+@dataclass(frozen=True)
+class RepoCompositions:
+    """The compositions a pass uses (shipped, then the repository's by name) and what reading them gave."""
+
+    compositions: Mapping[str, Composition]
+    read: TreeRead
+
+
+def read_compositions(root: Path) -> RepoCompositions:
+    """compositions/*.yaml of the GitOps repository over the shipped ones. Two repository files naming one
+    composition are an error on each, and neither is used (the shipped one of that name stays)."""
+    read = TreeRead()
+    for rel in yaml_files(Path(root), COMPOSITIONS_DIR):
+        read.add(read_input_file(Path(root), rel, documents_parser(parse_composition)))
+    by_name: dict[str, list[Composition]] = defaultdict(list)
+    for composition in read.values:
+        by_name[composition.name].append(composition)
+    found = dict(shipped_compositions())
+    for name, group in sorted(by_name.items()):
+        if len(group) == 1:
+            found[name] = group[0]
+            continue
+        where = sorted(str(c.source) for c in group)
+        read.errors += [InputError(rel, None, "metadata.name", reason="DuplicateComposition",
+                                   message=f"composition {name!r} is defined in {', '.join(where)}; none of them "
+                                           "is used", fix="keep one file per composition name")
+                        for rel in where]
+    return RepoCompositions(MappingProxyType(found), read)
+
 
 def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them; unreadable or garbled files are skipped
     (the controller owns them and rewrites them on its next pass)."""
     records = {}
-    for path in _yaml_files(Path(root), DECISIONS_DIR):
+    for rel in yaml_files(Path(root), DECISIONS_DIR):
+        if rel.startswith(LAST_GOOD_DIR + "/"):
+            continue
         try:
-            doc = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
+            (_, doc), = load_documents(read_text(root, rel), rel)[0]
             decision = decision_from_dict(doc["status"]["assigned"])
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        except (RepoFileError, KeyError, TypeError, ValueError, AttributeError):
             continue
         spec_doc = {k: v for k, v in doc.items() if k != "status"}
         source = ((doc.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION, "")
-        model, problems = parse_model(spec_doc, Source(source or path.relative_to(root).as_posix()))
+        model, problems = parse_model(spec_doc, Source(source or rel))
         records[decision.key] = DecisionRecord(decision, None if problems else model)
     return records

@@ -60,9 +60,11 @@ def gpu_slots(nodes: list[dict]) -> tuple[tuple[GpuSlot, ...], list[InputError]]
 
 
 def _positive_int(value: str | None) -> int | None:
-    if value is None or not value.strip().isdigit() or int(value) < 1:
+    """A label's positive integer, at most 2^43 (MiB of memory in int64 bytes); None otherwise."""
+    if value is None or not value.strip().isascii() or not value.strip().isdigit():
         return None
-    return int(value)
+    number = int(value)
+    return number if 1 <= number <= 2**43 else None
 
 
 @dataclass(frozen=True)

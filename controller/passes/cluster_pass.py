@@ -7,9 +7,10 @@ Owns what cluster mode adds around the shared pass (controller.passes.reconcile.
   with the exact text committed there, so a decision can be replayed offline from git;
   only a ConfigMap our profiler Job writes for a model in git is used (`profile_requests`);
 - `render_in_cluster`: the pass over a parsed tree (controller.inputs.reader.read_tree)
-  with those facts: models and decision records from git, profiles = git ∪ cluster (the cluster's copy of a
-  `profiles/measured/` file replaces git's; a measured profile supersedes an estimated
-  one, see controller.inputs.load), slots from the nodes (gpus.yaml is ignored);
+  with those facts, checked as offline: models, compositions and decision records from git,
+  profiles = git ∪ cluster (the cluster's copy of a `profiles/measured/` file replaces git's;
+  a measured profile supersedes an estimated one, see controller.inputs.load), slots from the
+  nodes (gpus.yaml is ignored); held back when it would prune too much;
 - `ModelView`: for one planned model, its decision or pending entry, its input error,
   the paths rendered for it and the live objects (Deployments, Jobs) it owns;
 - `verdict_sources`: the verdict ConfigMaps of the workers the pass rendered (the only ones read);
@@ -29,10 +30,10 @@ import yaml
 
 from contract.estimate import profile_relpath
 from contract.wire import WORKER_CONFIG_DATA_KEY
-from controller.inputs.layout import MEASURED_PROFILES_DIR, RIGHTSIZING_DIR
-from controller.inputs.load import TreeInputs, combine, load_documents, parse_model, parse_profile
+from controller.inputs.layout import CLUSTER_GENERATED, MEASURED_PROFILES_DIR
+from controller.inputs.load import TreeInputs, load_documents, parse_model, parse_profile
 from controller.observe.facts import ProfileDocument
-from controller.passes.reconcile import PassOutput, available_processes, run_pass
+from controller.passes.reconcile import PassOutput, PruneHold, available_processes, guarded_change, run_pass
 from controller.rendering.names import profile_configmap_name
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
 
@@ -151,24 +152,26 @@ class ClusterRender:
     message: str
     keep: frozenset[str]
     ignored: tuple[tuple[str, str], ...] = ()  # (reason, message) of profile ConfigMaps not used
+    hold: PruneHold | None = None  # too much would be pruned: no files, everything upstream kept
+    hold: PruneHold | None = None  # too much would be pruned: the Change keeps upstream's tree
 
 
-def render_in_cluster(tree: TreeInputs, facts: ClusterFacts) -> ClusterRender:
-    """The pass over a parsed tree with the cluster's facts; the files add the measured profiles."""
+def render_in_cluster(tree: TreeInputs, facts: ClusterFacts, max_prune_share: float = 1.0) -> ClusterRender:
+    """The pass over a parsed tree with the cluster's facts; the files add the measured profiles. A pass that
+    would shrink the rendered objects by more than `max_prune_share` keeps upstream's tree (`hold`)."""
     measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots))
-    replaced = set(measured.files)
-    inputs = combine(
-        tree.models,
-        [*(p for p in tree.profiles if p.file not in replaced), *measured.profiles],
-        facts.slots,
-        [*tree.model_errors, *(e for e in tree.profile_errors if e.file not in replaced), *facts.errors,
-         *measured.errors])
-    output = run_pass(inputs, tree.records, last_plan_md=tree.last_plan_md, processes=available_processes(),
-                      last_workers=tree.last_workers, rightsizing=tree.rightsizing, prices=tree.prices)
+    replaced = frozenset(measured.files)
+    inputs = tree.combined(facts.slots, measured.profiles, replaced, [*facts.errors, *measured.errors])
+    output = run_pass(inputs, tree.records, last_plan_md=tree.last_plan_md, compositions=tree.compositions,
+                      processes=available_processes(), last_good=tree.last_good_except(replaced), held=tree.held,
+                      owners=tree.owners, last_workers=tree.last_workers, rightsizing=tree.rightsizing,
+                      prices=tree.prices)
     new = [path for path, text in measured.files.items() if tree.measured_profiles.get(path) != text]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
-    return ClusterRender(output, files, _message(output, new, measured.sources), frozenset(tree.measured_profiles) | {RIGHTSIZING_DIR + "/"},
-                         measured.ignored)
+    before = [path for path in tree.generated if path.startswith(CLUSTER_GENERATED)]
+    guarded = guarded_change(before, files, max_prune_share, frozenset(tree.measured_profiles) | output.keep)
+    return ClusterRender(output, dict(guarded.files), _message(output, new, measured.sources), guarded.keep,
+                         measured.ignored, guarded.hold)
 
 
 def _message(output: PassOutput, new_profiles: list[str], sources: Mapping[str, str]) -> str:

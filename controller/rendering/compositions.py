@@ -1,9 +1,13 @@
 """Compositions: which templates compose an ElasticModel, and with which parameters.
 
-Owns reading `compositions/*.yaml` beside the templates, validating each against
-schemas/composition.schema.json, filling unset parameters from the schema's
-defaults, and compiling the templates once into a sandboxed environment.
-Called by controller.rendering.compose (and by whoever passes custom compositions in).
+Owns reading `compositions/*.yaml` beside the templates (the shipped ones), parsing a
+repository's composition documents (`parse_composition`; controller.inputs.reader reads
+the files), validating each against schemas/composition.schema.json, filling unset
+parameters from the schema's defaults, and compiling the templates once into a sandboxed
+environment. A repository composition adds a name or replaces the shipped composition of
+the same name; it names shipped templates only, so the repository configures (image,
+model cache, worker namespace, scheduling parameters) but never injects template code.
+Called by controller.rendering.compose and controller.inputs.reader.
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from jinja2 import DictLoader
 from jinja2.sandbox import SandboxedEnvironment
 
 import schemas
+from controller.inputs.load import kind_error, schema_errors
 from controller.rendering.render import environment
+from controller.types import InputError
 from templates import TEMPLATE_DIR
 
 
@@ -36,6 +42,7 @@ class Composition:
     per_worker: tuple[str, ...]
     per_model: tuple[str, ...]
     env: SandboxedEnvironment = field(compare=False, repr=False)
+    source: str | None = field(default=None, compare=False)  # the repository file; None when shipped
 
 
 @lru_cache(maxsize=1)
@@ -86,6 +93,48 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         per_model=tuple(lists[2]),
         env=env,
     )
+
+
+def _shipped_environment() -> SandboxedEnvironment:
+    return next(iter(shipped_compositions().values())).env
+
+
+def shipped_templates() -> frozenset[str]:
+    """The template files a composition may name."""
+    return frozenset(path.name for path in TEMPLATE_DIR.glob("*.j2"))
+
+
+def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple[Composition | None, list[InputError]]:
+    """A repository composition from one document, or the errors that prevent it (one per JSON path)."""
+    wrong = kind_error(doc, "Composition", file, document)
+    if wrong:
+        return None, [wrong]
+    errors = schema_errors(doc, "composition", file, document, None)
+    if errors:
+        return None, errors
+    steps = doc["spec"]["steps"]
+    lists = {"spec.steps.profiling.perModel": steps["profiling"]["perModel"],
+             "spec.steps.serving.perWorker": steps["serving"]["perWorker"],
+             "spec.steps.serving.perModel": steps["serving"]["perModel"]}
+    available = shipped_templates()
+    for path, names in lists.items():
+        for index, name in enumerate(names):
+            if name not in available:
+                errors.append(InputError(file, document, f"{path}[{index}]", reason="UnknownTemplate",
+                                         message=f"{path}[{index}] names template {name!r}, which gpushare does "
+                                                 "not ship",
+                                         fix=f"use one of: {', '.join(sorted(available))}"))
+    if errors:
+        return None, errors
+    return Composition(
+        name=doc["metadata"]["name"],
+        parameters=MappingProxyType(_with_defaults(doc["spec"].get("parameters", {}))),
+        profiling=tuple(lists["spec.steps.profiling.perModel"]),
+        per_worker=tuple(lists["spec.steps.serving.perWorker"]),
+        per_model=tuple(lists["spec.steps.serving.perModel"]),
+        env=_shipped_environment(),
+        source=file,
+    ), []
 
 
 def _with_defaults(given: Mapping[str, object]) -> dict[str, object]:

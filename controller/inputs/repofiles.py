@@ -1,0 +1,147 @@
+"""Reading files of a checked-out GitOps repository without ever leaving it.
+
+Owns the only way the controller lists and reads repository inputs (models/, profiles/,
+compositions/, gpus.yaml, decisions/, rendered/PLAN.md): a path is read only when its
+real path, every symlink resolved, lies inside the repository's real path, and only
+when it is a regular file no larger than the input limit. A symlink that points out
+of the tree (to a token, a ServiceAccount secret, /dev/zero, a FIFO) is refused with
+`RepoFileError`, whose message names the path and never the target's content.
+Called by controller.inputs.reader (every input and controller-written file) and the shells (the
+files under the generated prefixes, for the prune guard).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+YAML_SUFFIXES = (".yaml", ".yml")
+DEFAULT_MAX_FILE_BYTES = 4 << 20
+
+
+class RepoFileError(Exception):
+    """One repository file that cannot be read; `reason`, `message` and `fix` as InputError wants them."""
+
+    def __init__(self, reason: str, message: str, fix: str):
+        super().__init__(message)
+        self.reason, self.message, self.fix = reason, message, fix
+
+
+def max_file_bytes(environ=os.environ) -> int:
+    """The largest input file read (GPUSHARE_MAX_INPUT_BYTES, default 4 MiB)."""
+    text = environ.get("GPUSHARE_MAX_INPUT_BYTES", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_FILE_BYTES
+
+
+def _inside(root_real: str, path: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def yaml_files(root: Path, sub: str) -> list[str]:
+    """Repository-relative POSIX paths of the *.yaml/*.yml entries under `root/sub`, sorted.
+
+    Directories are descended only when their real path is inside the repository (a directory
+    symlink out of it is listed as itself, so reading it reports the problem); each real directory
+    once. Files are listed whatever they point to: `read_text` decides."""
+    root_real = os.path.realpath(root)
+    base = Path(root) / sub
+    if not os.path.lexists(base):
+        return []
+    if not _inside(root_real, base):
+        return [sub]
+    found: list[str] = []
+    seen: set[str] = set()
+    pending = [base]
+    while pending:
+        directory = pending.pop()
+        real = os.path.realpath(directory)
+        if real in seen or not os.path.isdir(directory):
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(path)
+            elif entry.is_symlink() and os.path.isdir(path):
+                if _inside(root_real, path):
+                    pending.append(path)
+                else:
+                    found.append(path.relative_to(root).as_posix())
+            elif path.suffix in YAML_SUFFIXES:
+                found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def is_file(root: Path, rel: str) -> bool:
+    """Whether `rel` names something (a file, or a symlink, even a dangling one) the pass should read."""
+    return os.path.lexists(Path(root) / rel)
+
+
+def read_text(root: Path, rel: str, limit: int | None = None) -> str:
+    """The UTF-8 text of `root/rel`, or RepoFileError: outside the repository, not a regular file,
+    larger than `limit` bytes (default `max_file_bytes()`), unreadable, or not UTF-8."""
+    limit = max_file_bytes() if limit is None else limit
+    path = Path(root) / rel
+    if not _inside(os.path.realpath(root), path):
+        raise RepoFileError("UnsafePath", f"{rel} is a symlink (or lies under one) that points outside the "
+                            "repository; it is not read",
+                            "replace the symlink with the file itself, committed in the repository")
+    real = os.path.realpath(path)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise RepoFileError("UnreadableFile", f"{rel} cannot be opened ({exc.strerror})",
+                            "check that it exists and is readable") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RepoFileError("NotAFile", f"{rel} is not a regular file", "commit a plain YAML file there")
+        if info.st_size > limit:
+            raise RepoFileError("FileTooLarge", f"{rel} has {info.st_size} bytes, more than the limit of {limit}",
+                                "split it into several files, or raise GPUSHARE_MAX_INPUT_BYTES")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise RepoFileError("FileTooLarge", f"{rel} has more than {limit} bytes",
+                            "split it into several files, or raise GPUSHARE_MAX_INPUT_BYTES")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RepoFileError("UnreadableFile", f"{rel} is not UTF-8 text (byte {exc.start})",
+                            "save it as UTF-8") from None
+
+
+def read_optional(root: Path, rel: str) -> str | None:
+    """`read_text`, or None when the file is absent or cannot be read safely (controller-written files)."""
+    if not is_file(root, rel):
+        return None
+    try:
+        return read_text(root, rel)
+    except RepoFileError:
+        return None
+
+
+def files_under(root: Path, sub: str) -> list[str]:
+    """Every file (and symlink, not followed) under `root/sub`, repository-relative, sorted: what git holds there."""
+    base = Path(root) / sub
+    if base.is_symlink() or not base.is_dir():
+        return [sub] if os.path.lexists(base) else []
+    found = []
+    for directory, dirs, files in os.walk(base, followlinks=False):
+        here = Path(directory)
+        found += [(here / name).relative_to(root).as_posix() for name in files]
+        found += [(here / name).relative_to(root).as_posix() for name in dirs if (here / name).is_symlink()]
+    return sorted(found)
+
+
+def owned_files(root: Path, prefixes: Iterable[str]) -> list[str]:
+    """The files under the controller's prefixes (`rendered/`, `decisions/`...) as the tree holds them."""
+    return [path for prefix in prefixes for path in files_under(root, prefix.rstrip("/"))]
