@@ -46,7 +46,7 @@ def test_a_budget_change_reconfigures_its_worker_in_place_and_says_so(repo):
     out = write_pass(repo)
     rollouts = worker_rollouts(before, out.rendered.files)
     assert rollouts == Rollouts(in_place=("worker-gpu-node-1-gpu0-default",))
-    assert "workers: 0 restart · 1 in place" in out.message.splitlines()[0]
+    assert out.message.splitlines()[2] == "Workers: 0 restart · 1 in place (in place: worker-gpu-node-1-gpu0-default)."
     plan_md = out.rendered.files["rendered/PLAN.md"]
     assert "Workers: 0 restart · 1 in place (in place: worker-gpu-node-1-gpu0-default)." in plan_md
     again = write_pass(repo)  # nothing new: the line is carried, PLAN.md is byte-identical

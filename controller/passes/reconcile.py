@@ -180,11 +180,9 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
         subject = f"gpushare: re-render {len(quiet)} models whose spec or need changed (no decision moved)"
     else:
         subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
-    if rollouts.restart or rollouts.in_place:
-        subject += f" · workers: {rollouts.summary}"
-    body = [c.summary for c in changes] if len(changes) > 1 else []
+    body = [rollouts.line] if rollouts.any else []  # which workers restart and which reconfigure in place
+    body += [c.summary for c in changes] if len(changes) > 1 else []
     body += list(quiet) if len(quiet) > 1 or (quiet and changes) else []
-    body += [rollouts.line] if rollouts.any else []
     body += [f"served from its last good spec (its document is broken): {ref}" for ref in revived]
     body += [f"read from its last good copy (the file is broken): {file}" for file in held]
     body += [f"not rendered: {e.ref}: [{e.reason}] {e.message}" for e in rendered.errors]
