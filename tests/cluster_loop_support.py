@@ -16,7 +16,6 @@ import yaml
 
 from controller.kube.cluster import Cluster
 from controller.cli.cluster_loop import ClusterReconciler
-from controller.passes.cluster_pass import verdict_sources
 from controller.kube.leader import LeaderElection
 from controller.rendering.names import profile_configmap_name
 from gitops import WorkingCopy
@@ -26,7 +25,7 @@ from tests.conftest import REPO_ROOT
 from tests.gitserver import GitServer, git
 from tests.kubedouble import RunningDouble
 from contract.verdicts import Verdict, render_document
-from contract.wire import VERDICTS_DATA_KEY as DATA_KEY, VERDICTS_LABEL as LABEL
+from contract.wire import VERDICTS_DATA_KEY as DATA_KEY, VERDICTS_LABEL as LABEL, WORKER_CONFIG_DATA_KEY
 
 EM = "gpushare.dev/v1alpha1"
 QWEN = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -152,7 +151,15 @@ class World:
 
     def verdicts_configmap(self) -> tuple[str, str]:
         """(namespace, name) where the one rendered worker publishes its verdicts (its worker.yaml says)."""
-        [source] = verdict_sources({path: text.decode() for path, text in self.files().items()})
+        sources = set()
+        for path, text in self.files().items():
+            if path.startswith("rendered/") and path.endswith(".yaml"):
+                doc = yaml.safe_load(text)
+                config = (doc.get("data") or {}).get(WORKER_CONFIG_DATA_KEY) if doc.get("kind") == "ConfigMap" else None
+                if config:
+                    where = yaml.safe_load(config)["verdicts"]["configMap"]
+                    sources.add((where["namespace"], where["name"]))
+        [source] = sources
         return source
 
     def worker_reports(self, *verdicts: Verdict, slot: str = SLOT, namespace: str | None = None,

@@ -105,3 +105,20 @@ def test_owners_name_the_models_behind_each_file(rendered):
     assert rendered.owners["rendered/gpushare-system/deployment-worker-node-a-gpu0-default.yaml"] == (
         "llm/chat-small", "llm/coder", "llm/summarizer")
     assert rendered.owners["decisions/llm/huge.yaml"] == ("llm/huge",)
+
+
+def test_the_typed_index_names_exactly_the_objects_the_files_hold():
+    """Later stages read `Rendered.objects` and `verdict_sources` instead of parsing the YAML compose wrote."""
+    fleet = REPO_ROOT / "examples" / "fleet"
+    inputs = load_repo(fleet)
+    rendered = run_pass(inputs, load_decision_records(fleet)).rendered
+    parsed, sources = {}, set()
+    for path, text in rendered.files.items():
+        if path.startswith("rendered/") and path.endswith(".yaml"):
+            doc = yaml.safe_load(text)
+            parsed[path] = (doc["kind"], doc["metadata"]["namespace"], doc["metadata"]["name"])
+            if doc["kind"] == "ConfigMap" and "worker.yaml" in doc.get("data", {}):
+                where = yaml.safe_load(doc["data"]["worker.yaml"])["verdicts"]["configMap"]
+                sources.add((where["namespace"], where["name"]))
+    assert {p: (o.kind, o.namespace, o.name) for p, o in rendered.objects.items()} == parsed
+    assert rendered.verdict_sources == frozenset(sources) and sources

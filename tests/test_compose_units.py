@@ -235,6 +235,7 @@ def test_parallel_render_is_byte_identical_to_one_process(monkeypatch):
     monkeypatch.setattr(compose_module, "PARALLEL_MIN_DECISIONS", 1)
     parallel = compose_module.compose(inputs.models, result, inputs.slots, {}, processes=2)
     assert parallel.files == serial.files and parallel.owners == serial.owners
+    assert (parallel.objects, parallel.verdict_sources) == (serial.objects, serial.verdict_sources)
     error = pickle.loads(pickle.dumps(UnknownComposition("llm/a", "no such composition", "fix it")))
     assert (error.reason, error.ref, error.message, error.fix) == ("UnknownComposition", "llm/a",
                                                                     "no such composition", "fix it")

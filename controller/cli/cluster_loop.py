@@ -209,7 +209,7 @@ class ClusterReconciler:
         applications = [a for a in (self.cluster.application(ns, name) for ns, name in self.applications) if a]
         report.published, report.output = self._publish(facts, report)
         self._count_modes(report.output)
-        verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered.files))
+        verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered))
         report.warnings += [(problem.reason, problem.message) for problem in broken]
         views = model_views(report.output)
         revision = report.published.heads.get(report.published.branch) or report.published.upstream

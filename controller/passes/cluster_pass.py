@@ -29,11 +29,11 @@ from dataclasses import dataclass, replace
 import yaml
 
 from contract.estimate import profile_relpath
-from contract.wire import WORKER_CONFIG_DATA_KEY
 from controller.inputs.layout import CLUSTER_GENERATED, MEASURED_PROFILES_DIR
 from controller.inputs.load import TreeInputs, load_documents, parse_model, parse_profile
 from controller.observe.facts import ProfileDocument
 from controller.passes.reconcile import PassOutput, PruneHold, available_processes, guarded_change, run_pass
+from controller.rendering.compose import Rendered
 from controller.rendering.names import profile_configmap_name
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
 
@@ -226,7 +226,7 @@ def model_views(output: PassOutput) -> dict[tuple[str, str], ModelView]:
     for path, refs in output.rendered.owners.items():
         for ref in refs:
             paths[ref].append(path)
-    live = _live_objects(output.rendered.files)
+    live = _live_objects(output.rendered)
     views = {}
     for key in sorted({*models, *errors}):
         ref = f"{key[0]}/{key[1]}"
@@ -264,38 +264,16 @@ def _errors_by_key(output: PassOutput, models: Mapping[tuple[str, str], ElasticM
     return found
 
 
-def _live_objects(files: Mapping[str, str]) -> dict[str, tuple[LiveObject, ...]]:
-    """path -> the Deployments and Jobs in that rendered file (one object per file, as compose writes)."""
-    out = {}
-    for path, text in files.items():
-        if not (path.startswith("rendered/") and path.endswith(".yaml")):
-            continue
-        found = []
-        for doc in yaml.safe_load_all(text):
-            if isinstance(doc, dict) and doc.get("kind") in LIVE_KINDS:
-                meta = doc.get("metadata") or {}
-                found.append(LiveObject(doc["kind"], meta.get("namespace", ""), meta.get("name", "")))
-        out[path] = tuple(found)
-    return out
+def _live_objects(rendered: Rendered) -> dict[str, tuple[LiveObject, ...]]:
+    """path -> the Deployment or Job that rendered file holds (one object per file, as compose writes)."""
+    return {path: (LiveObject(o.kind, o.namespace, o.name),) for path, o in rendered.objects.items()
+            if o.kind in LIVE_KINDS}
 
 
-def verdict_sources(files: Mapping[str, str]) -> frozenset[tuple[str, str]]:
-    """(namespace, name) of the verdict ConfigMap of each worker in the rendered tree, from the
-    `verdicts.configMap` of its worker.yaml: the only verdicts the controller reads."""
-    sources = set()
-    for path, text in files.items():
-        if not (path.startswith("rendered/") and path.endswith(".yaml")):
-            continue
-        for doc in yaml.safe_load_all(text):
-            config = (doc.get("data") or {}).get(WORKER_CONFIG_DATA_KEY) if _is_configmap(doc) else None
-            if config:
-                where = (yaml.safe_load(config).get("verdicts") or {}).get("configMap") or {}
-                sources.add((where["namespace"], where["name"]))
-    return frozenset(sources)
-
-
-def _is_configmap(doc) -> bool:
-    return isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+def verdict_sources(rendered: Rendered) -> frozenset[tuple[str, str]]:
+    """(namespace, name) of the verdict ConfigMap of each worker the pass rendered: the only verdicts the
+    controller reads."""
+    return rendered.verdict_sources
 
 
 # ---------------------------------------------------------------- Argo CD

@@ -47,30 +47,61 @@ _PATH_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
+class RenderedObject:
+    """The Kubernetes object one rendered file holds."""
+
+    kind: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
 class Rendered:
-    """The generated tree of one pass: repo-relative path → text, and what could not be rendered."""
+    """The generated tree of one pass: repo-relative path → text, what could not be rendered, and a typed
+    index of what was rendered (so later stages never parse the YAML this pass wrote)."""
 
     files: dict[str, str]
     errors: tuple[ComposeError, ...]
     owners: dict[str, tuple[str, ...]]  # path → the ElasticModels (namespace/name) whose objects it holds
     changes: tuple[Change, ...]
+    objects: dict[str, RenderedObject] = field(default_factory=dict)  # rendered/ path → its object
+    verdict_sources: frozenset[tuple[str, str]] = frozenset()  # each rendered worker's verdicts ConfigMap
+
+
+@dataclass(frozen=True)
+class _File:
+    path: str
+    text: str
+    object: RenderedObject | None = None  # None for decision files
 
 
 @dataclass
 class _Tree:
     files: dict[str, str] = field(default_factory=dict)
     owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    objects: dict[str, RenderedObject] = field(default_factory=dict)
+    verdict_sources: set[tuple[str, str]] = field(default_factory=set)
 
-    def add(self, unit: list[tuple[str, str]], owners: Sequence[str]) -> None:
+    def add(self, unit: list[_File], owners: Sequence[str]) -> None:
         """Write every file of one unit, or none of them when one would overwrite a different object."""
-        for path, text in unit:
-            if self.files.get(path, text) != text:
-                raise OutputConflict(owners[0], f"{path} is already rendered with different content by "
-                                     f"{', '.join(sorted(self.owners[path]))}",
+        for f in unit:
+            if self.files.get(f.path, f.text) != f.text:
+                raise OutputConflict(owners[0], f"{f.path} is already rendered with different content by "
+                                     f"{', '.join(sorted(self.owners[f.path]))}",
                                      "give the objects distinct names in the composition's templates")
-        for path, text in unit:
-            self.files[path] = text
-            self.owners[path].update(owners)
+        for f in unit:
+            self.files[f.path] = f.text
+            self.owners[f.path].update(owners)
+            if f.object is not None:
+                self.objects[f.path] = f.object
+
+    def merge(self, other: _Tree) -> None:
+        """Add a disjoint part rendered in another process."""
+        self.files.update(other.files)
+        for path, refs in other.owners.items():
+            self.owners[path].update(refs)
+        self.objects.update(other.objects)
+        self.verdict_sources.update(other.verdict_sources)
 
 
 @dataclass(frozen=True)
@@ -105,6 +136,8 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         errors=tuple(errors),
         owners={path: tuple(sorted(refs)) for path, refs in sorted(tree.owners.items())},
         changes=changes,
+        objects=dict(sorted(tree.objects.items())),
+        verdict_sources=frozenset(tree.verdict_sources),
     )
 
 
@@ -146,15 +179,13 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
     finally:
         _FORKED_JOBS = []
     tree, errors = _Tree(), []
-    for files, owners, part_errors in results:
-        for path in tree.files.keys() & files.keys():  # the groups are disjoint: a clash is a template bug
-            if tree.files[path] != files[path]:
-                errors.append(OutputConflict(sorted(owners[path])[0], f"{path} is rendered with different "
-                                             f"content by {', '.join(sorted(tree.owners[path] | owners[path]))}",
+    for part, part_errors in results:
+        for path in tree.files.keys() & part.files.keys():  # the groups are disjoint: a clash is a template bug
+            if tree.files[path] != part.files[path]:
+                errors.append(OutputConflict(sorted(part.owners[path])[0], f"{path} is rendered with different "
+                                             f"content by {', '.join(sorted(tree.owners[path] | part.owners[path]))}",
                                              "give the objects distinct names in the composition's templates"))
-        tree.files.update(files)
-        for path, refs in owners.items():
-            tree.owners[path].update(refs)
+        tree.merge(part)
         errors.extend(part_errors)
     return tree, errors
 
@@ -162,9 +193,8 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
 _FORKED_JOBS: list[tuple] = []
 
 
-def _objects_job(index: int) -> tuple[dict[str, str], dict[str, set[str]], list[ComposeError]]:
-    tree, errors = _objects(*_FORKED_JOBS[index])
-    return tree.files, dict(tree.owners), errors
+def _objects_job(index: int) -> tuple[_Tree, list[ComposeError]]:
+    return _objects(*_FORKED_JOBS[index])
 
 
 def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: object) -> bool:
@@ -232,6 +262,7 @@ def _serving_step(workers: Mapping[tuple[GpuSlot, str], list[_Served]],
         try:
             worker = _worker(slot, composition, members)
             tree.add(worker.unit, refs)
+            tree.verdict_sources.add((worker.context["worker"]["namespace"], worker.context["worker"]["verdicts"]))
         except ComposeError as exc:
             errors.extend(exc.for_ref(ref) for ref in refs)
             continue
@@ -278,7 +309,7 @@ def _served(model: ElasticModel, decision: Decision) -> _Served:
     return _Served(model, decision, entry)
 
 
-def _profiling(model: ElasticModel, pending: Pending, composition: Composition) -> list[tuple[str, str]]:
+def _profiling(model: ElasticModel, pending: Pending, composition: Composition) -> list[_File]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
     configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
     context = {
@@ -297,7 +328,7 @@ def _profiling(model: ElasticModel, pending: Pending, composition: Composition) 
 
 @dataclass(frozen=True)
 class _Worker:
-    unit: list[tuple[str, str]]
+    unit: list[_File]
     context: dict
 
 
@@ -333,7 +364,7 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
     return _Worker(_render(composition, composition.per_worker, context, ref), context)
 
 
-def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[tuple[str, str]]:
+def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[_File]:
     context = worker_context | {"model": _model_context(model),
                                 "service": {"name": service_name(model.namespace, model.name)}}
     return _render(composition, composition.per_model, context, model.ref)
@@ -351,7 +382,7 @@ def _require_label_values(ref: str, values: Mapping[str, str]) -> None:
                               "match it", "use at most 63 letters, digits, '-', '_' or '.', alphanumeric at both ends")
 
 
-def _render(composition: Composition, templates: Sequence[str], context: Mapping, ref: str) -> list[tuple[str, str]]:
+def _render(composition: Composition, templates: Sequence[str], context: Mapping, ref: str) -> list[_File]:
     unit = []
     for template in templates:
         try:
@@ -363,7 +394,7 @@ def _render(composition: Composition, templates: Sequence[str], context: Mapping
     return unit
 
 
-def _object_file(doc: dict, ref: str, origin: str) -> tuple[str, str]:
+def _object_file(doc: dict, ref: str, origin: str) -> _File:
     """The checked path and canonical text of one rendered object."""
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     name, namespace = metadata.get("name"), metadata.get("namespace")
@@ -379,7 +410,8 @@ def _object_file(doc: dict, ref: str, origin: str) -> tuple[str, str]:
                               "fix the template that renders this object") from exc
     except NoSchema as exc:
         raise ManifestInvalid(ref, f"{what}: {exc}", "compositions may render built-in Kubernetes kinds only") from exc
-    return _safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"), dump(doc)
+    return _File(_safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"), dump(doc),
+                 RenderedObject(doc["kind"], namespace, name))
 
 
 def _safe_path(ref: str, root: str, *parts: str) -> str:
@@ -393,9 +425,9 @@ def _safe_path(ref: str, root: str, *parts: str) -> str:
     return path
 
 
-def _decision_file(decision: Decision, model: ElasticModel) -> tuple[str, str]:
+def _decision_file(decision: Decision, model: ElasticModel) -> _File:
     """decisions/<ns>/<name>.yaml: the decision, beside the spec it was made from (the model's last
     good spec, which a later pass serves from if the model's file breaks)."""
     ref = f"{decision.namespace}/{decision.name}"
-    return _safe_path(ref, DECISIONS, decision.namespace, f"{decision.name}.yaml"), dump(
-        {**model_to_doc(model), "status": {"assigned": decision_to_dict(decision)}})
+    return _File(_safe_path(ref, DECISIONS, decision.namespace, f"{decision.name}.yaml"), dump(
+        {**model_to_doc(model), "status": {"assigned": decision_to_dict(decision)}}))
