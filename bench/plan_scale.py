@@ -51,11 +51,12 @@ def main() -> None:
     args = parser.parse_args()
     inputs = synthetic_inputs(args.models, args.slots)
 
-    times = []
+    times, cpu = [], []
     for _ in range(args.repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         result = plan(inputs)
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     tracemalloc.start()
     plan(inputs)
     _, peak = tracemalloc.get_traced_memory()
@@ -64,9 +65,12 @@ def main() -> None:
     modes = Counter(d.mode for d in result.decisions)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print(f"plan {args.models} models over {args.slots} slots: median {statistics.median(times):.3f} s "
-          f"(runs: {', '.join(f'{t:.3f}' for t in times)}); target < 2 s")
+          f"(runs: {', '.join(f'{t:.3f}' for t in times)}); CPU time median {statistics.median(cpu):.3f} s; "
+          f"target < 2 s; load average {os.getloadavg()[0]:.1f}")
     print(f"peak memory allocated during one plan: {peak / 2**20:.1f} MiB (tracemalloc)")
     print("modes: " + ", ".join(f"{m} {modes[m]}" for m in ("resident", "swap", "elastic", "refused")))
+    codes = Counter(d.reason_code for d in result.decisions if d.mode == "refused")
+    print("refused by reason: " + (", ".join(f"{c} {n}" for c, n in sorted(codes.items())) or "none"))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,10 @@ def decision_to_dict(d: Decision) -> dict:
             "ttftMs": d.predicted.ttft_ms,
             "tpotMs": d.predicted.tpot_ms,
             "swapInMs": d.predicted.swap_in_ms,
+            "linkShareGBps": d.predicted.link_share_gbps,
         },
+        "estimated": d.estimated,
+        "hostBytes": d.host_bytes,
         "sloMet": d.slo_met,
         "reason": d.reason,
         "reasonCode": d.reason_code,
@@ -72,8 +75,11 @@ def decision_from_dict(doc: dict) -> Decision:
         budget_bytes=int(doc["budgetBytes"]),
         footprint_bytes=int(doc.get("footprintBytes", 0)),
         predicted=None if predicted is None else Predicted(
-            ttft_ms=predicted["ttftMs"], tpot_ms=predicted["tpotMs"], swap_in_ms=predicted.get("swapInMs")
+            ttft_ms=predicted["ttftMs"], tpot_ms=predicted["tpotMs"], swap_in_ms=predicted.get("swapInMs"),
+            link_share_gbps=predicted.get("linkShareGBps"),
         ),
+        estimated=bool(doc.get("estimated", False)),
+        host_bytes=int(doc.get("hostBytes", 0)),
         slo_met=doc.get("sloMet"),
         reason=doc.get("reason", ""),
         reason_code=doc.get("reasonCode", ""),

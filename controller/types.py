@@ -89,7 +89,13 @@ class Profile:
     prefill_ms_per_1k_tokens: float
     host_to_device_gbps: float
     revision: str = "main"
+    decode_step_ms: tuple[tuple[int, float], ...] = ()  # measured (batch, ms per step), sorted by batch
     file: str | None = field(default=None, compare=False)
+
+    @property
+    def estimated(self) -> bool:
+        """Computed from the architecture and datasheets, not measured on the GPU."""
+        return self.source == "estimated"
 
     @property
     def total_layers(self) -> int:
@@ -123,6 +129,7 @@ class GpuSlot:
     product: str
     memory_bytes: int
     reserved_bytes: int = 1 << 30
+    host_memory_bytes: int | None = None  # the node's host RAM for pods (shared by its GPUs); None: not planned
 
     @property
     def id(self) -> str:
@@ -138,6 +145,7 @@ class Predicted:
     ttft_ms: float
     tpot_ms: float
     swap_in_ms: float | None = None
+    link_share_gbps: float | None = None  # the host→device bandwidth this model streams at (elastic, swap)
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,8 @@ class Decision:
     reason: str
     reason_code: str
     profile: str | None = None
+    estimated: bool = False  # the predictions come from an estimated (not measured) profile
+    host_bytes: int = 0  # pinned host RAM on the slot's node: a swap member's weights, an elastic model's streamed layers
     # What the worker is told to admit with (its config's dtype and footprint); set by the planner from the
     # profile, absent in decisions read back from git. Not part of the decision's identity.
     dtype: str | None = field(default=None, compare=False)

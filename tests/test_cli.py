@@ -47,6 +47,9 @@ def test_plan_table_has_one_section_per_slot(capsys):
     _, out, _ = run(capsys, "plan", str(FLEET))
     assert "gpu-node-1/gpu0 (NVIDIA-H200)" in out and "l4-node-1/gpu0 (NVIDIA-L4)" in out
     assert "NAME" in out and "research/analyst-70b" in out
+    # the shipped profiles are estimates: every prediction and verdict says so, never a bare "met"
+    chat = next(line for line in out.splitlines() if "llm/chat-small" in line)
+    assert chat.rstrip().endswith("met (est.)") and "ms (est.)" in chat
 
 
 def test_validate_reports_every_broken_file_and_exits_1(capsys):

@@ -208,6 +208,9 @@ INVENTORY_CASES = [
     ("no-nodes-field", {"apiVersion": "gpushare.dev/v1alpha1", "kind": "GPUInventory"}, [],
      [("nodes", "MissingField")]),
     ("wrong-kind", {**_inventory(H200), "kind": "GPUInventry"}, [], [("kind", "WrongKind")]),
+    ("host-memory-not-a-quantity", _inventory({**H200, "hostMemory": "lots"}), [],
+     [("nodes[0].hostMemory", "InvalidQuantity")]),
+    ("host-memory-zero", _inventory({**H200, "hostMemory": "0Gi"}), [], [("nodes[0].hostMemory", "InvalidQuantity")]),
 ]
 
 
@@ -217,6 +220,24 @@ def test_inventory(doc, slots, expected):
     found, errors = parse_inventory(doc, "gpus.yaml")
     assert [s.id for s in found] == slots
     assert [(e.path, e.reason) for e in errors] == expected
+
+
+def test_host_memory_is_the_nodes_and_every_slot_of_it_carries_it():
+    found, errors = parse_inventory(_inventory({**H200, "count": 2, "hostMemory": "1Ti"}, {**H200, "name": "b"}),
+                                    "gpus.yaml")
+    assert errors == []
+    assert [(s.id, s.host_memory_bytes) for s in found] == [
+        ("h200-a/gpu0", 2**40), ("h200-a/gpu1", 2**40), ("b/gpu0", None)]
+
+
+def test_measured_decode_steps_are_parsed_sorted_by_batch():
+    doc = yaml.safe_load((GOOD / "profiles" / "NVIDIA-H200" / "tiny-llama.yaml").read_text())
+    steps = [{"batch": 8, "ms": 10.7}, {"batch": 1, "ms": 7.8}]
+    profile, errors = parse_profile({**doc, "latency": {**doc["latency"], "decodeStepMs": steps}}, "p.yaml")
+    assert errors == [] and profile.decode_step_ms == ((1, 7.8), (8, 10.7))
+    bad = [{"batch": 0, "ms": 1.0}]
+    _, errors = parse_profile({**doc, "latency": {**doc["latency"], "decodeStepMs": bad}}, "p.yaml")
+    assert [e.path for e in errors] == ["latency.decodeStepMs[0].batch"]
 
 
 def test_profile_from_a_configmap_payload_has_no_file_io():

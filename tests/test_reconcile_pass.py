@@ -51,7 +51,10 @@ def test_broken_file_keeps_its_models_last_good_output_while_good_ones_update(re
     assert out.revived == ("llm/chat-small", "llm/summarizer")
     assert [e.file for e in out.errors] == ["models/llm/chat.yaml"]
     for kept in ("decisions/llm/chat-small.yaml", "decisions/llm/summarizer.yaml"):
-        assert after[kept] == before[kept]
+        # the same placement; its predictions may differ, since they count its co-tenants' decode steps
+        placement = ("mode", "gpu", "residentLayers", "budgetBytes", "needBytes", "footprintBytes")
+        was, now = (yaml.safe_load(x[kept])["status"]["assigned"] for x in (before, after))
+        assert {k: now[k] for k in placement} == {k: was[k] for k in placement}
     assert "chat-small" in after["rendered/gpushare-system/configmap-worker-gpu-node-1-gpu0-default.yaml"]
     assigned = yaml.safe_load(after["decisions/llm/assistant-8b.yaml"])["status"]["assigned"]
     assert assigned["mode"] == "elastic" and assigned["budgetBytes"] == 8 * 2**30
@@ -106,6 +109,7 @@ def test_admission_that_moves_another_model_says_why(tmp_path):
     coders = list(yaml.safe_load_all((FLEET / "models/llm/coders.yaml").read_text()))
     (repo / "models/a.yaml").write_text(yaml.safe_dump(coders[0]))
     big = list(yaml.safe_load_all((FLEET / "models/research/big.yaml").read_text()))[0]
+    big["spec"]["memoryBudget"] = "100Gi"  # its slice grows into all the room the 32B leaves: the GPU is full
     (repo / "models/b.yaml").write_text(yaml.safe_dump(big))
     reconcile_into(repo)
     (repo / "models/c.yaml").write_text(yaml.safe_dump(coders[1]))

@@ -150,6 +150,10 @@ SLO_CASES = [
     ("missed", dataclasses.replace(RESIDENT, mode="swap", slo_met=False, predicted=Predicted(900.0, 20.0, 700.0)),
      ("False", "SLOMissed"), ["TTFT 900.0 ms (SLO 500 ms)", "swap mode"]),
     ("refused-has-no-prediction", BELOW_MINIMUM, ("Unknown", "NotPredicted"), ["no prediction"]),
+    ("met-by-an-estimate-is-never-a-bare-met", dataclasses.replace(RESIDENT, estimated=True),
+     ("Unknown", "MetByEstimate"), ["TPOT 20.0 ms (SLO 50 ms)", "estimated profile (not measured"]),
+    ("missed-by-an-estimate-says-so", dataclasses.replace(RESIDENT, estimated=True, slo_met=False),
+     ("False", "SLOMissed"), ["from an estimated profile"]),
 ]
 
 

@@ -80,8 +80,9 @@ def _slot_used(rows: list[Decision]) -> int:
 
 def _row(d: Decision, revived: tuple[str, ...] = ()) -> tuple[str, ...]:
     layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
-    tpot = f"{d.predicted.tpot_ms:g}ms" if d.predicted else "-"
-    slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met]
+    estimated = " (est.)" if d.estimated else ""  # predictions from an estimated profile
+    tpot = f"{d.predicted.tpot_ms:g}ms{estimated}" if d.predicted else "-"
+    slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met] + (estimated if d.slo_met is not None else "")
     name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
     return (name, d.model, fb(d.budget_bytes), fb(d.need_bytes) if d.need_bytes else "-", d.mode, layers, tpot, slo)
 

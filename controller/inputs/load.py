@@ -316,6 +316,8 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
         decode_ms_per_token=float(doc["latency"]["decodeMsPerToken"]),
         prefill_ms_per_1k_tokens=float(doc["latency"]["prefillMsPer1kTokens"]),
         host_to_device_gbps=float(doc["hostToDeviceGBps"]), revision=doc.get("revision", "main"), file=file,
+        decode_step_ms=tuple(sorted((int(p["batch"]), float(p["ms"]))
+                                    for p in doc["latency"].get("decodeStepMs", ()))),
     )
     disagrees = profile_problem(profile, architecture=doc.get("architecture"))
     return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
@@ -348,14 +350,15 @@ def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[Gpu
         return [], (f"{path}.name", f"node {node['name']!r} is also listed as {', '.join(also_listed)}",
                     "list each node once; use count for several GPUs on one node", "DuplicateNode")
     memory, reserved = _to_bytes(node["memory"]), _to_bytes(node.get("reserved", "1Gi"))
-    if memory is None or reserved is None:
-        field = "memory" if memory is None else "reserved"
+    host = _to_bytes(node["hostMemory"]) if "hostMemory" in node else None
+    if memory is None or reserved is None or ("hostMemory" in node and not host):
+        field = "memory" if memory is None else "reserved" if reserved is None else "hostMemory"
         return [], (f"{path}.{field}", *_quantity_problem(f"{path}.{field}", node[field]), "InvalidQuantity")
     if reserved >= memory:
         return [], (f"{path}.reserved", f"reserved ({reserved} bytes) leaves nothing of memory ({memory} bytes)",
                     "lower reserved, or check memory (nvidia.com/gpu.memory is in MiB)", "InvalidQuantity")
     return [GpuSlot(node=node["name"], index=g, product=node["product"], memory_bytes=memory,
-                    reserved_bytes=reserved) for g in range(node.get("count", 1))], None
+                    reserved_bytes=reserved, host_memory_bytes=host) for g in range(node.get("count", 1))], None
 
 
 # ---------------------------------------------------------------- cross-document checks

@@ -143,7 +143,9 @@ def status_schema() -> dict:
                     "budgetBytes": {"type": "integer", "format": "int64"},
                     "footprintBytes": {"type": "integer", "format": "int64"},
                     "predicted": {"type": "object", "properties": {
-                        "ttftMs": number, "tpotMs": number, "swapInMs": number}},
+                        "ttftMs": number, "tpotMs": number, "swapInMs": number, "linkShareGBps": number}},
+                    "estimated": {"type": "boolean"},
+                    "hostBytes": {"type": "integer", "format": "int64"},
                     "sloMet": {"type": "boolean"},
                     "reason": {"type": "string"}, "reasonCode": {"type": "string"}, "profile": {"type": "string"},
                 },

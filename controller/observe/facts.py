@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from contract.quantity import QuantityError, parse_bytes
 from contract.verdicts import InvalidVerdicts, parse_document
 from contract.wire import (GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PROFILE_DATA_KEY, PROFILE_LABEL,
                            VERDICTS_DATA_KEY)
@@ -54,9 +55,25 @@ def gpu_slots(nodes: list[dict]) -> tuple[tuple[GpuSlot, ...], list[InputError]]
                 fix="check that NVIDIA GPU Feature Discovery runs on the node (it sets gpu.memory in MiB "
                     "and gpu.count)", object=f"Node/{name}"))
             continue
-        slots.extend(GpuSlot(node=name, index=i, product=product, memory_bytes=memory_mib * MiB)
-                     for i in range(count))
+        host = _host_memory(node)
+        slots.extend(GpuSlot(node=name, index=i, product=product, memory_bytes=memory_mib * MiB,
+                             host_memory_bytes=host) for i in range(count))
     return tuple(slots), errors
+
+
+def _host_memory(node: dict) -> int | None:
+    """The node's host RAM for pods: status.allocatable.memory, else status.capacity.memory; None if neither
+    is a quantity (host RAM is then not planned on that node)."""
+    status = node.get("status") or {}
+    for section in ("allocatable", "capacity"):
+        value = (status.get(section) or {}).get("memory")
+        if value is None:
+            continue
+        try:
+            return parse_bytes(value) or None
+        except QuantityError:
+            return None
+    return None
 
 
 def _positive_int(value: str | None) -> int | None:

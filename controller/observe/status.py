@@ -233,6 +233,10 @@ def _slo(model: ElasticModel, decision: Decision | None) -> list[_Cond]:
     if slo.tpot_ms is not None:
         parts.append(f"TPOT {predicted.tpot_ms:.1f} ms (SLO {slo.tpot_ms:g} ms)")
     numbers = "predicted " + ", ".join(parts)
+    if decision.estimated:
+        numbers += " from an estimated profile (not measured; a profiler Job measures it)"
+        if decision.slo_met:  # an estimate alone never says a bare "met"
+            return [_Cond("SLOMet", UNKNOWN, "MetByEstimate", numbers)]
     if decision.slo_met:
         return [_Cond("SLOMet", TRUE, "SLOMet", numbers)]
     return [_Cond("SLOMet", FALSE, "SLOMissed", f"{numbers} in {decision.mode} mode")]

@@ -6,6 +6,7 @@ the planner uses), so the explanation cannot drift from the decision. Called by 
 from __future__ import annotations
 
 from controller.planning import cost
+from controller.planning.neighbours import neighbour_lines
 from contract.quantity import format_bytes as fb
 from controller.types import Decision, ElasticModel, Inputs, Plan
 
@@ -37,10 +38,10 @@ def explain(inputs: Inputs, result: Plan, name: str, namespace: str | None = Non
     profile = next((p for p in inputs.profiles if p.key == wanted), None)
     if profile is None:
         return f"{header}\nMode: {decision.mode} ({decision.reason_code})\n{decision.reason}\n"
-    return "\n".join([header, *_body(model, decision, profile, inputs)]) + "\n"
+    return "\n".join([header, *_body(model, decision, profile, inputs, result)]) + "\n"
 
 
-def _body(model: ElasticModel, d: Decision, profile, inputs: Inputs) -> list[str]:
+def _body(model: ElasticModel, d: Decision, profile, inputs: Inputs, result: Plan) -> list[str]:
     slo = model.slo
     n = cost.need(profile, slo)
     slot = next((s for s in inputs.slots if s.id == d.slot), None)
@@ -61,13 +62,16 @@ def _body(model: ElasticModel, d: Decision, profile, inputs: Inputs) -> list[str
         "Why this mode: " + d.reason,
     ]
     lines += _why_not(d, n.total, limit, minimum)
+    estimated = " (estimated profile, not measured)" if d.estimated else ""
     if d.predicted is not None:
         swap = f", swap-in {d.predicted.swap_in_ms:g} ms" if d.predicted.swap_in_ms is not None else ""
-        lines.append(f"Predicted: TTFT {d.predicted.ttft_ms:g} ms (prompt of {slo.context_tokens} tokens), "
-                     f"TPOT {d.predicted.tpot_ms:g} ms{swap}")
+        lines.append(f"Predicted{estimated}: TTFT {d.predicted.ttft_ms:g} ms (prompt of {slo.context_tokens} tokens), "
+                     f"TPOT {d.predicted.tpot_ms:g} ms at concurrency {slo.concurrency}{swap}")
     if d.slo_met is not None:
         targets = ", ".join(f"{k} {v:g} ms" for k, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms)) if v)
-        lines.append(f"SLO ({targets}): {'met' if d.slo_met else 'missed'}")
+        verdict = "met" if d.slo_met else "missed"
+        lines.append(f"SLO ({targets}): {verdict}{' by an estimate only' if d.estimated else ''}")
+    lines += neighbour_lines(inputs, result, d, profile)
     lines += ["", "What budget would change it:"] + _what_if(d, profile, model, n.total, minimum, usable)
     return lines
 
@@ -85,6 +89,10 @@ def _why_not(d: Decision, need_total: int, limit: int, minimum: int) -> list[str
     if d.mode != "elastic":
         if d.reason_code == "NoCapacity":
             why = f"its elastic minimum {fb(minimum)} is more than any slot has free"
+        elif d.reason_code == "LinkShareTooSmall":
+            why = "where its elastic minimum fits, its share of the host→device link would break a TPOT target"
+        elif d.reason_code == "HostMemoryFull":
+            why = "where its elastic minimum fits, the node's host RAM cannot pin its streamed layers"
         elif fits:
             why = "need ≤ limit: streaming would only slow it down"
         else:
@@ -116,4 +124,6 @@ def _what_if(d: Decision, profile, model: ElasticModel, need_total: int, minimum
         whole = (f"- at {fb(need_total)} ({need_total} bytes) or more it fits whole" if need_total <= usable
                  else f"- it can never run whole on this GPU (need {fb(need_total)} > usable {fb(usable)})")
         return [f"- at {fb(minimum)} ({minimum} bytes) or more it runs elastic", whole]
+    if d.reason_code in ("LinkShareTooSmall", "HostMemoryFull"):
+        return ["- see the neighbours above: a larger budget helps only where it keeps enough layers resident"]
     return ["- no budget alone: the GPUs of its product are full; add capacity or remove a model"]

@@ -80,8 +80,12 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     on_slot: dict[str | None, list[Decision]] = {}
     for d in placed:
         on_slot.setdefault(d.slot, []).append(d)
+    node_of = {s.id: s.node for s in slots}
+    pinned: dict[str, int] = {}
+    for d in placed:
+        pinned[node_of.get(d.slot, "")] = pinned.get(node_of.get(d.slot, ""), 0) + d.host_bytes
     for slot in sorted(slots, key=lambda s: (s.node, s.index)):
-        lines += _slot_section(slot, on_slot.get(slot.id, []), by_key)
+        lines += _slot_section(slot, on_slot.get(slot.id, []), by_key, pinned.get(slot.node, 0))
     lines += _section("Awaiting a profile", ("model", "model id", "GPU product", "reason"),
                       [(f"{p.namespace}/{p.name}", p.model, p.gpu_product, p.reason)
                        for p in sorted(plan.pending, key=lambda p: p.key)])
@@ -95,7 +99,7 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     return "\n".join(lines) + "\n"
 
 
-def _slot_section(slot: GpuSlot, decisions: list[Decision], by_key: Mapping) -> list[str]:
+def _slot_section(slot: GpuSlot, decisions: list[Decision], by_key: Mapping, node_pinned: int) -> list[str]:
     used, capacity = device_bytes(decisions), slot.usable_bytes
     share = used / capacity if capacity else 0.0
     filled = min(BAR_WIDTH, round(share * BAR_WIDTH))
@@ -103,13 +107,17 @@ def _slot_section(slot: GpuSlot, decisions: list[Decision], by_key: Mapping) -> 
     rows = [(
         f"{d.namespace}/{d.name}", d.mode, format_bytes(d.need_bytes), format_bytes(d.footprint_bytes),
         f"{d.resident_layers}/{d.total_layers}",
-        "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms",
+        "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms" + (" (estimated)" if d.estimated else ""),
         _slo(by_key.get(d.key), d),
     ) for d in decisions]
     return [
         "", f"## {slot.id} · {slot.product}", "",
         f"`[{'#' * filled}{'.' * (BAR_WIDTH - filled)}]` {format_bytes(used)} of {format_bytes(capacity)} "
         f"usable ({share:.0%})",
+        "",
+        f"Host RAM pinned here: {format_bytes(sum(d.host_bytes for d in decisions))}; node {slot.node}: "
+        f"{format_bytes(node_pinned)} of "
+        f"{format_bytes(slot.host_memory_bytes) if slot.host_memory_bytes else 'unknown (not planned)'}",
         *(_table(header, rows) if rows else ["", "No models."]),
     ]
 
@@ -134,6 +142,8 @@ def _slo(model: ElasticModel | None, d: Decision) -> str:
     if not terms:
         return "-"  # no latency target set
     verdict = {True: "met", False: "missed", None: "not predicted"}[d.slo_met]
+    if d.estimated and d.slo_met is not None:
+        verdict += " by an estimate"  # never a bare "met" from an estimated profile
     return f"{', '.join(terms)} ({verdict})"
 
 

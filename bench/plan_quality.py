@@ -1,0 +1,165 @@
+"""How close the planner comes to the best plan, and how much it moves models when the fleet changes.
+
+Three experiments (issue 11), every number printed:
+1. Small fleets: at least 400 seeded random fleets of 2-8 models (the four catalog shapes, random budgets,
+   contexts, concurrency and SLOs) on 1-3 slots of H200/L4/T4, half pinned to a product. Each is solved
+   exactly (controller.plan_exact, CP-SAT) and by the fleet-scale greedy; prints how often the greedy
+   matches the optimum on each criterion in order (refused; then elastic; then swap; then total predicted
+   TPOT) and the total refusals of each. `plan()` itself solves instances this small exactly.
+2. The 10,000-model / 1,000-H200 fleet of bench/plan_scale.py: refusals beside the floor (models whose
+   budget is below their elastic minimum, which no plan can place).
+3. Churn: 200 models with previous decisions passed in, on a loaded fleet and with 10 spare GPUs: add one
+   model, remove one, raise one budget; the distribution of other models moved (slot, mode or layers
+   changed), and the same without previous decisions for comparison.
+Run: .venv/bin/python bench/plan_quality.py [--fleets 400 --trials 40]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.plan_scale import synthetic_inputs  # noqa: E402
+from controller.inputs.reader import load_repo  # noqa: E402
+from controller.planning.plan import plan  # noqa: E402
+from controller.types import SLO, ElasticModel, GpuSlot, Inputs  # noqa: E402
+
+FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
+PRODUCTS = {"NVIDIA-H200": 143771, "NVIDIA-L4": 23034, "Tesla-T4": 15360}  # MiB per GPU
+GiB = 1 << 30
+
+
+def small_fleet(rng: random.Random, profiles, pinned: bool) -> Inputs:
+    n_slots = rng.randint(1, 3)
+    slots = []
+    for i in range(n_slots):
+        product = rng.choice(sorted(PRODUCTS))
+        slots.append(GpuSlot(node=f"node-{i}", index=0, product=product, memory_bytes=PRODUCTS[product] * 2**20,
+                             host_memory_bytes=rng.choice((None, 256 * GiB, 64 * GiB))))
+    present = sorted({s.product for s in slots})
+    models = []
+    for i in range(rng.randint(2, 8)):
+        model_id = rng.choice(sorted({p.model for p in profiles}))
+        product = rng.choice(present) if pinned else None
+        ref = next(p for p in profiles if p.model == model_id and p.gpu_product == (product or present[0]))
+        budget = int(rng.uniform(0.2, 1.5) * ref.weight_bytes) + GiB
+        slo = SLO(context_tokens=rng.choice((1024, 4096, 8192)), concurrency=rng.choice((1, 2, 4)),
+                  ttft_ms=rng.choice((None, None, 1000.0, 10000.0)), tpot_ms=rng.choice((None, 50.0, 200.0)))
+        models.append(ElasticModel(name=f"m{i}", namespace="bench", model=model_id, budget_bytes=budget, slo=slo,
+                                   gpu_product=product, has_slo=True))
+    return Inputs(models=tuple(models), profiles=profiles, slots=tuple(slots))
+
+
+def criteria(result) -> tuple:
+    modes = [d.mode for d in result.decisions]
+    tpot = sum(d.predicted.tpot_ms for d in result.decisions if d.predicted is not None)
+    return (modes.count("refused"), modes.count("elastic"), modes.count("swap"), tpot)
+
+
+def small_fleets(n: int, seed: int) -> None:
+    profiles = load_repo(FLEET).profiles
+    rng = random.Random(seed)
+    names = ("refused", "+ elastic", "+ swap", "+ total TPOT (within 0.1 %)")
+    for pinned in (True, False):
+        matches = [0, 0, 0, 0]
+        totals = {"exact": 0, "greedy": 0}
+        fewer = 0
+        started = time.perf_counter()
+        for _ in range(n // 2):
+            inputs = small_fleet(rng, profiles, pinned)
+            best, greedy = criteria(plan(inputs, method="exact")), criteria(plan(inputs, method="greedy"))
+            totals["exact"] += best[0]
+            totals["greedy"] += greedy[0]
+            fewer += greedy[0] < best[0]
+            for k in range(4):
+                same = greedy[:min(k + 1, 3)] == best[:min(k + 1, 3)]
+                if k == 3:
+                    same = same and greedy[3] <= best[3] * 1.001 + 1e-9
+                matches[k] += same
+        took = time.perf_counter() - started
+        print(f"small fleets, {'pinned to a product' if pinned else 'unpinned'}: {n // 2} fleets in {took:.1f} s")
+        for name, count in zip(names, matches):
+            print(f"  greedy equals the exact optimum on {name:<28} {count / (n // 2):6.1%} ({count}/{n // 2})")
+        print(f"  refusals: exact {totals['exact']}, greedy {totals['greedy']}; fleets where the greedy refuses "
+              f"fewer: {fewer}; plan() uses the exact solver at this size")
+
+
+def at_scale() -> None:
+    inputs = synthetic_inputs(10_000, 1_000)
+    start = time.perf_counter()
+    result = plan(inputs)
+    took = time.perf_counter() - start
+    refused = [d for d in result.decisions if d.mode == "refused"]
+    floor = sum(1 for d in refused if d.reason_code == "BudgetBelowElasticMinimum")
+    print(f"10,000 models / 1,000 H200: {len(refused)} refused, floor {floor} (budget below the elastic "
+          f"minimum); {len(refused) - floor} above the floor ({(len(refused) - floor) / max(floor, 1):.1%}); "
+          f"planned in {took:.2f} s")
+
+
+def moved(before, after, skip: str | None) -> int:
+    was = {d.name: (d.slot, d.mode, d.resident_layers) for d in before.decisions}
+    return sum(1 for d in after.decisions
+               if d.name != skip and d.name in was and was[d.name] != (d.slot, d.mode, d.resident_layers))
+
+
+def churn(trials: int, seed: int) -> None:
+    for spare, label in ((0, "loaded fleet"), (10, "10 spare GPUs")):
+        base = synthetic_inputs(200, 20 + spare, seed=seed)
+        extra = synthetic_inputs(400, 1, seed=seed + 1).models[200:]  # models not in the fleet
+        first = plan(base)
+        previous = {d.key: d for d in first.decisions}
+        rng = random.Random(seed)
+        for change in ("add one", "remove one", "raise one budget"):
+            with_prev, without = [], []
+            for t in range(trials):
+                models = list(base.models)
+                skip = None
+                if change == "add one":
+                    new = replace(extra[t % len(extra)], name=f"new-{t:03d}")
+                    models.append(new)
+                    skip = new.name
+                elif change == "remove one":
+                    gone = models.pop(rng.randrange(len(models)))
+                    skip = gone.name
+                else:
+                    i = rng.randrange(len(models))
+                    models[i] = replace(models[i], budget_bytes=int(models[i].budget_bytes * rng.uniform(1.1, 2.0)))
+                    skip = models[i].name
+                changed = replace(base, models=tuple(models))
+                with_prev.append(moved(first, plan(changed, previous), skip))
+                without.append(moved(first, plan(changed), skip))
+            print(f"churn, {label}, {change}: moved others with previous decisions "
+                  f"{_dist(with_prev)}; without them {_dist(without)}")
+
+
+def _dist(values: list[int]) -> str:
+    ordered = sorted(values)
+    p = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    share = sum(1 for v in values if v) / len(values)
+    return (f"median {statistics.median(values):g}, p90 {p(0.9)}, p95 {p(0.95)}, max {max(values)}, mean "
+            f"{statistics.mean(values):.2f}, trials with any move {share:.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", type=int, default=400)
+    parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+    small_fleets(max(args.fleets, 2), args.seed)
+    at_scale()
+    churn(args.trials, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""The fleet-scale planner: a greedy placement by the rules of docs/planner.md.
+
+Owns the order models are placed in and where each goes: unchanged models keep their place; then the
+models that must stream, then those that fit whole (resident by best fit, else a swap group, else a
+re-packed slot, else elastic); then repairs for refused ones (residents stream, a TPOT-bound streamer
+gives up its link). bench/plan_quality.py measures its gap to the exact solver. Called by
+controller.planning.plan (instances too large to solve exactly) and by controller.planning.plan_exact
+(if the solver finds nothing).
+"""
+from __future__ import annotations
+
+import bisect
+
+from controller.planning import cost
+from controller.planning.slots import Ask, Layout, SlotState, apply, check, elastic_entries, is_tight
+
+SCAN = 32               # slots the greedy tries per step before it gives up on a mode
+
+
+class _FreeIndex:
+    """Slots sorted by free bytes, for best-fit and largest-free lookups in O(log n); the same for the
+    "calm" slots (no streaming neighbour whose TPOT target bounds the link's sharing)."""
+
+    def __init__(self, states: list[SlotState]):
+        self.states = states
+        self.entries = sorted((s.free, s.position) for s in states)
+        self.by_id = {s.slot.id: s for s in states}
+        self.calm = list(self.entries)
+        self.tight: set[int] = set()
+        self.no_streamers = {s.position: None for s in states if not s.streamers}  # ordered by position
+
+    def at_least(self, nbytes: int):
+        """Slots with at least `nbytes` free, least room first."""
+        for i in range(bisect.bisect_left(self.entries, (nbytes, -1)), len(self.entries)):
+            yield self.states[self.entries[i][1]]
+
+    def most_free(self, calm: bool = False):
+        entries = self.calm if calm else self.entries
+        for i in range(len(entries) - 1, -1, -1):
+            yield self.states[entries[i][1]]
+
+    def quiet(self, nbytes: int, count: int) -> list[SlotState]:
+        """Up to `count` slots with no streaming model yet and `nbytes` free, by position."""
+        out = []
+        for p in self.no_streamers:
+            if self.states[p].free >= nbytes:
+                out.append(self.states[p])
+                if len(out) >= count:
+                    break
+        return out
+
+    def update(self, state: SlotState, before: int) -> None:
+        del self.entries[bisect.bisect_left(self.entries, (before, state.position))]
+        bisect.insort(self.entries, (state.free, state.position))
+        if state.position not in self.tight:
+            del self.calm[bisect.bisect_left(self.calm, (before, state.position))]
+            bisect.insort(self.calm, (state.free, state.position))
+        if state.streamers and state.position in self.no_streamers:
+            del self.no_streamers[state.position]
+
+    def mark_tight(self, state: SlotState) -> None:
+        if state.position not in self.tight:
+            self.tight.add(state.position)
+            del self.calm[bisect.bisect_left(self.calm, (state.free, state.position))]
+
+
+
+def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[Ask]]:
+    by_id = {s.slot.id: s for s in states}
+    index = _FreeIndex(states)
+    kept: set = set()
+    if sticky:
+        for ask in sorted((a for a in asks if a.previous is not None), key=lambda a: a.key):
+            state = by_id.get(ask.previous.slot)
+            if state is not None and _keep(state, ask, index):
+                kept.add(ask.key)
+    rest = [a for a in asks if a.key not in kept]
+    # models the last plan placed go before new or refused ones: changing a budget never costs a model its place
+    refused = []
+    for first in (True, False):
+        batch = [a for a in rest if a.placed_before == first]
+        for ask in sorted((a for a in batch if not a.whole), key=_streaming_order):
+            if not _place_elastic(ask, states, index, squeezed=False):
+                refused.append(ask)
+        for ask in sorted((a for a in batch if a.whole), key=lambda a: (a.swap_ok(), a.need_bytes, a.key)):
+            if not (_place_resident(ask, index) or _join_swap(ask, states, index)
+                    or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
+                refused.append(ask)
+    refused = [a for a in refused if not _stream_residents_to_admit(a, states, index, kept)]
+    refused = _trade_streamers(refused, states, index, kept)
+    for state in states:  # a swap group of one (kept members whose partners left) is simply resident
+        if len(state.swap) == 1:
+            apply(state, check(state, state.resident + state.swap, [], elastic_entries(state)))
+    return states, refused
+
+
+def _stream_residents_to_admit(ask: Ask, states: list[SlotState], index: _FreeIndex, kept: set) -> bool:
+    """Fewer refused before fewer elastic: a model no slot took is admitted where re-placeable residents
+    (not kept from the last plan) stream instead, the fewest of them, largest saving first."""
+    def saving(a: Ask, s: SlotState) -> int:
+        start = a.start(s.streamers + 1, a.limit(s.slot))
+        return a.need_bytes - start.footprint if start is not None else 0
+    def room(s: SlotState) -> int:
+        return s.free + sum(max(0, saving(a, s)) for a in s.resident if a.key not in kept)
+    candidates = sorted((s for s in states if room(s) >= ask.minimum.footprint), key=lambda s: (-room(s), s.position))
+    for state in candidates[:SCAN]:
+        movable = sorted((a for a in state.resident if a.key not in kept and saving(a, state) > 0),
+                         key=lambda a: (-saving(a, state), a.key))
+        for n in range(1, len(movable) + 1):
+            streamed = movable[:n]
+            resident = [a for a in state.resident if all(a is not m for m in streamed)]
+            entries = elastic_entries(state) + [(a, None, False) for a in streamed] + [(ask, None, False)]
+            if _change(state, index, resident, state.swap, entries):
+                state.squeezed.update(a.key for a in streamed + ([ask] if ask.whole else []))
+                return True
+    return False
+
+
+def _trade_streamers(refused: list[Ask], states: list[SlotState], index: _FreeIndex, kept: set) -> list[Ask]:
+    """A streaming model placed this pass gives its place up where that admits refused models: two or more
+    (fewer refused), or one that then runs resident (as many refused, one fewer elastic). It is refused
+    instead, unless another slot takes it. Models kept or placed by the last plan never give way."""
+    for state in states:
+        for key, (ask, _, fixed) in sorted(state.elastic.items()):
+            if not refused:
+                return refused
+            if fixed or key in kept or ask.placed_before or key not in state.elastic:
+                continue
+            before = (list(state.resident), list(state.swap), elastic_entries(state))
+            if not _change(state, index, before[0], before[1], [e for e in before[2] if e[0] is not ask]):
+                continue
+            resident, streamed = [], []
+            for r in refused:
+                if r.whole and _change(state, index, state.resident + [r], state.swap, elastic_entries(state)):
+                    resident.append(r)
+                elif _change(state, index, state.resident, state.swap, elastic_entries(state) + [(r, None, False)]):
+                    streamed.append(r)
+            if len(resident) + len(streamed) >= 2 or resident:
+                state.squeezed.discard(key)
+                state.squeezed.update(r.key for r in streamed if r.whole)
+                refused = [r for r in refused if all(r is not a for a in resident + streamed)]
+                if not _place_elastic(ask, states, index, squeezed=ask.whole):
+                    refused.append(ask)
+                continue
+            _change(state, index, *before)  # undo: it keeps its place
+    return refused
+
+
+def _streaming_order(ask: Ask) -> tuple:
+    """Models whose TPOT target limits their link share first (they need quiet links), smallest start
+    first; then the rest, smallest elastic minimum first."""
+    limit = ask.model.budget_bytes
+    tight = is_tight(ask, limit)
+    start = ask.start(1, limit) if tight else ask.minimum
+    return (not tight, start.footprint if start else 0, ask.key)
+
+
+
+def _change(state: SlotState, index: _FreeIndex, resident, swap, elastic) -> bool:
+    layout = check(state, resident, swap, elastic)
+    if layout is None:
+        return False
+    before = state.free
+    apply(state, layout)
+    index.update(state, before)
+    return True
+
+
+def _keep(state: SlotState, ask: Ask, index: _FreeIndex) -> bool:
+    prev = ask.previous
+    if prev.mode == "resident":
+        if _change(state, index, state.resident + [ask], state.swap, elastic_entries(state)):
+            state.kept_bytes += ask.need_bytes
+            return True
+        return False
+    if prev.mode == "swap":
+        return _change(state, index, state.resident, state.swap + [ask], elastic_entries(state))
+    piece = cost.elastic_slice_at(ask.profile, ask.slo, prev.resident_layers)
+    if piece.footprint > ask.limit(state.slot) or prev.resident_layers >= ask.profile.total_layers:
+        return False
+    if _change(state, index, state.resident, state.swap, elastic_entries(state) + [(ask, piece, True)]):
+        if ask.whole:
+            state.squeezed.add(ask.key)
+        if is_tight(ask, ask.limit(state.slot)):
+            index.mark_tight(state)
+        return True
+    return False
+
+
+def _place_resident(ask: Ask, index: _FreeIndex) -> bool:
+    """Its last slot if it holds it, else best fit; a resident member changes only the slot's bytes (no link
+    share, host RAM or swap wait)."""
+    last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None and s.free >= ask.need_bytes]
+    for state in last or index.at_least(ask.need_bytes):
+        before = state.free
+        state.resident.append(ask)
+        state.used += ask.need_bytes
+        index.update(state, before)
+        return True
+    return False
+
+
+def _join_swap(ask: Ask, states: list[SlotState], index: _FreeIndex) -> bool:
+    """Into an existing swap group whose area (grown if it must) still fits; tightest first."""
+    if not ask.swap_ok():
+        return False
+    candidates = sorted((s for s in states if s.swap and s.free + s.swap_area >= ask.need_bytes),
+                        key=lambda s: (s.free + s.swap_area, s.position))
+    for state in candidates[:SCAN]:
+        if _change(state, index, state.resident, state.swap + [ask], elastic_entries(state)):
+            return True
+    return False
+
+
+def _repack(ask: Ask, states: list[SlotState], index: _FreeIndex, kept: set) -> bool:
+    """Form or grow a swap group on a slot: its re-placeable residents (not kept from the last plan) and the
+    swap members, with `ask`, split into the largest that fit as residents and the rest as one group."""
+    def room(s: SlotState) -> int:
+        return s.slot.usable_bytes - s.elastic_bytes - s.kept_bytes
+    candidates = sorted((s for s in states if room(s) >= ask.need_bytes), key=lambda s: (-room(s), s.position))
+    for state in candidates[:SCAN]:
+        fixed = [a for a in state.resident if a.key in kept]
+        pool = [a for a in state.resident if a.key not in kept] + state.swap + [ask]
+        layout = _split(state, fixed, pool)
+        if layout is not None:
+            before = state.free
+            apply(state, layout)
+            index.update(state, before)
+            return True
+    return False
+
+
+def _split(state: SlotState, fixed: list[Ask], pool: list[Ask]) -> Layout | None:
+    """Residents and a swap group from `pool`: members a swap-in would break stay resident; of the rest the
+    largest go to the group (its area is the largest need) until the others fit beside it."""
+    must = [a for a in pool if not a.swap_ok()]
+    can = sorted((a for a in pool if a.swap_ok()), key=lambda a: (-a.need_bytes, a.key))
+    for k in range(2, len(can) + 1):
+        layout = check(state, fixed + must + can[k:], can[:k], elastic_entries(state))
+        if layout is not None:
+            return layout
+    return None
+
+
+def _place_elastic(ask: Ask, states: list[SlotState], index: _FreeIndex, *, squeezed: bool) -> bool:
+    """Stream it where its start slice fits and its share of the link (and its neighbours') still holds:
+    fewest streamers first, then the most free."""
+    need = ask.minimum.footprint
+    tight = is_tight(ask, ask.model.budget_bytes)
+    candidates = []
+    # a model without a TPOT bound goes where no bound neighbour streams, if any such slot has room
+    for calm in ((False,) if tight else (True, False)):
+        for state in index.most_free(calm):
+            if state.free < need or len(candidates) >= SCAN:
+                break
+            candidates.append(state)
+        if candidates:
+            break
+    quiet = index.quiet(need, SCAN)
+    last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None]
+    for state in last + sorted({s.position: s for s in candidates + quiet}.values(),
+                               key=lambda s: (s.streamers, -s.free, s.position)):
+        if _change(state, index, state.resident, state.swap, elastic_entries(state) + [(ask, None, False)]):
+            if squeezed:
+                state.squeezed.add(ask.key)
+            if tight:
+                index.mark_tight(state)
+            return True
+    return False
