@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Literal
 
 from contract.footprint import Terms
+from controller.rightsizing.policy import OFF, Rightsizing
 
 Mode = Literal["resident", "swap", "elastic", "refused"]
 DEFAULT_COMPOSITION = "default"
@@ -48,6 +49,14 @@ class ElasticModel:
     has_slo: bool = False
     source: Source | None = field(default=None, compare=False)
     served_names: tuple[str, ...] = ()  # spec.servedNames: aliases the worker also serves it under
+    rightsizing: Rightsizing = field(default=OFF, compare=False)  # how the budget follows usage; never planned on
+    user_budget_bytes: int | None = field(default=None, compare=False)  # spec.memoryBudget when right-sizing Auto set budget_bytes
+    rightsizing_conditions: tuple[dict, ...] = field(default=(), compare=False)  # the loop's last conditions (its record)
+
+    @property
+    def spec_budget_bytes(self) -> int:
+        """The budget the user wrote (budget_bytes may be right-sizing Auto's effective budget)."""
+        return self.budget_bytes if self.user_budget_bytes is None else self.user_budget_bytes
 
     @property
     def key(self) -> tuple[str, str]:

@@ -94,20 +94,39 @@ def test_worker_pod_runs_the_worker_safely(tree):
     assert next(v for v in spec["volumes"] if v["name"] == "config")["configMap"]["name"] == "worker-node-a-gpu0-default"
 
 
-def test_pod_annotations_carry_config_checksum_and_scrape_target(tree):
+def test_deployment_carries_config_checksum_and_pod_the_scrape_target(tree):
     text = load(tree, f"{WORKERS}/configmap-worker-node-a-gpu0-default.yaml")["data"]["worker.yaml"]
+    deployment = load(tree, f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml")
+    assert deployment["metadata"]["annotations"]["gpushare.dev/config-checksum"] == hashlib.sha256(
+        text.encode()).hexdigest()
     annotations = pod(tree, "worker-node-a-gpu0-default")["metadata"]["annotations"]
-    assert annotations["gpushare.dev/config-checksum"] == hashlib.sha256(text.encode()).hexdigest()
+    assert "gpushare.dev/config-checksum" not in annotations
     assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
         "true", "8000", "/metrics")
 
 
-def test_config_change_changes_the_checksum(tree):
+def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
     bigger = replace(PLAN.decisions[0], budget_bytes=PLAN.decisions[0].budget_bytes + 1)
     files = compose(MODELS, replace(PLAN, decisions=(bigger,) + PLAN.decisions[1:]), SLOTS, PREVIOUS).files
+    path = f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"
     key = "gpushare.dev/config-checksum"
-    before = pod(tree, "worker-node-a-gpu0-default")["metadata"]["annotations"][key]
-    assert pod(files, "worker-node-a-gpu0-default")["metadata"]["annotations"][key] != before
+    assert load(files, path)["metadata"]["annotations"][key] != load(tree, path)["metadata"]["annotations"][key]
+    assert pod(files, "worker-node-a-gpu0-default") == pod(tree, "worker-node-a-gpu0-default")
+
+
+@pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
+def test_every_worker_gets_a_podmonitor_that_selects_its_pods_on_the_metrics_port(tree, worker):
+    monitor = load(tree, f"{WORKERS}/podmonitor-{worker}.yaml")
+    labels = pod(tree, worker)["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+
+
+def test_podmonitor_can_be_switched_off_per_composition(template_copy):
+    files = compose(MODELS, PLAN, SLOTS, {},
+                    compositions=with_parameters(template_copy, "podMonitor: false\n")).files
+    assert f"{WORKERS}/podmonitor-worker-node-a-gpu0-default.yaml" not in files
+    assert f"{WORKERS}/podmonitor-worker-node-b-gpu0-kai.yaml" in files  # kai's parameters are its own
 
 
 def test_worker_config_validates_and_lists_only_served_models(tree):

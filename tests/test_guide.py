@@ -19,7 +19,10 @@ from tests.conftest import REPO_ROOT
 
 GUIDE = REPO_ROOT / "docs" / "guide.md"
 FLEET = REPO_ROOT / "examples" / "fleet"
-NEEDS_A_CLUSTER = ("kubectl ", "ssh-keyscan ", "gpushare reconcile --kube")
+# A cluster, or a Prometheus: `usage export` reads one and the replay after it reads its export (the
+# replay itself is tested on recorded series in tests/test_rightsizing_pass.py).
+NEEDS_A_CLUSTER = ("kubectl ", "ssh-keyscan ", "gpushare reconcile --kube", "gpushare rightsize --git ",
+                   "gpushare usage export ", "gpushare rightsize --repo ./fleet --usage usage.jsonl")
 
 
 def blocks(kind: str) -> list[str]:

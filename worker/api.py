@@ -51,7 +51,7 @@ def create_app(worker: Worker) -> FastAPI:
     @app.exception_handler(WorkerError)
     async def _worker_error(request: Request, error: WorkerError) -> JSONResponse:
         model = getattr(request.state, "model", "")
-        worker.metrics.rejected.labels(model, str(error.status), error.reason).inc()
+        worker.metrics.reject(model, error.status, error.reason)
         return error_response(error)
 
     @app.exception_handler(HTTPException)

@@ -77,14 +77,14 @@ class DeviceLedger:
     def total_bytes(self) -> int:
         return self.placed_bytes + sum(self._reserved.values())
 
+    def reserved(self, label: str) -> int:
+        """Bytes held by the reservation `label` ("kv-cache", "activation"), 0 when none."""
+        return self._reserved.get(label, 0)
+
     def reserve(self, label: str, nbytes: int) -> None:
         with self._lock:
             self._charge(nbytes - self._reserved.get(label, 0), label)
             self._reserved[label] = nbytes
-
-    def reserved(self, label: str) -> int:
-        """Bytes held under reservation `label` (0 when none)."""
-        return self._reserved.get(label, 0)
 
     def empty(self, nbytes: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
         """A new uninitialised flat device tensor of `nbytes`, charged to this model."""

@@ -27,9 +27,9 @@ from .sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
-from .reconfigure import ConfigDiff, diff
-from .metrics import WorkerMetrics
+from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
+from .reconfigure import ConfigDiff, diff
 from .residency import Residency, make_residency
 from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
@@ -68,7 +68,10 @@ class Worker:
         self.config = config
         self.device = device or _pick_device(config.device)
         self.probe = probe or (cuda_free_bytes if self.device.type == "cuda" else no_probe)
-        self.metrics = metrics or WorkerMetrics()
+        self.metrics = metrics or WorkerMetrics(known=[m.name for m in config.models],
+                                                nvml=_nvml_reader(self.device))
+        for model in config.models:
+            self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
                                    max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock,
                                    stall_s=stall_s)
@@ -352,7 +355,6 @@ class Worker:
         served.engine.deactivate()
         served.residency.unload()
         self.ledgers.pop(name, None)
-        self.metrics.device_bytes.labels(name, served.config.mode).set(0)
 
     def _load_one(self, model: ModelConfig) -> None:
         verdict = self.verdicts[model.name]
@@ -368,7 +370,8 @@ class Worker:
         residency.load()
         engine = ModelEngine(residency, concurrency=model.concurrency, context_tokens=model.context_tokens,
                              kv_bytes=need.kv_cache)
-        self.metrics.device_bytes.labels(model.name, model.mode).set(ledger.total_bytes)
+        self.metrics.serve(model.name, model.mode, ledger, kv_reserved_bytes=need.kv_cache,
+                           kv_bytes_per_token=self.shapes[model.name].kv_bytes_per_token)
         eos = host_model.generation_config.eos_token_id if host_model.generation_config else None
         eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or [])) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
@@ -386,6 +389,7 @@ class Worker:
             self.verdicts[verdict.name] = verdict
         if old is not None:
             self.metrics.verdict.remove(old.name, old.namespace, old.mode, old.verdict, old.reason)
+        self.metrics.missing_bytes.labels(verdict.name).set(verdict.missing_bytes)
         self.metrics.verdict.labels(verdict.name, verdict.namespace, verdict.mode, verdict.verdict,
                                     verdict.reason).set(1)
         log.log(logging.INFO if verdict.verdict == "applied" else logging.WARNING,
@@ -395,6 +399,14 @@ class Worker:
         if self._publish is not None:
             ordered = [self.verdicts[m.name] for m in self.config.models]
             self._publish.submit(render_document(self.config.slot_id, ordered))
+
+
+def _nvml_reader(device: torch.device) -> PynvmlReader | None:
+    """NVML for the worker's GPU (its metrics of other processes); None on CPU or without a driver."""
+    if device.type != "cuda":
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return PynvmlReader.open(device.index or 0, f"GPU-{uuid}" if uuid is not None else None)
 
 
 def _pick_device(choice: str) -> torch.device:

@@ -66,6 +66,7 @@ class Job:
     generation: Generation
     sink: Callable[[Event], None]
     submitted_at: float
+    started_at: float | None = None  # when it joined its model's batch (the queue wait ends)
     first_token_at: float | None = None
     last_token_at: float | None = None
     _cancelled: bool = False
@@ -293,7 +294,6 @@ class Scheduler:
         if action.evict is not None:
             evicted = self.executors[action.evict].engine
             evicted.deactivate()
-            self.metrics.device_bytes.labels(action.evict, evicted.residency.mode).set(evicted.residency.ledger.total_bytes)
         incoming = self.executors[action.model].engine
         try:
             incoming.activate()
@@ -312,7 +312,6 @@ class Scheduler:
         seconds = time.perf_counter() - started
         self.metrics.swaps.labels(action.model).inc()
         self.metrics.swap_in_seconds.labels(action.model).observe(seconds)
-        self.metrics.device_bytes.labels(action.model, "swap").set(incoming.residency.ledger.total_bytes)
         log.info("swapped in %s (evicted %s) in %.3fs", action.model, action.evict, seconds)
         with self._cond:
             self.swaps += 1
@@ -329,11 +328,15 @@ class Scheduler:
             elif job not in executor.seated:
                 engine.join(job.generation)
                 executor.seated.add(job)
+                job.started_at = self.clock()
+                self.metrics.queue_wait_seconds.labels(job.model).observe(job.started_at - job.submitted_at)
         by_generation = {job.generation: job for job in jobs if not job.cancelled}
         try:
-            results = engine.step()
+            with self.metrics.busy(executor.model, engine.residency.device.type):
+                results = engine.step()
         except Exception as exc:  # a failing forward pass fails the batch it ran
             log.exception("a step of %s failed", executor.model)
+            self.metrics.failed_step(executor.model, exc)
             error = ErrorEvent(WorkerError("GenerationFailed", f"generation failed: {exc}"))
             for job in by_generation.values():
                 engine.leave(job.generation)
@@ -363,11 +366,17 @@ class Scheduler:
                 self.policy.finished(executor.model, job)
             if retired:
                 self._cond.notify_all()
+        self._report_in_flight(executor)
         for job, events in retired:
             self._account(job, "cancelled" if job.cancelled else (
                 "error" if any(isinstance(e, ErrorEvent) for e in events) else "ok"))
             for event in events:
                 _deliver(job, event)
+
+    def _report_in_flight(self, executor: _Executor) -> None:
+        running = list(executor.seated)
+        tokens = sum(len(j.generation.prompt_ids) + len(j.generation.output_ids) for j in running)
+        self.metrics.in_flight(executor.model, len(running), tokens)
 
     def _observe_token(self, job: Job) -> None:
         now = self.clock()

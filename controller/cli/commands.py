@@ -1,4 +1,4 @@
-"""The `gpushare` command line: validate, plan, explain, reconcile, demo.
+"""The `gpushare` command line: validate, plan, explain, reconcile, demo, rightsize, usage.
 
 Owns argument parsing and exit codes only; each subcommand calls the stage modules
 (load -> plan -> report/explain, or the reconcile loop). Exit codes, as terraform's: 0 ok, 1 the
@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     from controller.cli.reconcile_cmd import add_commands  # the shell around the pass, kept apart from the core
 
     add_commands(sub)
+    from controller.rightsizing.cli import add_commands as add_rightsizing_commands
+
+    add_rightsizing_commands(sub)
     return parser
 
 

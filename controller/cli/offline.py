@@ -38,7 +38,9 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
         compositions = with_install_parameters(compositions, install)
     return run_pass(snapshot.inputs, snapshot.records, last_plan_md=snapshot.last_plan_md,
                     compositions=compositions, processes=processes or available_processes(),
-                    last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners)
+                    last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners,
+                    last_workers=snapshot.tree.last_workers, rightsizing=snapshot.tree.rightsizing,
+                    prices=snapshot.tree.prices)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

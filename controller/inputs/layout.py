@@ -21,6 +21,7 @@ MEASURED_PROFILES_DIR = f"{PROFILES_DIR}/measured"
 PLAN_MD = f"{RENDERED_DIR}/PLAN.md"
 LAST_GOOD_DIR = f"{DECISIONS_DIR}/_last-good"  # the last good copy of each input file; `_` is no namespace
 OWNERS_FILE = f"{LAST_GOOD_DIR}/_owners.yaml"  # each model's generated paths after the last pass
+RIGHTSIZING_DIR = f"{DECISIONS_DIR}/rightsizing"  # right-sizing records: written by the right-sizing pass, kept by the others
 
 GENERATED = (f"{DECISIONS_DIR}/", f"{RENDERED_DIR}/")
 CLUSTER_GENERATED = (*GENERATED, f"{MEASURED_PROFILES_DIR}/")

@@ -27,6 +27,7 @@ from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
+from controller.rightsizing.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
@@ -260,6 +261,12 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
                                  *_quantity_problem("spec.memoryBudget", spec["memoryBudget"]),
                                  reason="InvalidQuantity", object=ref)]
     slo = spec.get("slo")
+    try:
+        rightsizing = parse_policy(spec.get("rightsizing"))
+    except (PolicyError, QuantityError) as exc:
+        return None, [InputError(source.file, source.document, "spec.rightsizing", str(exc),
+                                 "set minBudget at most maxBudget, as Kubernetes quantities", reason="InvalidRightsizing",
+                                 object=ref)]
     return ElasticModel(
         name=meta["name"],
         namespace=meta.get("namespace") or DEFAULT_NAMESPACE,
@@ -273,6 +280,7 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         has_slo=slo is not None,
         source=source,
         served_names=tuple(spec.get("servedNames", ())),
+        rightsizing=rightsizing,
     ), []
 
 
@@ -441,6 +449,9 @@ class TreeInputs:
     held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
     owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
     generated: tuple[str, ...] = ()  # every file under the controller's prefixes, as the tree holds them
+    rightsizing: Mapping[tuple[str, str], Any] = field(default_factory=dict)  # decisions/rightsizing/ records
+    prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
+    last_workers: Mapping[str, str] | None = None  # the last rendered worker Deployments and ConfigMaps
 
     def combined(self, slots: Iterable[GpuSlot] | None = None, measured: Iterable[Profile] = (),
                  replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> Inputs:

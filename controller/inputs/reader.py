@@ -29,12 +29,14 @@ from typing import Any, Callable
 from contract.wire import SOURCE_ANNOTATION
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
-                                      PROFILES_DIR)
+                                      PROFILES_DIR, RENDERED_DIR)
 from controller.inputs.load import (DecisionRecord, TreeInputs, load_documents, parse_inventory, parse_model,
                                     parse_profile, revive_last_good)
 from controller.inputs.repofiles import (RepoFileError, is_file, owned_files, read_optional, read_text,
                                          yaml_files)
 from controller.rendering.compositions import Composition, parse_composition, shipped_compositions
+from controller.rightsizing.prices import read_prices
+from controller.rightsizing.records import effective_models, read_records
 from controller.serialize import decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
@@ -52,6 +54,7 @@ class RepoSnapshot:
     last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
     held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
     owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
+    tree: TreeInputs | None = None  # as read: right-sizing records, prices, the last rendered workers
 
     @property
     def previous(self) -> dict[tuple[str, str], Decision]:
@@ -66,11 +69,12 @@ def read_repo(root: Path) -> RepoSnapshot:
     """Everything a pass reads from a GitOps directory, checked; files are read sorted."""
     tree = read_tree(root)
     return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md, tree.compositions, tree.last_good,
-                        tree.held, tree.owners)
+                        tree.held, tree.owners, tree)
 
 
 def load_repo(root: Path) -> Inputs:
-    """The checked inputs of `read_repo`: models, profiles, GPU slots and every error."""
+    """The checked inputs of `read_repo`: models, profiles, GPU slots and every error; a model under right-sizing
+    policy Auto carries the effective budget its record under decisions/rightsizing/ holds."""
     return read_repo(root).inputs
 
 
@@ -86,11 +90,20 @@ def read_tree(root: Path) -> TreeInputs:
     committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
                  if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
-    return TreeInputs(tuple(models), tuple(model_errors), tuple(profiles.values), tuple(profiles.errors),
+    rightsizing = read_records(root)
+    return TreeInputs(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values), tuple(profiles.errors),
                       tuple(inventory.values), tuple(inventory.errors), load_decision_records(root),
                       read_plan_md(root), committed, compositions.compositions, tuple(compositions.read.errors),
                       read.last_good, tuple(sorted(read.held)), read_owners(root),
-                      tuple(owned_files(root, CLUSTER_GENERATED)))
+                      tuple(owned_files(root, CLUSTER_GENERATED)), rightsizing=rightsizing, prices=read_prices(root),
+                      last_workers=read_rendered_workers(root))
+
+
+def read_rendered_workers(root: Path) -> dict[str, str]:
+    """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts."""
+    names = [rel for rel in owned_files(root, (RENDERED_DIR,))
+             if rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(("deployment-", "configmap-"))]
+    return {rel: text for rel in names if (text := read_optional(root, rel)) is not None}
 
 
 def read_owners(root: Path) -> dict[str, tuple[str, ...]]:

@@ -154,6 +154,22 @@ def status_schema() -> dict:
                     "reason": {"type": "string"}, "reasonCode": {"type": "string"}, "profile": {"type": "string"},
                 },
             },
+            "rightsizing": {
+                "type": "object",
+                "description": "With spec.rightsizing: the policy and the budget in force (Auto's effective budget).",
+                "properties": {
+                    "policy": {"type": "string", "enum": ["Off", "Recommend", "Auto"]},
+                    "specBudgetBytes": {"type": "integer", "format": "int64"},
+                    "effectiveBudgetBytes": {"type": "integer", "format": "int64"},
+                    "conditions": {
+                        "type": "array", "description": "The loop's last conditions: UsageAvailable (UsageMissing), "
+                        "NeedsCapacity (bytes missing, GPU product), AtMaxBudget.",
+                        "items": {"type": "object", "properties": {
+                            "type": {"type": "string"}, "status": {"type": "string"},
+                            "reason": {"type": "string"}, "message": {"type": "string"}}},
+                    },
+                },
+            },
         },
     }
 

@@ -264,6 +264,9 @@ def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision
         "conditions": conditions,
         "assigned": decision_to_dict(decision) if decision is not None else None,
         "url": url,
+        "rightsizing": {"policy": model.rightsizing.policy, "specBudgetBytes": model.spec_budget_bytes,
+                        "effectiveBudgetBytes": model.budget_bytes,
+                        "conditions": list(model.rightsizing_conditions) or None} if model.rightsizing.enabled else None,
     }}
 
 
@@ -280,7 +283,7 @@ def needs_write(current_status: dict | None, desired_status: dict) -> bool:
                 return True
         elif current.get(key) != value:
             return True
-    return any(value is None and key in current for key, value in desired_status.items())
+    return any(value is None and current.get(key) is not None for key, value in desired_status.items())
 
 
 def _without_nulls(value):

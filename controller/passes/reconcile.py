@@ -24,14 +24,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contract.quantity import format_bytes as fb
-from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR
+from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR, RIGHTSIZING_DIR
 from controller.inputs.load import DecisionRecord, revive_last_good
 from controller.planning.plan import plan
 from controller.rendering.compose import Rendered, compose
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.compositions import Composition
-from controller.rendering.planmd import Change, last_change_lines
+from controller.rendering.planmd import CHANGES_HEADING, Change, last_change_lines
+from controller.rendering.rollouts import Rollouts, last_line, with_line, worker_rollouts
 from controller.rendering.yamlout import dump
+from controller.rightsizing.planmd import section as rightsizing_section
+from controller.rightsizing.planmd import with_section
+from controller.rightsizing.records import Record as RightsizingRecord
 from controller.types import ElasticModel, InputError, Inputs, Plan
 
 OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
@@ -63,22 +67,32 @@ class PassOutput:
 def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
              compositions: Mapping[str, Composition] | None = None, processes: int = 1,
              last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = (),
-             owners: Mapping[str, tuple[str, ...]] | None = None) -> PassOutput:
+             owners: Mapping[str, tuple[str, ...]] | None = None, last_workers: Mapping[str, str] | None = None,
+             rightsizing: Mapping[tuple[str, str], RightsizingRecord] | None = None,
+             prices: Mapping[str, float] | None = None) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
     `processes`: how many processes may render a large pass (see compose); `last_good`, `held` and `owners`:
     the input files' last good copies, the files read from them, and each model's generated paths after the
-    last pass (controller.inputs.reader.read_tree): a model that fails to render now keeps those."""
+    last pass (controller.inputs.reader.read_tree): a model that fails to render now keeps those;
+    `last_workers`: the last rendered worker Deployments and ConfigMaps (path -> text), to tell restarts from
+    in-place changes (None: not known, no workers line); `rightsizing`, `prices`: the right-sizing records and
+    GPU prices PLAN.md lists open recommendations from (the records under RIGHTSIZING_DIR are always kept)."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
     sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last_changes=last_change_lines(last_plan_md), processes=processes, profile_sources=sources)
+    rollouts = worker_rollouts(last_workers, rendered.files) if last_workers is not None else Rollouts()
+    plan_md = with_line(rendered.files[PLAN_MD], rollouts.line if rollouts.any else last_line(last_plan_md))
+    rendered.files[PLAN_MD] = with_section(plan_md, rightsizing_section(rightsizing or {}, result.decisions,
+                                                                        planned.slots, prices or {}),
+                                           CHANGES_HEADING)
     quiet = quiet_changes(records, planned.models, result)
     now, keep = kept_owners(rendered, owners or {})
     return PassOutput(planned, result, rendered, revived,
-                      commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held),
-                      dict(last_good or {}), held, now, keep)
+                      commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held, rollouts=rollouts),
+                      dict(last_good or {}), held, now, keep | {RIGHTSIZING_DIR + "/"})
 
 
 def kept_owners(rendered: Rendered, before: Mapping[str, tuple[str, ...]]
@@ -146,7 +160,7 @@ def available_processes() -> int:
 
 
 def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...], *,
-                   quiet: tuple[str, ...] = (), held: tuple[str, ...] = ()) -> str:
+                   quiet: tuple[str, ...] = (), held: tuple[str, ...] = (), rollouts: Rollouts = Rollouts()) -> str:
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
     a count and one line per change otherwise; with no decision moved, the `quiet` spec changes. Used only
     when the generated tree changed."""
@@ -167,7 +181,8 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
         subject = f"gpushare: re-render {len(quiet)} models whose spec or need changed (no decision moved)"
     else:
         subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
-    body = [c.summary for c in changes] if len(changes) > 1 else []
+    body = [rollouts.line] if rollouts.any else []  # which workers restart and which reconfigure in place
+    body += [c.summary for c in changes] if len(changes) > 1 else []
     body += list(quiet) if len(quiet) > 1 or (quiet and changes) else []
     body += [f"served from its last good spec (its document is broken): {ref}" for ref in revived]
     body += [f"read from its last good copy (the file is broken): {file}" for file in held]

@@ -8,7 +8,9 @@ does. Two validators per kind, both compiled once per process: a fast one
 Python code) that passes the valid objects, and the reference one
 (jsonschema) that explains every object the fast one rejects, so a failure always
 carries jsonschema's path and message. Every object is validated in full.
-Called by controller.rendering.compose; tests keep it in agreement with kubernetes_validate.
+Custom kinds in CUSTOM_KINDS (the Prometheus Operator's PodMonitor) are checked against
+their schema under schemas/. Called by controller.rendering.compose; tests keep it in agreement with
+kubernetes_validate.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import jsonschema
 from kubernetes_validate.utils import all_versions, major_minor, schema_contents
 from referencing import Registry, Resource
 
+import schemas
+
 KUBERNETES_VERSION = "1.30"
 # Format assertions are off in the reference validator (JSON Schema's default); the fast one matches.
 _ANY_FORMAT = {name: (lambda _value: True) for name in ("int32", "int64", "double", "byte", "date-time")}
@@ -30,9 +34,17 @@ class NoSchema(Exception):
     """kubernetes-validate ships no schema for this apiVersion/kind (a custom resource)."""
 
 
+# Custom resources compositions may render, each checked against its own schema under schemas/.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor"}
+
+
 def validate_object(doc: dict, version: str = KUBERNETES_VERSION) -> None:
     """Raise jsonschema.ValidationError when `doc` is not a valid object; NoSchema for unknown kinds."""
     key = (version, str(doc.get("apiVersion")), str(doc.get("kind")))
+    custom = CUSTOM_KINDS.get(key[1:])
+    if custom is not None:
+        schemas.validator(custom).validate(doc)
+        return
     try:
         _fast(*key)(doc)
     except fastjsonschema.JsonSchemaValueException:

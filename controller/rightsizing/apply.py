@@ -1,0 +1,92 @@
+"""The right-sizing pass against a GitOps repository: read usage, run the step, commit.
+
+Thin shell around controller.rightsizing.step. It checks out the tracked branch, loads
+the models, the last decisions and the records, reads usage through the `read_usage`
+function passed in (Prometheus, or a file), then:
+- each Recommend proposal is published to its own review branch as the edit of the
+  user's model file (its only owned path), with the evidence as the commit message;
+- the records (decisions/rightsizing/, the only path owned there) go to the tracked
+  branch, Auto's effective budgets and every condition with them.
+Usage that cannot be read changes no budget: the records say UsageMissing. Called by
+`gpushare rightsize --git` and tests.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from controller.inputs.reader import load_decision_records, load_repo
+from contract.quantity import format_bytes
+from gitops import Change, PublishResult, Target, WorkingCopy, publish
+
+from .edit import set_memory_budget
+from .prices import read_prices
+from .prometheus import UsageUnavailable
+from .records import RECORDS_DIR, read_records
+from .step import Proposal, StepResult, step
+from .usage import Sample, by_model
+
+log = logging.getLogger("gpushare.rightsizing")
+ReadUsage = Callable[[float, float], list[Sample]]
+
+
+@dataclass(frozen=True)
+class PassResult:
+    step: StepResult
+    proposals: tuple[PublishResult, ...]
+    records: PublishResult
+    usage_error: str | None
+
+
+def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_s: float) -> PassResult:
+    heads = copy.sync()
+    root = copy.root
+    inputs = load_repo(root)
+    usage_error = None
+    try:
+        usage = by_model(read_usage(now - window_s, now))
+    except UsageUnavailable as exc:
+        usage, usage_error = None, str(exc)
+        log.warning("no usage this pass, no budget changes: %s", exc)
+    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots, read_records(root),
+                  usage, now, read_prices(root))
+    published = tuple(_propose(copy, p) for p in result.proposals)
+    copy.checkout(heads[copy.branch])
+    records = publish(copy, lambda _root: Change(files={r.path: r.dump().encode() for r in result.records.values()},
+                                                 message=_records_message(result, usage_error)),
+                      owned=(RECORDS_DIR + "/",), target="direct")
+    return PassResult(result, published, records, usage_error)
+
+
+def _propose(copy: WorkingCopy, proposal: Proposal) -> PublishResult:
+    source = proposal.model.source
+    path, document = source.file, source.document
+
+    def render(root: Path) -> Change:
+        text = (root / path).read_bytes().decode("utf-8")
+        return Change(files={path: set_memory_budget(text, document, proposal.budget_bytes).encode()},
+                      message=proposal.message)
+
+    return publish(copy, render, owned=(path,), target=Target(proposal.branch))
+
+
+def _records_message(result: StepResult, usage_error: str | None) -> str:
+    lines = []
+    for record in sorted(result.records.values(), key=lambda r: r.key):
+        ref = f"{record.namespace}/{record.name}"
+        held = [c for c in record.conditions if c.status == "False" or c.type in ("NeedsCapacity", "AtMaxBudget")]
+        if record.open:
+            verb = "applies" if record.policy == "Auto" else "proposes"
+            lines.append(f"{ref}: {record.policy} {verb} {format_bytes(record.spec_budget_bytes)} → "
+                         f"{format_bytes(record.budget_bytes)} ({record.reason})")
+        lines += [f"{ref}: {c.reason}: {c.message}" for c in held]
+    if usage_error:
+        subject = f"gpushare right-sizing: usage unavailable, no budget changed ({len(result.records)} models hold)"
+        body = [f"usage unavailable: {usage_error}"] + lines
+    else:
+        subject = (f"gpushare right-sizing: {lines[0]}" if len(lines) == 1 else
+                   f"gpushare right-sizing: {len(lines)} updates" if lines else "gpushare right-sizing: records")
+        body = lines if len(lines) > 1 else []
+    return subject + ("\n\n" + "\n".join(body) if body else "") + "\n"

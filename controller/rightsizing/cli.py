@@ -1,0 +1,148 @@
+"""`gpushare rightsize` and `gpushare usage export`: the right-sizing loop from the command line.
+
+- `gpushare rightsize --repo PATH --usage FILE` replays a usage file (controller.rightsizing.usage)
+  against the repo's models and prints every decision the loop would have taken, with timestamps.
+- `gpushare rightsize --git URL --prometheus URL` runs one right-sizing pass: reads usage over
+  `--window` from Prometheus, commits Recommend proposals to review branches and the records to
+  the tracked branch (controller.rightsizing.apply).
+- `gpushare usage export --prometheus URL --since 1h` writes the usage format from Prometheus.
+Owns arguments and printing only. Exit codes: 0 ok, 1 usage or repo unusable, 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from controller.inputs.reader import load_repo
+from contract.quantity import format_bytes
+
+from .policy import PolicyError, parse_duration
+from .prometheus import UsageUnavailable, read_usage
+from .recommender import Change, Slo, replay
+from .usage import UsageFormatError, by_model, dump_lines, format_time, read_samples
+
+
+def add_commands(sub) -> None:
+    rs = sub.add_parser("rightsize", help="replay usage and print the loop's decisions, or run one right-sizing pass")
+    rs.add_argument("--repo", type=Path, help="replay: a checked-out GitOps repo (with models/)")
+    rs.add_argument("--usage", type=Path, help="replay: a usage file, one JSON sample per line ('-': stdin)")
+    rs.add_argument("--all", action="store_true", help="replay models whose policy is Off too")
+    rs.add_argument("--git", help="pass: the GitOps repository (URL or path) to commit to")
+    rs.add_argument("--branch", default="main", help="pass: the tracked branch (default: main)")
+    rs.add_argument("--workdir", type=Path, help="pass: the checkout to use (default: a temporary directory)")
+    rs.add_argument("--prometheus", help="pass: Prometheus' base URL, e.g. http://prometheus:9090")
+    rs.add_argument("--window", type=_duration, default=2 * 86400, help="pass: usage window (default: 2d)")
+    rs.add_argument("--step", type=_duration, default=15, help="pass: sample grid (default: 15s, the scrape interval)")
+    rs.set_defaults(run=_rightsize)
+
+    usage = sub.add_parser("usage", help="usage samples for the right-sizing loop")
+    usage_sub = usage.add_subparsers(required=True, metavar="ACTION")
+    export = usage_sub.add_parser("export", help="write usage samples (JSON lines) from Prometheus' query_range API")
+    export.add_argument("--prometheus", required=True, help="Prometheus' base URL")
+    export.add_argument("--since", type=_duration, default=86400, help="how far back (default: 1d)")
+    export.add_argument("--step", type=_duration, default=15, help="sample grid (default: 15s)")
+    export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    export.set_defaults(run=_export)
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except PolicyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"gpushare: {message}", file=sys.stderr)
+    return code
+
+
+def _rightsize(args) -> int:
+    if args.git or args.prometheus:
+        if not (args.git and args.prometheus) or args.usage or args.repo:
+            return _fail("a right-sizing pass takes --git and --prometheus (and not --repo/--usage)", 2)
+        return _pass(args)
+    if not (args.repo and args.usage):
+        return _fail("replay takes --repo PATH and --usage FILE; a pass takes --git URL and --prometheus URL", 2)
+    if not (args.repo / "models").is_dir():
+        return _fail(f"{args.repo} has no models/ directory; pass the root of a GitOps repo", 2)
+    try:
+        lines = sys.stdin if str(args.usage) == "-" else args.usage.read_text(encoding="utf-8").splitlines()
+        samples = by_model(read_samples(lines, str(args.usage)))
+    except (OSError, UsageFormatError) as exc:
+        return _fail(f"cannot read usage: {exc}")
+    inputs = load_repo(args.repo)
+    models = inputs.models  # Auto models carry their effective budget (controller.inputs.reader)
+    shown = 0
+    for model in sorted(models, key=lambda m: m.key):
+        if not (model.rightsizing.enabled or args.all):
+            continue
+        series = samples.get(model.ref)
+        if not series:
+            print(f"{model.ref}: no usage samples in {args.usage}")
+            continue
+        shown += 1
+        events, loop = replay(series, model.ref, model.budget_bytes, model.rightsizing,
+                              Slo(model.slo.ttft_ms, model.slo.tpot_ms))
+        print(f"{model.ref}: policy {model.rightsizing.policy}, budget {format_bytes(model.budget_bytes)}, "
+              f"{loop.samples} samples {format_time(series[0].time)} .. {format_time(series[-1].time)}")
+        for e in events:
+            print("  " + _event_line(e))
+        print(f"  → budget {format_bytes(loop.budget)}" + (" (unchanged)" if loop.budget == model.budget_bytes else ""))
+    unknown = sorted(set(samples) - {m.ref for m in models})
+    if unknown:
+        print(f"usage for models not in the repo (ignored): {', '.join(unknown)}")
+    if not shown:
+        print("no model with a rightsizing policy has usage (add spec.rightsizing, or pass --all)")
+    return 0
+
+
+def _event_line(e) -> str:
+    if isinstance(e, Change):
+        ev = e.evidence
+        breaches = f", breaches {'+'.join(ev.breaches)}" if ev.breaches else ""
+        return (f"{format_time(e.at)}  {e.direction:<4}  {format_bytes(e.from_bytes)} → {format_bytes(e.to_bytes)}  "
+                f"{e.reason}  (p{ev.percentile * 100:g} {format_bytes(ev.percentile_bytes)}, peak "
+                f"{format_bytes(ev.peak_bytes)}, {ev.samples} samples{breaches})")
+    return f"{format_time(e.at)}  hold  {e.reason}: {e.message}"
+
+
+def _pass(args) -> int:
+    import tempfile
+
+    from gitops import GitError, WorkingCopy
+
+    from .apply import rightsize_once
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpushare-rightsize-"))
+    try:
+        copy = WorkingCopy(args.git, args.branch, workdir)
+        result = rightsize_once(copy, lambda start, end: read_usage(args.prometheus, start, end, args.step),
+                                time.time(), args.window)
+    except GitError as exc:
+        return _fail(f"git: {exc}")
+    for published in result.proposals:
+        print(f"{published.branch}: {published.commit or 'no change'}")
+    print(f"{result.records.branch}: {result.records.commit or 'no change'} ({result.records.message.splitlines()[0]})")
+    if result.usage_error:
+        print(f"usage unavailable, no budget changed: {result.usage_error}", file=sys.stderr)
+    return 0
+
+
+def _export(args) -> int:
+    end = time.time()
+    try:
+        samples = read_usage(args.prometheus, end - args.since, end, args.step)
+    except UsageUnavailable as exc:
+        return _fail(str(exc))
+    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        out.writelines(dump_lines(samples))
+    finally:
+        if args.output:
+            out.close()
+    if args.output:
+        print(f"wrote {len(samples)} samples to {args.output}", file=sys.stderr)
+    return 0

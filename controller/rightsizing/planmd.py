@@ -1,0 +1,54 @@
+"""PLAN.md's "Open right-sizing recommendations": each open record with the memory it frees or needs and its
+monthly cost effect (from gpus.yaml's pricePerGpuHour and the model's share of its GPU).
+
+Pure and deterministic (records and slots sorted; no clock). Called by controller.passes.reconcile, which
+inserts the section before the decision changes.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from contract.quantity import format_bytes
+from controller.types import Decision, GpuSlot
+
+from .records import Record
+from .step import monthly_cost
+
+HEADING = "## Open right-sizing recommendations"
+
+
+def section(records: Mapping[tuple[str, str], Record], decisions: Sequence[Decision], slots: Sequence[GpuSlot],
+            prices: Mapping[str, float]) -> list[str]:
+    """The section's lines, or [] when no recommendation is open."""
+    open_ = sorted((r for r in records.values() if r.open), key=lambda r: r.key)
+    if not open_:
+        return []
+    by_key = {d.key: d for d in decisions}
+    by_slot = {s.id: s for s in slots}
+    rows, total_bytes, total_cost = [], 0, 0.0
+    for r in open_:
+        decision = by_key.get(r.key)
+        slot = by_slot.get(decision.slot) if decision is not None and decision.slot else None
+        delta = r.budget_bytes - r.spec_budget_bytes
+        cost = monthly_cost(delta, slot, prices)
+        total_bytes += delta
+        total_cost += cost or 0.0
+        state = "applied (Auto)" if r.policy == "Auto" else f"review `{r.review_branch}`"
+        rows.append(f"| {r.namespace}/{r.name} | {format_bytes(r.spec_budget_bytes)} → {format_bytes(r.budget_bytes)} | "
+                    f"{'frees' if delta < 0 else 'needs'} {format_bytes(abs(delta))} | "
+                    f"{'-' if cost is None else f'{cost:+.2f}'} | {r.reason or '-'} | "
+                    f"{(r.fit or {}).get('kind', '-')} | {state} |")
+    return ["", HEADING, "",
+            f"{len(open_)} open · {'frees' if total_bytes < 0 else 'needs'} {format_bytes(abs(total_bytes))} · "
+            f"monthly cost {total_cost:+.2f} (priced products only).", "",
+            "| model | budget | memory | monthly cost | reason | fits | state |",
+            "|---|---|---|---|---|---|---|", *rows]
+
+
+def with_section(plan_md: str, lines: list[str], before: str) -> str:
+    """PLAN.md with `lines` inserted before the heading `before` (appended when it is absent)."""
+    if not lines:
+        return plan_md
+    text = "\n".join(lines) + "\n"
+    at = plan_md.find("\n" + before)
+    return plan_md + text if at == -1 else plan_md[:at] + "\n" + text.rstrip("\n") + plan_md[at:]

@@ -1,0 +1,130 @@
+"""Right-sizing records: decisions/rightsizing/<namespace>/<name>.yaml, owned by the controller.
+
+A record says what the loop last concluded for one model: the budget it applied
+(Auto: the effective budget) or proposed (Recommend: the budget on the review
+branch), the user's budget it started from, the evidence, where the new budget fits,
+and the loop's conditions (UsageMissing, NeedsCapacity, AtMaxBudget). Auto never edits
+a user file: the next pass plans the model with the effective budget while the user's
+spec.memoryBudget is the one the record started from (a budget the user changes wins).
+Called by the right-sizing step (writes), the loader (reads) and PLAN.md's section.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterable
+
+import yaml
+
+from contract.wire import API_VERSION
+from controller.inputs.layout import RIGHTSIZING_DIR as RECORDS_DIR
+from controller.types import ElasticModel
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+    def as_dict(self) -> dict:
+        return {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Record:
+    namespace: str
+    name: str
+    policy: str
+    spec_budget_bytes: int
+    budget_bytes: int
+    direction: str | None = None
+    reason: str | None = None
+    at: str | None = None
+    evidence: dict = field(default_factory=dict)
+    fit: dict = field(default_factory=dict)
+    review_branch: str | None = None
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def path(self) -> str:
+        return f"{RECORDS_DIR}/{self.namespace}/{self.name}.yaml"
+
+    @property
+    def open(self) -> bool:
+        """A budget other than the user's awaits review (Recommend) or is in force (Auto)."""
+        return self.budget_bytes != self.spec_budget_bytes
+
+    def as_dict(self) -> dict:
+        doc = {"apiVersion": API_VERSION, "kind": "RightsizingRecord",
+               "model": {"namespace": self.namespace, "name": self.name}, "policy": self.policy,
+               "specBudgetBytes": self.spec_budget_bytes, "budgetBytes": self.budget_bytes}
+        for key, value in (("direction", self.direction), ("reason", self.reason), ("at", self.at),
+                           ("reviewBranch", self.review_branch)):
+            if value is not None:
+                doc[key] = value
+        if self.evidence:
+            doc["evidence"] = self.evidence
+        if self.fit:
+            doc["fit"] = self.fit
+        if self.conditions:
+            doc["conditions"] = [c.as_dict() for c in self.conditions]
+        return doc
+
+    def dump(self) -> str:
+        return yaml.safe_dump(self.as_dict(), sort_keys=False, default_flow_style=False, width=1000)
+
+
+def parse_record(doc) -> Record | None:
+    """A record from its document; None for anything else (the controller rewrites its own files)."""
+    try:
+        if doc.get("kind") != "RightsizingRecord":
+            return None
+        return Record(
+            namespace=str(doc["model"]["namespace"]), name=str(doc["model"]["name"]), policy=str(doc["policy"]),
+            spec_budget_bytes=int(doc["specBudgetBytes"]), budget_bytes=int(doc["budgetBytes"]),
+            direction=doc.get("direction"), reason=doc.get("reason"), at=doc.get("at"),
+            evidence=dict(doc.get("evidence") or {}), fit=dict(doc.get("fit") or {}),
+            review_branch=doc.get("reviewBranch"),
+            conditions=tuple(Condition(**c) for c in doc.get("conditions") or ()))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def read_records(root: Path) -> dict[tuple[str, str], Record]:
+    base = Path(root) / RECORDS_DIR
+    records = {}
+    if not base.is_dir():
+        return records
+    for path in sorted(base.glob("*/*.yaml")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            record = parse_record(yaml.safe_load(path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if record is not None and path.relative_to(root).as_posix() == record.path:
+            records[record.key] = record
+    return records
+
+
+def effective_models(models: Iterable[ElasticModel], records: dict[tuple[str, str], Record]) -> tuple[ElasticModel, ...]:
+    """Models with Auto's effective budget where a record applies: policy Auto now, and the user's budget is
+    still the one the record started from; clamped to the policy's current [minBudget, maxBudget]. Every model
+    under a policy carries its record's conditions (UsageMissing, NeedsCapacity, AtMaxBudget) for its status."""
+    out = []
+    for model in models:
+        record = records.get(model.key)
+        if record is not None and model.rightsizing.enabled and record.conditions:
+            model = replace(model, rightsizing_conditions=tuple(c.as_dict() for c in record.conditions))
+        if (record is not None and model.rightsizing.policy == "Auto" and record.policy == "Auto"
+                and model.user_budget_bytes is None and record.spec_budget_bytes == model.budget_bytes):
+            model = replace(model, budget_bytes=model.rightsizing.clamp(record.budget_bytes),
+                            user_budget_bytes=model.budget_bytes)
+        out.append(model)
+    return tuple(out)

@@ -1,0 +1,172 @@
+"""One right-sizing step, pure: models, their decisions and usage in; records and proposals out.
+
+For each model whose policy is not Off, the recommender replays the usage window from
+the budget in force (Auto: the effective budget of its record; Recommend: the user's),
+the last change an earlier step made acting as history. A new budget becomes:
+- Recommend: a `Proposal` (the edit of the user's file on the review branch) and an open record;
+- Auto: a record whose budget the next pass plans with, unless it does not fit anywhere
+  (NeedsCapacity: the record keeps the old budget and says how many bytes are missing).
+No usage for the model (Prometheus down, a gap at the end of the window) changes nothing
+and sets the condition UsageMissing. Called by `gpushare rightsize` and the controller.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from contract.quantity import format_bytes
+from controller.types import Decision, ElasticModel, GpuSlot
+
+from .placement import Fit, where_it_fits
+from .recommender import GAP_INTERVALS, Change, Hold, Slo, replay
+from .records import Condition, Record
+from .usage import Sample, format_time, parse_time
+
+HOURS_PER_MONTH = 730
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Recommend: set `model`'s spec.memoryBudget to `budget_bytes` on `branch`, with `message`."""
+
+    model: ElasticModel
+    budget_bytes: int
+    branch: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    records: dict[tuple[str, str], Record]
+    proposals: tuple[Proposal, ...]
+
+
+def review_branch(model: ElasticModel) -> str:
+    return f"gpushare/rightsize-{model.namespace}-{model.name}"
+
+
+def monthly_cost(delta_bytes: int, slot: GpuSlot | None, prices: Mapping[str, float]) -> float | None:
+    """The monthly cost of `delta_bytes` more (negative: less) of a GPU of the slot's product."""
+    if slot is None or slot.product not in prices or slot.memory_bytes <= 0:
+        return None
+    return delta_bytes / slot.memory_bytes * prices[slot.product] * HOURS_PER_MONTH
+
+
+def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: Sequence[GpuSlot],
+         records: Mapping[tuple[str, str], Record], usage: Mapping[str, Sequence[Sample]] | None, now: float,
+         prices: Mapping[str, float] | None = None) -> StepResult:
+    """`usage` None: no usage could be read at all (every enabled model holds)."""
+    by_key = {d.key: d for d in decisions}
+    out: dict[tuple[str, str], Record] = {}
+    proposals = []
+    for model in sorted(models, key=lambda m: m.key):
+        policy = model.rightsizing
+        if not policy.enabled:
+            continue
+        previous = records.get(model.key)
+        user = model.spec_budget_bytes
+        carried = previous if previous is not None and previous.spec_budget_bytes == user \
+            and previous.policy == policy.policy else None
+        if previous is not None and carried is None and previous.policy == policy.policy == "Recommend" \
+                and previous.budget_bytes == user:  # the user merged the proposal: it is closed, its time stays
+            carried = replace(previous, spec_budget_bytes=user)
+        in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
+        base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
+        samples = list((usage or {}).get(model.ref, ()))
+        missing = _missing(samples, now) if usage is not None else "usage could not be read"
+        if missing:
+            out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", "UsageMissing",
+                                                                 f"{missing}; no change made"),))
+            continue
+        last_change = parse_time(carried.at) if carried and carried.at else None
+        found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
+                             last_change)
+        change = next((e for e in reversed(found) if isinstance(e, Change)), None)
+        conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
+        capped = [e for e in found if isinstance(e, Hold) and e.reason == "AtMaxBudget"]
+        if capped and (change is None or capped[-1].at > change.at):
+            conditions.append(Condition("AtMaxBudget", "True", "AtMaxBudget", capped[-1].message))
+        if change is None or loop.budget in (in_force, base.budget_bytes):  # nothing new: records stay as they are
+            out[model.key] = replace(base, conditions=tuple(conditions))
+            if carried is not None and carried.open and policy.policy == "Recommend":
+                proposals.append(Proposal(model, carried.budget_bytes, review_branch(model),
+                                          _reproposal_message(model, carried)))
+            continue
+        decision = by_key.get(model.key)
+        fit = where_it_fits(decision, loop.budget, decisions, slots) if decision is not None else None
+        if fit is not None and fit.kind == "NeedsCapacity":
+            conditions.append(Condition("NeedsCapacity", "True", "NeedsCapacity", fit.message))
+            if policy.policy == "Auto":
+                out[model.key] = replace(base, conditions=tuple(conditions), fit=_fit_dict(fit))
+                continue
+        record = Record(model.namespace, model.name, policy.policy, user, loop.budget,
+                        change.direction, change.reason, format_time(change.at), change.evidence.as_dict(),
+                        _fit_dict(fit) if fit else {},
+                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions))
+        out[model.key] = record
+        if policy.policy == "Recommend":
+            slot = next((s for s in slots if decision is not None and s.id == decision.slot), None)
+            proposals.append(Proposal(model, loop.budget, review_branch(model),
+                                      proposal_message(model, in_force, change, fit, slot, prices or {})))
+    return StepResult(out, tuple(proposals))
+
+
+def _reproposal_message(model: ElasticModel, record: Record) -> str:
+    """An open proposal carried to a new base (the tracked branch moved): the evidence it was made with."""
+    evidence = ", ".join(f"{k} {v}" for k, v in sorted(record.evidence.items()))
+    return (f"{model.ref}: memoryBudget {format_bytes(record.spec_budget_bytes)} → "
+            f"{format_bytes(record.budget_bytes)} (right-sizing: {record.reason}, proposed {record.at})\n\n"
+            f"Evidence: {evidence}.\n")
+
+
+def _missing(samples: Sequence[Sample], now: float) -> str | None:
+    """Why the series cannot be trusted at its end, or None."""
+    present = [s for s in samples if not s.missing]
+    if not present:
+        return "no usage samples in the window"
+    if samples[-1].missing:
+        return f"usage missing since {format_time(present[-1].time)}"
+    times = [s.time for s in samples]
+    steps = [b - a for a, b in zip(times, times[1:]) if b > a]
+    interval = min(steps) if steps else None
+    if interval is not None and now - times[-1] > GAP_INTERVALS * interval:
+        return f"no usage since {format_time(times[-1])} ({now - times[-1]:.0f}s)"
+    return None
+
+
+def _fit_dict(fit: Fit) -> dict:
+    out = {"kind": fit.kind, "message": fit.message}
+    if fit.slot:
+        out["slot"] = fit.slot
+    if fit.kind == "NeedsCapacity":
+        out.update(missingBytes=fit.missing_bytes, product=fit.product)
+    return out
+
+
+def proposal_message(model: ElasticModel, budget: int, change: Change, fit: Fit | None, slot: GpuSlot | None,
+                     prices: Mapping[str, float]) -> str:
+    """The review commit's message: the change, then the evidence it rests on."""
+    e = change.evidence
+    delta = change.to_bytes - budget
+    lines = [f"{model.ref}: memoryBudget {format_bytes(budget)} → {format_bytes(change.to_bytes)} "
+             f"(right-sizing: {change.reason})", "",
+             f"Window: {e.window_s / 3600:.1f}h of usage ({e.samples} samples, decaying histogram, "
+             f"half-life {e.half_life_s / 3600:.0f}h), up to {format_time(change.at)}.",
+             f"Device bytes: p{e.percentile * 100:g} {format_bytes(e.percentile_bytes)}, peak "
+             f"{format_bytes(e.peak_bytes)}; headroom {e.headroom_percent:g}%.",
+             f"Breaches: {', '.join(e.breaches) if e.breaches else 'none'}"
+             + (f" (since {format_time(e.breach_since)})" if e.breach_since else "") + "."]
+    if e.kv_used_peak_bytes is not None:
+        reserved = f" of {format_bytes(e.kv_reserved_bytes)} reserved" if e.kv_reserved_bytes is not None else ""
+        lines.append(f"KV cache in use: p{e.percentile * 100:g} {format_bytes(e.kv_used_p99_bytes)}, peak "
+                     f"{format_bytes(e.kv_used_peak_bytes)}{reserved}; headroom applies to it (the KV "
+                     "reservation itself follows slo.contextTokens × slo.concurrency).")
+    lines.append(f"{'Frees' if delta < 0 else 'Needs'} {format_bytes(abs(delta))}"
+                 + (f"; {fit.message}." if fit else "."))
+    cost = monthly_cost(delta, slot, prices)
+    if cost is not None:
+        lines.append(f"Monthly cost effect: {cost:+.2f} per month at {prices[slot.product]:g} per "
+                     f"{slot.product} GPU-hour.")
+    lines += ["", "Merge this branch to apply the budget, or close it to keep yours; the loop proposes "
+              "again only when usage moves."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,135 @@
+"""The usage series the recommender reads: one JSON object per line, one line per model per sample.
+
+Owns the format (docs/guide.md, "Right-sizing", documents it), reading it with
+per-line errors and writing it canonically. `gpushare usage export` writes it from
+Prometheus; `gpushare rightsize --usage FILE` and the controller read it. A line:
+
+    {"time": "2026-11-30T12:00:15Z", "model": "llm/chat-small", "deviceBytes": 1503238553,
+     "kvUsedBytes": 50331648, "kvReservedBytes": 201326592, "queueWaitSeconds": 0.004,
+     "ttftSeconds": 0.12, "tpotSeconds": 0.018, "refusals": 0, "ooms": 0, "missingBytes": 0}
+
+`time` (RFC 3339 UTC, or Unix seconds) and `model` (namespace/name) are required. Every
+other field is optional and may be null; a line without `deviceBytes` is *missing data*,
+and the recommender makes no change on missing data. `deviceBytes` is the most the model
+held on the device in the interval: weights, buffers and its KV-cache and activation
+reservations (`gpushare_worker_device_bytes`); `kvUsedBytes` the most KV cache its running
+sequences held, against `kvReservedBytes`. Latencies are the sample interval's 95th
+percentile; `refusals`/`ooms` count worker refusals and out-of-memory failures in the
+interval, `missingBytes` the largest shortfall a refusal reported, `budgetBytes` the budget the
+worker ran with (a breach under a budget older than the loop's last upsize is not acted on).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Iterator
+
+_NUMBERS = {"deviceBytes": "device_bytes", "kvUsedBytes": "kv_used_bytes", "kvReservedBytes": "kv_reserved_bytes",
+            "queueWaitSeconds": "queue_wait_s", "ttftSeconds": "ttft_s", "tpotSeconds": "tpot_s",
+            "refusals": "refusals", "ooms": "ooms", "missingBytes": "missing_bytes", "budgetBytes": "budget_bytes"}
+
+
+class UsageFormatError(ValueError):
+    reason = "InvalidUsage"
+
+
+@dataclass(frozen=True)
+class Sample:
+    time: float   # Unix seconds
+    model: str    # namespace/name
+    device_bytes: int | None = None
+    kv_used_bytes: int | None = None
+    kv_reserved_bytes: int | None = None
+    queue_wait_s: float | None = None
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    refusals: int | None = None
+    ooms: int | None = None
+    missing_bytes: int | None = None
+    budget_bytes: int | None = None  # the budget the worker ran with
+
+    @property
+    def missing(self) -> bool:
+        """No usage at this time: the recommender holds."""
+        return self.device_bytes is None
+
+
+def parse_time(value) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is not None:
+                return parsed.timestamp()
+    raise UsageFormatError(f"time {value!r} is neither RFC 3339 with a zone (2026-11-30T12:00:00Z) "
+                           "nor Unix seconds")
+
+
+def format_time(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_line(line: str) -> Sample:
+    try:
+        doc = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageFormatError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(doc, dict):
+        raise UsageFormatError("a line must be a JSON object")
+    model = doc.get("model")
+    if not isinstance(model, str) or model.count("/") != 1:
+        raise UsageFormatError(f"model {model!r} must be namespace/name")
+    values = {}
+    for key, field in _NUMBERS.items():
+        value = doc.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise UsageFormatError(f"{key} must be a finite number >= 0 or null, not {value!r}")
+        values[field] = int(value) if key.endswith("Bytes") or key in ("refusals", "ooms") else float(value)
+    unknown = sorted(set(doc) - set(_NUMBERS) - {"time", "model"})
+    if unknown:
+        raise UsageFormatError(f"unknown fields {', '.join(unknown)}; the format is documented in "
+                               "docs/guide.md (Right-sizing)")
+    return Sample(time=parse_time(doc.get("time")), model=model, **values)
+
+
+def read_samples(lines: Iterable[str], origin: str = "usage") -> list[Sample]:
+    """Every sample, sorted by time (stable); raises UsageFormatError naming the first bad line."""
+    samples = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            samples.append(parse_line(line))
+        except UsageFormatError as exc:
+            raise UsageFormatError(f"{origin}:{number}: {exc}") from None
+    return sorted(samples, key=lambda s: s.time)
+
+
+def dump_sample(sample: Sample) -> str:
+    doc = {"time": format_time(sample.time), "model": sample.model}
+    for key, field in _NUMBERS.items():
+        value = getattr(sample, field)
+        if value is not None:
+            doc[key] = value
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def by_model(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
+    out: dict[str, list[Sample]] = {}
+    for s in samples:
+        out.setdefault(s.model, []).append(s)
+    return out
+
+
+def dump_lines(samples: Iterable[Sample]) -> Iterator[str]:
+    for s in samples:
+        yield dump_sample(s) + "\n"
+
