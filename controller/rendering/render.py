@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import yaml
 from jinja2 import BaseLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
+from contract import wire
 from controller.inputs.yamlin import parse_documents
 
 
@@ -66,6 +68,8 @@ def _finalize(value: object) -> object:
     )
 
 
+WIRE = MappingProxyType({name: value for name, value in vars(wire).items() if name.isupper() and isinstance(value, str)})
+
 def environment(loader: BaseLoader) -> SandboxedEnvironment:
     """The sandbox templates run in: no undefined names, no autoescape, only quoted strings out."""
     env = SandboxedEnvironment(
@@ -78,6 +82,7 @@ def environment(loader: BaseLoader) -> SandboxedEnvironment:
         lstrip_blocks=True,
     )
     env.filters["quote"] = yaml_quote
+    env.globals["wire"] = WIRE  # label and annotation names: `{{ wire.WORKER_LABEL | quote }}: ...`
     return env
 
 
