@@ -40,6 +40,7 @@ class WorkerProcess:
     def __init__(self, tmp_path: Path, document: dict):
         self.config = tmp_path / "worker.yaml"
         self.config.write_text(yaml.safe_dump(document))
+        self.names = [m["name"] for m in document["models"]]
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -54,8 +55,9 @@ class WorkerProcess:
         while True:
             assert self.process.poll() is None, "the worker exited"
             assert time.monotonic() < deadline, "the worker did not become ready in 90 s"
-            try:
-                if httpx.get(self.base_url + "/readyz", timeout=1).status_code == 200:
+            try:  # /readyz answers 200 once one model serves: wait until every model does
+                if all(httpx.get(f"{self.base_url}/readyz/{name}", timeout=1).status_code == 200
+                       for name in self.names):
                     return self
             except httpx.TransportError:
                 pass
