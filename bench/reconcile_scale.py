@@ -77,10 +77,10 @@ def measure(base: Path, n_models: int, n_slots: int) -> dict:
     pass_times: list[float] = []
     timed_pass = controller.cli.offline.pass_over
 
-    def pass_over(root):
+    def pass_over(root, **kwargs):
         start = time.perf_counter()
         try:
-            return timed_pass(root)
+            return timed_pass(root, **kwargs)
         finally:
             pass_times.append(time.perf_counter() - start)
 
