@@ -160,9 +160,9 @@ def test_a_whole_input_tree_linked_out_of_the_repository_is_refused(tmp_path):
 
 def test_a_symlink_inside_the_repository_is_followed(tmp_path):
     root = fleet_copy(tmp_path / "fleet")
-    (root / "shared").mkdir()
-    shutil.move(root / "models" / "research" / "big.yaml", root / "shared" / "big.yaml")
-    (root / "models" / "research" / "big.yaml").symlink_to(Path("../../shared/big.yaml"))
+    (root / "common").mkdir()
+    shutil.move(root / "models" / "research" / "big.yaml", root / "common" / "big.yaml")
+    (root / "models" / "research" / "big.yaml").symlink_to(Path("../../common/big.yaml"))
 
     snapshot = read_repo(root)
 
