@@ -33,7 +33,7 @@ from controller.inputs.layout import CLUSTER_GENERATED, MEASURED_PROFILES_DIR
 from controller.inputs.load import TreeInputs, load_documents, parse_model, parse_profile
 from controller.observe.facts import ProfileDocument
 from controller.passes.reconcile import PassOutput, PruneHold, available_processes, guarded_change, run_pass
-from controller.rendering.compose import Rendered
+from controller.rendering.compose import Rendered, RenderedObject
 from controller.rendering.names import profile_configmap_name
 from controller.rendering.site import with_install_parameters
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Pending, Profile, Source
@@ -196,11 +196,7 @@ def _message(output: PassOutput, new_profiles: list[str], sources: Mapping[str, 
 # ---------------------------------------------------------------- per model
 
 
-@dataclass(frozen=True)
-class LiveObject:
-    kind: str
-    namespace: str
-    name: str
+LiveObject = RenderedObject  # a rendered Deployment or Job whose live state status reads
 
 
 @dataclass(frozen=True)
@@ -274,7 +270,7 @@ def _errors_by_key(output: PassOutput, models: Mapping[tuple[str, str], ElasticM
 
 def _live_objects(rendered: Rendered) -> dict[str, tuple[LiveObject, ...]]:
     """path -> the Deployment or Job that rendered file holds (one object per file, as compose writes)."""
-    return {path: (LiveObject(o.kind, o.namespace, o.name),) for path, o in rendered.objects.items()
+    return {path: (o,) for path, o in rendered.objects.items()
             if o.kind in LIVE_KINDS}
 
 
