@@ -5,6 +5,10 @@ share, volumes); a changed worker.yaml alone reaches the running worker through 
 mounted ConfigMap and is applied in place. Pure: compares the previous rendered tree's
 worker Deployments and ConfigMaps with the new ones. Called by controller.passes.reconcile
 for PLAN.md and the commit message.
+
+Each distinct Deployment text is parsed once per comparison, with libyaml: a pass that changes
+nothing finds the same text on both sides, so the previous and the new tree share every parse
+(parsing each side with PyYAML's pure-Python loader cost seconds at a few hundred workers).
 """
 from __future__ import annotations
 
@@ -45,27 +49,43 @@ class Rollouts:
         return f"{LINE_PREFIX}{self.summary} ({'; '.join(named)})."
 
 
-def _workers(files: Mapping[str, str]) -> dict[str, tuple[dict, str | None]]:
-    """worker name -> (pod template, the text of the ConfigMap it mounts)."""
+_Worker = tuple[str, dict, list[str]]  # a worker Deployment's name, pod template, mounted ConfigMap names
+
+
+def _worker(text: str) -> _Worker | None:
+    """The worker a Deployment's text defines; None when it is not a worker (no worker label)."""
+    doc = yaml.load(text, Loader=yaml.CSafeLoader)
+    labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get(WORKER_LABEL[0]) != WORKER_LABEL[1]:
+        return None
+    template = doc["spec"]["template"]
+    mounted = [v["configMap"]["name"] for v in template["spec"].get("volumes", []) if "configMap" in v]
+    return doc["metadata"]["name"], template, mounted
+
+
+def _workers(files: Mapping[str, str], parsed: dict[str, _Worker | None]) -> dict[str, tuple[dict, str | None]]:
+    """worker name -> (pod template, the text of the ConfigMap it mounts). `parsed`: Deployment text -> its
+    worker, filled here and shared between the two trees of one comparison."""
     by_path = {p: t for p, t in files.items() if "/deployment-" in p or "/configmap-" in p}
     out = {}
     for path, text in by_path.items():
         if "/deployment-" not in path:
             continue
-        doc = yaml.safe_load(text)
-        labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
-        if labels.get(WORKER_LABEL[0]) != WORKER_LABEL[1]:
+        if text not in parsed:
+            parsed[text] = _worker(text)
+        worker = parsed[text]
+        if worker is None:
             continue
-        template = doc["spec"]["template"]
-        mounted = [v["configMap"]["name"] for v in template["spec"].get("volumes", []) if "configMap" in v]
+        name, template, mounted = worker
         folder = path.rsplit("/", 1)[0]
-        config = next((by_path.get(f"{folder}/configmap-{name}.yaml") for name in mounted), None)
-        out[doc["metadata"]["name"]] = (template, config)
+        config = next((by_path.get(f"{folder}/configmap-{cm}.yaml") for cm in mounted), None)
+        out[name] = (template, config)
     return out
 
 
 def worker_rollouts(previous: Mapping[str, str], current: Mapping[str, str]) -> Rollouts:
-    before, after = _workers(previous), _workers(current)
+    parsed: dict[str, _Worker | None] = {}
+    before, after = _workers(previous, parsed), _workers(current, parsed)
     restart, in_place = [], []
     for name in sorted(set(before) & set(after)):
         (old_template, old_config), (new_template, new_config) = before[name], after[name]
