@@ -23,6 +23,7 @@ import yaml
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_KEY_TAGS = frozenset((_STR_TAG, _MERGE_TAG))  # a mapping key is a string, or `<<` (a merge key)
 _YAML = "tag:yaml.org,2002:"
 # The tags a user document may carry, explicitly or implicitly: YAML's core types; no language-specific
 # tags (`!!python/...`) and no custom ones (`!secret`), which the fast builder would otherwise ignore.
@@ -79,39 +80,41 @@ def _show(text: str) -> str:
     return repr(text) if len(text) <= _SHOWN_CHARS else f"{text[:_SHOWN_CHARS]!r}… ({len(text)} characters)"
 
 
-def _key_problem(key: yaml.Node) -> str | None:
+def _key_problem(key: yaml.Node) -> str:
+    """Why a mapping key is refused: it is not a scalar, or not one read as a string (or a merge key)."""
     if not isinstance(key, yaml.ScalarNode):
         return f"a mapping key is a {'sequence' if isinstance(key, yaml.SequenceNode) else 'mapping'}"
-    if key.tag in (_STR_TAG, _MERGE_TAG):
-        return None
     kind = key.tag.rsplit(":", 1)[-1]
     return f"the mapping key {_show(key.value)} is read as a YAML {kind}, not a string"
 
 
 def check_node_graph(root: yaml.Node, limits: YamlLimits) -> None:
     """Raise YamlLimitExceeded if the document rooted at `root` breaks `limits` or has a key that is not a
-    string. Expanded sizes and depths are memoised per node, so a bomb costs its size, not its expansion."""
-    size: dict[int, int] = {}
-    depth: dict[int, int] = {}
+    string. Expanded sizes and depths are memoised per node, so a bomb costs its size, not its expansion.
+
+    One depth-first walk in document order: each node's tag (and a mapping's keys) is checked when it is
+    first reached, its expanded size and depth once its children are done. A scalar is done when reached
+    (size 1, depth 1), so only collections wait on the stack; every user file and decision record passes
+    here, which makes this walk a visible share of reading a large fleet."""
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded size, depth)
+    open_nodes: set[int] = set()  # collections whose children are not all done: reaching one again is recursion
     aliases = 0
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    open_nodes: set[int] = set()
+    max_nodes, max_depth = limits.max_nodes, limits.max_depth
+    stack: list[tuple[yaml.Node, list[yaml.Node] | None]] = [(root, None)]  # (node, its children once opened)
     while stack:
-        node, children_done = stack.pop()
+        node, children = stack.pop()
         key = id(node)
-        if children_done:
-            children = _children(node)
-            size[key] = 1 + sum(size[id(c)] for c in children)
-            depth[key] = 1 + max((depth[id(c)] for c in children), default=0)
+        if children is not None:  # every child is done
+            size, deepest = 1, 0
+            for child in children:
+                child_size, child_depth = done[id(child)]
+                size += child_size
+                deepest = child_depth if child_depth > deepest else deepest
+            done[key] = (size, deepest + 1)
             open_nodes.discard(key)
-            if size[key] > limits.max_nodes:
-                raise _refuse(node, f"the document expands to more than {limits.max_nodes} nodes (through aliases)",
-                              "GPUSHARE_YAML_MAX_NODES")
-            if depth[key] > limits.max_depth:
-                raise _refuse(node, f"the document nests more than {limits.max_depth} levels deep",
-                              "GPUSHARE_YAML_MAX_DEPTH")
+            _check_expanded(node, size, deepest + 1, limits)
             continue
-        if key in size:  # a node reached again: an alias
+        if key in done:  # a node reached again: an alias
             aliases += 1
             if aliases > limits.max_aliases:
                 raise _refuse(node, f"the document has more than {limits.max_aliases} alias references",
@@ -119,29 +122,37 @@ def check_node_graph(root: yaml.Node, limits: YamlLimits) -> None:
             continue
         if key in open_nodes:
             raise _refuse(node, "an alias refers to a node that contains it (a recursive structure)", None)
-        shape = "scalar" if isinstance(node, yaml.ScalarNode) else (
-            "sequence" if isinstance(node, yaml.SequenceNode) else "mapping")
+        shape = node.id  # "scalar", "sequence" or "mapping"
         if node.tag not in _ALLOWED_TAGS[shape]:
             raise YamlLimitExceeded(None, None, f"the tag {_show(node.tag)} is not allowed on a {shape}; use plain "
                                     "YAML (strings, numbers, booleans, lists and mappings)", node.start_mark)
-        if isinstance(node, yaml.MappingNode):
-            for key_node, _ in node.value:
-                problem = _key_problem(key_node)
-                if problem:
+        if shape == "scalar":
+            done[key] = (1, 1)
+            if max_nodes < 1 or max_depth < 1:
+                _check_expanded(node, 1, 1, limits)
+            continue
+        if shape == "mapping":
+            children = []
+            for key_node, value_node in node.value:
+                if key_node.id != "scalar" or key_node.tag not in _KEY_TAGS:
                     raise YamlLimitExceeded("while reading a mapping", node.start_mark,
-                                            f"{problem}; every key must be a plain string (quote it)",
+                                            f"{_key_problem(key_node)}; every key must be a plain string (quote it)",
                                             key_node.start_mark)
+                children += (key_node, value_node)
+        else:
+            children = node.value
         open_nodes.add(key)
-        stack.append((node, True))
-        stack.extend((child, False) for child in reversed(_children(node)))
+        stack.append((node, children))
+        stack.extend((child, None) for child in reversed(children))
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    if isinstance(node, yaml.MappingNode):
-        return [part for pair in node.value for part in pair]
-    return []
+def _check_expanded(node: yaml.Node, size: int, depth: int, limits: YamlLimits) -> None:
+    if size > limits.max_nodes:
+        raise _refuse(node, f"the document expands to more than {limits.max_nodes} nodes (through aliases)",
+                      "GPUSHARE_YAML_MAX_NODES")
+    if depth > limits.max_depth:
+        raise _refuse(node, f"the document nests more than {limits.max_depth} levels deep",
+                      "GPUSHARE_YAML_MAX_DEPTH")
 
 
 def _refuse(node: yaml.Node, problem: str, setting: str | None) -> YamlLimitExceeded:
