@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from controller.cli.offline import pass_over
 from controller.rendering.rollouts import Rollouts, worker_rollouts
@@ -63,6 +64,36 @@ def test_a_changed_pod_template_is_a_restart(repo):
     assert worker_rollouts(before, after) == Rollouts(restart=("worker-l4-node-1-gpu0-default",),
                                                       removed=("worker-gpu-node-1-gpu0-default",))
     assert worker_rollouts(before, after).summary == "1 restart · 0 in place · 1 removed"
+
+
+def test_the_rendered_deployments_are_the_objects_their_files_hold(repo):
+    rendered = pass_over(repo).rendered
+    deployments = {path for path, obj in rendered.objects.items() if obj.kind == "Deployment"}
+    assert set(rendered.deployments) == deployments and deployments
+    for path in deployments:
+        assert yaml.safe_load(rendered.files[path]) == rendered.deployments[path], path
+
+
+def test_rollouts_from_the_rendered_objects_equal_rollouts_from_the_parsed_files(repo):
+    before = pass_over(repo).rendered.files
+    edit(repo, "memoryBudget: 4Gi", "memoryBudget: 5Gi")  # an in-place change
+    after = pass_over(repo).rendered
+    changed = {**after.files}
+    path = "rendered/gpushare-system/deployment-worker-l4-node-1-gpu0-default.yaml"
+    changed[path] = after.files[path].replace("gpushare-worker:0.1.0", "gpushare-worker:0.2.0")  # a restart
+    objects = {p: doc for p, doc in after.deployments.items() if p != path}
+    assert worker_rollouts(before, changed, objects) == worker_rollouts(before, changed) == Rollouts(
+        restart=("worker-l4-node-1-gpu0-default",), in_place=("worker-gpu-node-1-gpu0-default",))
+
+
+def test_a_pass_with_nothing_new_parses_no_deployment(repo, monkeypatch):
+    out = pass_over(repo)  # the previous tree is the one this pass writes again
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a Deployment this pass rendered was parsed back from its text")
+
+    monkeypatch.setattr("controller.rendering.rollouts.yaml.load", refuse)
+    assert worker_rollouts(out.rendered.files, out.rendered.files, out.rendered.deployments) == Rollouts()
 
 
 def test_plan_md_lists_open_recommendations_with_memory_and_monthly_cost(repo):

@@ -83,7 +83,8 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
     sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last_changes=last_change_lines(last_plan_md), processes=processes, profile_sources=sources)
-    rollouts = worker_rollouts(last_workers, rendered.files) if last_workers is not None else Rollouts()
+    rollouts = (worker_rollouts(last_workers, rendered.files, rendered.deployments) if last_workers is not None
+                else Rollouts())
     plan_md = with_line(rendered.files[PLAN_MD], rollouts.line if rollouts.any else last_line(last_plan_md))
     rendered.files[PLAN_MD] = with_section(plan_md, rightsizing_section(rightsizing or {}, result.decisions,
                                                                         planned.slots, prices or {}),

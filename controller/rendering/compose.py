@@ -71,6 +71,7 @@ class Rendered:
     objects: dict[str, RenderedObject] = field(default_factory=dict)  # rendered/ path → its object
     verdict_sources: frozenset[tuple[str, str]] = frozenset()  # each rendered worker's verdicts ConfigMap
     urls: dict[str, str] = field(default_factory=dict)  # namespace/name -> its endpoint (status.url)
+    deployments: dict[str, dict] = field(default_factory=dict)  # rendered/ path → the Deployment its file holds
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class _File:
     path: str
     text: str
     object: RenderedObject | None = None  # None for decision files
+    document: dict | None = None  # the object `text` writes (None for decision files)
 
 
 @dataclass
@@ -87,6 +89,7 @@ class _Tree:
     objects: dict[str, RenderedObject] = field(default_factory=dict)
     verdict_sources: set[tuple[str, str]] = field(default_factory=set)
     urls: dict[str, str] = field(default_factory=dict)
+    deployments: dict[str, dict] = field(default_factory=dict)
 
     def add(self, unit: list[_File], owners: Sequence[str]) -> None:
         """Write every file of one unit, or none of them when one would overwrite a different object."""
@@ -100,6 +103,8 @@ class _Tree:
             self.owners[f.path].update(owners)
             if f.object is not None:
                 self.objects[f.path] = f.object
+                if f.object.kind == "Deployment":
+                    self.deployments[f.path] = f.document
 
     def merge(self, other: _Tree) -> None:
         """Add a disjoint part rendered in another process."""
@@ -109,6 +114,7 @@ class _Tree:
         self.objects.update(other.objects)
         self.verdict_sources.update(other.verdict_sources)
         self.urls.update(other.urls)
+        self.deployments.update(other.deployments)
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         objects=dict(sorted(tree.objects.items())),
         verdict_sources=frozenset(tree.verdict_sources),
         urls=dict(sorted(tree.urls.items())),
+        deployments=tree.deployments,
     )
 
 
@@ -500,7 +507,7 @@ def _object_file(doc: dict, ref: str, origin: str) -> _File:
     except NoSchema as exc:
         raise ManifestInvalid(ref, f"{what}: {exc}", "compositions may render built-in Kubernetes kinds only") from exc
     return _File(_safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"), dump(doc),
-                 RenderedObject(doc["kind"], namespace, name))
+                 RenderedObject(doc["kind"], namespace, name), doc)
 
 
 def _safe_path(ref: str, root: str, *parts: str) -> str:

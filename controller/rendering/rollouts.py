@@ -6,9 +6,10 @@ mounted ConfigMap and is applied in place. Pure: compares the previous rendered 
 worker Deployments and ConfigMaps with the new ones. Called by controller.passes.reconcile
 for PLAN.md and the commit message.
 
-Each distinct Deployment text is parsed once per comparison, with libyaml: a pass that changes
-nothing finds the same text on both sides, so the previous and the new tree share every parse
-(parsing each side with PyYAML's pure-Python loader cost seconds at a few hundred workers).
+The new tree's Deployments come as the objects compose rendered (`Rendered.deployments`), so
+what this pass wrote is never parsed back; a previous Deployment whose text is the one this
+pass wrote is that same object, and any other text is parsed once, with libyaml (parsing both
+trees with PyYAML's pure-Python loader took seconds at a few hundred workers).
 """
 from __future__ import annotations
 
@@ -52,9 +53,8 @@ class Rollouts:
 _Worker = tuple[str, dict, list[str]]  # a worker Deployment's name, pod template, mounted ConfigMap names
 
 
-def _worker(text: str) -> _Worker | None:
-    """The worker a Deployment's text defines; None when it is not a worker (no worker label)."""
-    doc = yaml.load(text, Loader=yaml.CSafeLoader)
+def _worker(doc: object) -> _Worker | None:
+    """The worker a Deployment defines; None when it is not a worker (no worker label)."""
     labels = ((doc or {}).get("metadata") or {}).get("labels") or {}
     if labels.get(WORKER_LABEL[0]) != WORKER_LABEL[1]:
         return None
@@ -72,7 +72,7 @@ def _workers(files: Mapping[str, str], parsed: dict[str, _Worker | None]) -> dic
         if "/deployment-" not in path:
             continue
         if text not in parsed:
-            parsed[text] = _worker(text)
+            parsed[text] = _worker(yaml.load(text, Loader=yaml.CSafeLoader))
         worker = parsed[text]
         if worker is None:
             continue
@@ -83,8 +83,12 @@ def _workers(files: Mapping[str, str], parsed: dict[str, _Worker | None]) -> dic
     return out
 
 
-def worker_rollouts(previous: Mapping[str, str], current: Mapping[str, str]) -> Rollouts:
-    parsed: dict[str, _Worker | None] = {}
+def worker_rollouts(previous: Mapping[str, str], current: Mapping[str, str],
+                    rendered: Mapping[str, dict] | None = None) -> Rollouts:
+    """`previous`, `current`: path -> text of the two trees' files (their Deployments and ConfigMaps at least);
+    `rendered`: path -> the object of each Deployment in `current` whose object is at hand (the others are
+    parsed)."""
+    parsed = {current[path]: _worker(doc) for path, doc in (rendered or {}).items() if path in current}
     before, after = _workers(previous, parsed), _workers(current, parsed)
     restart, in_place = [], []
     for name in sorted(set(before) & set(after)):
