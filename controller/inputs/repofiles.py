@@ -35,7 +35,11 @@ def max_file_bytes(environ=os.environ) -> int:
 
 
 def _inside(root_real: str, path: str) -> bool:
-    real = os.path.realpath(path)
+    return _within(root_real, os.path.realpath(path))
+
+
+def _within(root_real: str, real: str) -> bool:
+    """Whether the resolved path `real` is the resolved root `root_real` or lies under it."""
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
@@ -87,12 +91,11 @@ def read_text(root: Path, rel: str, limit: int | None = None) -> str:
     """The UTF-8 text of `root/rel`, or RepoFileError: outside the repository, not a regular file,
     larger than `limit` bytes (default `max_file_bytes()`), unreadable, or not UTF-8."""
     limit = max_file_bytes() if limit is None else limit
-    path = Path(root) / rel
-    if not _inside(os.path.realpath(root), path):
+    real = os.path.realpath(Path(root) / rel)  # resolved once: the checked path is the opened one
+    if not _within(os.path.realpath(root), real):
         raise RepoFileError("UnsafePath", f"{rel} is a symlink (or lies under one) that points outside the "
                             "repository; it is not read",
                             "replace the symlink with the file itself, committed in the repository")
-    real = os.path.realpath(path)
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
@@ -136,9 +139,9 @@ def files_under(root: Path, sub: str) -> list[str]:
         return [sub] if os.path.lexists(base) else []
     found = []
     for directory, dirs, files in os.walk(base, followlinks=False):
-        here = Path(directory)
-        found += [(here / name).relative_to(root).as_posix() for name in files]
-        found += [(here / name).relative_to(root).as_posix() for name in dirs if (here / name).is_symlink()]
+        rel = Path(directory).relative_to(root).as_posix()  # once per directory: a pass lists tens of thousands
+        found += [f"{rel}/{name}" for name in files]
+        found += [f"{rel}/{name}" for name in dirs if os.path.islink(os.path.join(directory, name))]
     return sorted(found)
 
 
