@@ -3,7 +3,8 @@
 Owns the stage list (load, weights, kv, prefill, decode, bandwidth, publish) and
 the log-line shape: {"time", "level", "stage", "event", "elapsedMs", ...details}.
 Called by profiler_job.run around each stage (and `note` for the download's
-byte progress within the load stage) and by profiler_job.cli for the failure line. Messages pass through termination.redact.
+byte progress within the load stage) and by profiler_job.cli for the failure
+line. Messages pass through termination.redact.
 """
 from __future__ import annotations
 

@@ -84,6 +84,16 @@ def test_a_hub_model_is_downloaded_with_progress_then_profiled_from_the_cache(ti
         i for i, r in enumerate(records) if r.get("event") == "progress")
 
 
+def test_on_a_terminal_the_progress_lines_are_printed_above_the_bar(tiny, tmp_path):
+    stderr = io.StringIO()
+    code = main(["--model", "org/tiny", *FAST, "--out", f"file:{tmp_path / 'p.yaml'}", "--termination-log",
+                 str(tmp_path / "log")], adapters=Adapters(cuda_available=lambda: False, download=FakeDownload(tiny)),
+                stderr=stderr, tty=True)
+    assert code == 0
+    printed = stderr.getvalue()
+    assert "org/tiny@main: downloaded 1.00 GiB of 3.00 GiB (33%)\n" in printed and "{" not in printed
+
+
 def test_trusting_remote_code_also_downloads_the_repositorys_python_files(tiny, tmp_path):
     download = FakeDownload(tiny)
     run("org/tiny", tmp_path, Adapters(cuda_available=lambda: False, download=download), "--trust-remote-code")
@@ -176,7 +186,7 @@ def test_every_reason_of_the_shared_module_is_a_profiler_error_with_its_own_exit
 
 def _failed_job(termination: str) -> tuple[dict, list[dict]]:
     job = {"metadata": {"name": "profile-chat-abc"}, "status": {"conditions": [
-        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the limit"}]}}
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "the limit is reached"}]}}
     pod = {"status": {"containerStatuses": [{"state": {"terminated": {
         "exitCode": 4, "message": termination, "finishedAt": "2026-11-30T17:00:00Z"}}}]}}
     return job, [pod]

@@ -4,8 +4,9 @@ Owns the text of PLAN.md (a terraform-style summary line; per GPU slot: models,
 mode, bytes, layers, predicted TPOT against the SLO, bytes used out of capacity as
 a bar; then models awaiting a profile, refusals, objects not rendered, and the
 changes since the last decision), `decision_changes`, which gitops also uses for
-commit messages, and `created_jobs`, the profiler Jobs a tree adds to the last one. Called by
-controller.rendering.compose. Pure and deterministic: no clock, everything sorted.
+commit messages, `created_jobs` (the profiler Jobs a tree adds to the last one)
+and `last_change_lines` (what a quiet pass carries from the last PLAN.md). Called
+by controller.rendering.compose. Pure and deterministic: no clock, everything sorted.
 """
 from __future__ import annotations
 
