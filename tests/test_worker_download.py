@@ -13,7 +13,9 @@ from controller.observe.status import WorkerVerdict, conditions_for
 from tests.hubdouble import GATED, TOKEN, hub  # noqa: F401 - hub is a fixture
 from tests.test_status import ALL_GOOD, MODEL, RESIDENT
 from tests.tinymodels import save_tiny_model
-from worker.download import ByteProgress, progress_line, snapshot
+from contract.hub import byte_progress, progress_line
+from worker.download import log as download_log
+from worker.download import snapshot
 from worker.errors import ModelLoadError
 
 @pytest.mark.parametrize("repo, reason, hub_words", [
@@ -54,7 +56,7 @@ def test_a_gated_model_makes_the_elasticmodel_degraded_with_the_hubs_reason(hub)
 
 
 def test_byte_progress_is_logged_in_gib_with_the_share_done(caplog):
-    bar = type("P", (ByteProgress,), {"model": "org/m@main"})(total=4 << 30, unit="B")
+    bar = byte_progress("org/m@main", download_log.info)(total=4 << 30, unit="B")
     with caplog.at_level(logging.INFO, logger="worker.download"):
         bar.update(1 << 30)  # the first update logs; the next within LOG_EVERY_S does not, the last does
         bar.update(1 << 30)

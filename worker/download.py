@@ -12,13 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from contract import hub
-from contract.hub import progress_line  # noqa: F401 - the worker's progress text, re-exported for its callers
 
 from .errors import ModelLoadError
 
 log = logging.getLogger("worker.download")
-ByteProgress = hub.byte_progress("", log.info)
-"""contract.hub's progress class reporting to this logger (a subclass sets `model`)."""
 
 
 def snapshot(model_id: str, revision: str, *, download: Callable[..., str] | None = None) -> Path:
