@@ -114,8 +114,12 @@ class WorkingCopy:
         return {b: heads.get(b) for b in (self.branch, *also)}
 
     def checkout(self, commit: str) -> None:
-        """Make the work tree exactly `commit` (local changes and untracked files are discarded)."""
-        self.git.run("reset", "-q", "--hard", commit)
+        """Make the work tree exactly `commit` (local changes and untracked files are discarded).
+
+        Files are written by one git process per CPU (git's parallel checkout, for 100 files or more):
+        checking out tens of thousands of generated files is bound by creating them, and one process
+        took 2.6 to 4 times as long on a 2-core machine."""
+        self.git.run("reset", "-q", "--hard", commit, config={"checkout.workers": str(len(os.sched_getaffinity(0)))})
         self.git.run("clean", "-q", "-ffdx")
 
     def sync(self, *also: str) -> dict[str, str | None]:
