@@ -77,21 +77,33 @@ def test_plan_md_lists_open_recommendations_with_memory_and_monthly_cost(repo):
     slot_bytes = 143771 * (1 << 20)
     cost = -2 * GiB / slot_bytes * 3.5 * 730
     assert f"1 open · frees 2.0Gi · monthly cost {cost:+.2f}" in section
-    assert (f"| llm/chat-small | 4.0Gi → 2.0Gi | frees 2.0Gi | {cost:+.2f} | BelowTarget | InPlace | "
+    assert (f"| llm/chat-small | 4.0Gi → 2.0Gi | frees 2.0Gi | {cost:+.2f} | BelowTarget | InPlace | - | "
             "review `gpushare/rightsize-llm-chat-small` |") in section
     assert plan_md.index("## Open right-sizing") < plan_md.index("## Latest decision changes")
 
 
-def test_status_shows_the_policy_the_effective_budget_and_the_loops_conditions():
+def test_plan_md_lists_a_kv_reservation_advice_beside_budgets_even_when_the_budget_stays(repo):
+    kv = {"recommendedBytes": 3 * 64 << 20, "sequences": 3, "contextTokens": 2048, "reservedBytes": 64 << 20,
+          "floorBytes": 64 << 20, "floor": "one full-context sequence (2048 tokens)", "change": "grow"}
+    record = Record("llm", "chat-small", "Recommend", 4 * GiB, 4 * GiB, kv=kv)
+    path = repo / record.path
+    path.parent.mkdir(parents=True)
+    path.write_text(record.dump())
+    section = pass_over(repo).rendered.files["rendered/PLAN.md"].split("## Open right-sizing recommendations", 1)[1]
+    assert "| llm/chat-small | 4.0Gi (kept) | - | - | - | - | 64.0Mi → 192.0Mi (3 × 2048 tokens) | advice |" in section
+
+
+def test_status_shows_the_policy_the_effective_budget_and_the_open_recommendation():
     from dataclasses import replace
 
     from controller.observe.status import status_patch
     from controller.rightsizing.policy import Rightsizing
     from factories import toy_model
 
-    missing = {"type": "UsageAvailable", "status": "False", "reason": "UsageMissing", "message": "no usage"}
+    recommendation = {"budgetBytes": 2 * GiB, "direction": "down", "reason": "BelowTarget"}
     model = replace(toy_model("chat", 2 * GiB), rightsizing=Rightsizing(policy="Auto"), user_budget_bytes=6 * GiB,
-                    rightsizing_conditions=(missing,))
+                    rightsizing_recommendation=recommendation)
     assert status_patch(model, [], None)["status"]["rightsizing"] == {
-        "policy": "Auto", "specBudgetBytes": 6 * GiB, "effectiveBudgetBytes": 2 * GiB, "conditions": [missing]}
+        "policy": "Auto", "specBudgetBytes": 6 * GiB, "effectiveBudgetBytes": 2 * GiB,
+        "recommendation": recommendation}
     assert status_patch(toy_model("plain", GiB), [], None)["status"]["rightsizing"] is None
