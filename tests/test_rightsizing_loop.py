@@ -12,6 +12,7 @@ right-sizing pass when it is due, against a Prometheus double over HTTP and a re
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 import yaml
@@ -202,3 +203,26 @@ def test_a_leader_that_lost_its_lease_pushes_no_right_sizing_commit(git_server, 
     assert not any(path.startswith("decisions/rightsizing/") for path in git_server.files("fleet"))
     assert git_server.head("fleet", "gpushare/rightsize-llm-chat-small") is None
     assert _metric(metrics, "gpushare_rightsizing_failures_total", reason="LeadershipLost") == 1
+
+
+def test_the_lease_is_renewed_while_a_long_right_sizing_pass_runs(world):
+    """A usage read or replay longer than the Lease must not hand the leadership over mid-pass."""
+    renewed = threading.Event()
+    metrics = ControllerMetrics()
+    leader = world.reconciler("pod-a", metrics=metrics, renew_every_s=0.01)
+    renew = leader.election.try_acquire_or_renew
+
+    def counted() -> bool:
+        renewed.set()
+        return renew()
+
+    def slow_read(start, end):
+        renewed.clear()
+        assert renewed.wait(10), "nothing renewed the Lease while the right-sizing pass ran"
+        return []
+
+    leader.election.try_acquire_or_renew = counted
+    leader.rightsizing = RightsizingSchedule(slow_read, window_s=HOUR, metrics=metrics, clock=world.clock)
+    assert leader.reconcile_once().ok
+    assert _metric(metrics, "gpushare_rightsizing_passes_total", result="ok") == 1
+    assert "decisions/rightsizing/llm/chat.yaml" in world.files()  # pushed: it still led

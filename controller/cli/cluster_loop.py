@@ -190,9 +190,8 @@ class ClusterReconciler:
         report = PassReport()
         try:
             report.leader = self.election.try_acquire_or_renew()
-            if report.leader and self.rightsizing is not None:  # first: this pass plans with its records
-                self.rightsizing.run_if_due(self.copy, guard=self._renew)  # never raises: logged and counted
-            if report.leader:
+            if report.leader:  # right-sizing first: this pass then plans with its records
+                self._rightsize()
                 self._pass(report)
             elif getattr(self.election, "error", None):  # not a standby: the Lease could not be read at all
                 report.errors.append(self.election.error)
@@ -234,6 +233,30 @@ class ClusterReconciler:
 
     def _renew(self) -> None:
         if not self.election.try_acquire_or_renew():
+            raise LeadershipLost()
+
+    def _rightsize(self) -> None:
+        """The right-sizing pass when due (it never raises: a failure is logged, counted and backed off). A long
+        usage read or replay must not let the Lease lapse, so a thread renews it every `renew_every_s` while the
+        pass runs; the pass pushes only while this replica still leads."""
+        if self.rightsizing is None or not self.rightsizing.due():
+            return
+        done = threading.Event()
+
+        def keep_lease() -> None:
+            while not done.wait(self.renew_every_s):
+                self.election.try_acquire_or_renew()
+
+        keeper = threading.Thread(target=keep_lease, name="lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            self.rightsizing.run_if_due(self.copy, guard=self._still_leading)
+        finally:
+            done.set()
+            keeper.join()
+
+    def _still_leading(self) -> None:
+        if not self.election.is_leader:
             raise LeadershipLost()
 
     def _facts(self, report: PassReport) -> ClusterFacts:
