@@ -222,11 +222,16 @@ def _weights(counts: ParameterCounts, dtype: str) -> Derived:
     }
 
 
+def architecture_kv_bytes_per_token(arch: dict, dtype: str) -> int:
+    """KV cache bytes per token of an architecture block in `dtype` (contract.footprint's one formula)."""
+    return kv_bytes_per_token(layers=arch["numHiddenLayers"], kv_heads=arch["numKeyValueHeads"],
+                              head_dim=_head_dim(arch), dtype_bytes=DTYPE_BYTES[dtype])
+
+
 def _kv_cache(arch: dict, dtype: str) -> Derived:
     layers, kv_heads, head_dim, nbytes = (arch["numHiddenLayers"], arch["numKeyValueHeads"], _head_dim(arch),
                                           DTYPE_BYTES[dtype])
-    return {"bytesPerToken": (kv_bytes_per_token(layers=layers, kv_heads=kv_heads, head_dim=head_dim,
-                                                 dtype_bytes=nbytes),
+    return {"bytesPerToken": (architecture_kv_bytes_per_token(arch, dtype),
                               f"2 (K, V) × layers × kvHeads × headDim × dtype bytes = "
                               f"2 × {layers} × {kv_heads} × {head_dim} × {nbytes}")}
 

@@ -14,6 +14,7 @@ from jsonschema.exceptions import best_match
 
 import schemas
 from contract.footprint import Terms, terms_from_document
+from contract.swapturn import MIN_RESIDENCY_MS
 
 from .errors import ConfigError
 
@@ -60,7 +61,7 @@ class WorkerConfig:
     capacity_bytes: int
     device: Literal["auto", "cuda", "cpu"] = "auto"
     max_queued_requests: int = 64
-    min_residency_ms: int = 2000
+    min_residency_ms: int = MIN_RESIDENCY_MS
     max_request_bytes: int = 4 << 20
     sse_keepalive_ms: int = 10_000
     verdicts: VerdictTarget | None = None
@@ -97,7 +98,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
         capacity_bytes=slot["capacityBytes"],
         device=document.get("device", "auto"),
         max_queued_requests=server.get("maxQueuedRequests", 64),
-        min_residency_ms=server.get("minResidencyMs", 2000),
+        min_residency_ms=server.get("minResidencyMs", MIN_RESIDENCY_MS),
         max_request_bytes=server.get("maxRequestBytes", 4 << 20),
         sse_keepalive_ms=server.get("sseKeepAliveMs", 10_000),
         verdicts=VerdictTarget(target["namespace"], target["name"]) if target else None,

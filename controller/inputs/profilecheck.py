@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from contract.estimate import (DTYPE_BYTES, PUBLISHED_CONFIGS, _kv_cache, architecture_from_config,
-                                 parameter_counts)
+from contract.estimate import (DTYPE_BYTES, PUBLISHED_CONFIGS, architecture_from_config,
+                               architecture_kv_bytes_per_token, parameter_counts)
 from contract.quantity import format_bytes
 from controller.types import InputError, Profile
 
@@ -33,7 +33,7 @@ def expected_bytes(model: str, dtype: str, architecture: Mapping | None = None) 
         if not block:
             return None
         weights = parameter_counts(block).total * DTYPE_BYTES[dtype]
-        return weights, _kv_cache(block, dtype)["bytesPerToken"][0], where
+        return weights, architecture_kv_bytes_per_token(block, dtype), where
     except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a block the arithmetic cannot count
         return None
 

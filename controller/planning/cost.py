@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from contract.estimate import BATCH_STEP_GROWTH
 from contract.footprint import PREFILL_CHUNK_TOKENS, Footprint, footprint, largest_elastic
+from contract.swapturn import MIN_RESIDENCY_MS
 from controller.types import SLO, Predicted, Profile
 
 GB = 1e9  # bandwidths are in GB/s = 1e9 bytes per second
-MIN_RESIDENCY_MS = 2000  # the worker's default minResidencyMs: a swapped-in model stays at least this long
 SWAP_DRAIN_TOKENS = 256  # a draining member finishes its running requests: at most this many more steps
 
 Need = Footprint  # a model's footprint with every layer on the device
