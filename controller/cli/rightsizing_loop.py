@@ -30,7 +30,8 @@ log = logging.getLogger("gpushare.rightsizing")
 
 DEFAULT_INTERVAL_S = 300        # a pass every 5 minutes: 20 scrapes, well inside upsizeAfter's default
 DEFAULT_WINDOW_S = 2 * 86400    # the usage each pass replays: two diurnal cycles
-DEFAULT_STEP_S = 15             # the sample grid: the PodMonitor's scrape interval
+DEFAULT_STEP_S = 60             # the sample grid: 2,880 points a series over 2d (15 s would be 11,520, every
+                                # 5 minutes); peaks survive it: gauges are read as max_over_time over two steps
 
 
 class RightsizingSchedule:
@@ -109,7 +110,7 @@ def add_arguments(parser) -> None:
     group.add_argument("--rightsize-window", type=duration, default=DEFAULT_WINDOW_S, metavar="DURATION",
                        help="the usage each right-sizing pass replays (default: 2d)")
     group.add_argument("--rightsize-step", type=duration, default=DEFAULT_STEP_S, metavar="DURATION",
-                       help="the usage sample grid: the scrape interval (default: 15s)")
+                       help="the usage sample grid, a multiple of the scrape interval (default: 60s)")
 
 
 class PrometheusUrlInvalid(ValueError):
