@@ -150,6 +150,8 @@ def test_the_leader_commits_right_sizing_then_holds_and_says_so_when_prometheus_
             for _ in range(2):
                 world.clock.now += 330
                 assert leader.reconcile_once().ok  # the reconcile loop goes on
+                # the same pass planned on the hold it committed: the status says so at once
+                assert world.conditions()["UsageAvailable"]["status"] == "False"
         assert caplog.text.count("right-sizing holds: usage unavailable") == 1  # once per outage
         held = yaml.safe_load(world.files()["decisions/rightsizing/llm/chat.yaml"])
         assert held["budgetBytes"] == record["budgetBytes"]  # no change on missing data
