@@ -1,11 +1,15 @@
 """Typed failures of the profiler Job, each with its exit code and one-line termination message.
 
 Owns the reasons the Job can fail for and their exit codes (documented in
-docs/profiler.md). Raised by load, measure and publish; turned into an exit code
-and a termination-log line by profiler_job.cli. The controller reads the line
-`<Reason>: <message>` into a Degraded/ProfileFailed condition with the same text.
+docs/profiler.md); a model the Hub refuses fails with contract.hub's reason, as
+in the worker. Raised by load, measure and publish; turned into an exit code and
+a termination-log line by profiler_job.cli. The controller reads the line
+`<Reason>: <message>` into the Degraded condition with the same text (and, for a
+Hub refusal, the same reason).
 """
 from __future__ import annotations
+
+from contract import hub
 
 
 class ProfilerError(Exception):
@@ -30,8 +34,8 @@ class ModelNotFound(ProfilerError):
     reason, exit_code = "ModelNotFound", 3
 
 
-class GatedOrUnauthorized(ProfilerError):
-    reason, exit_code = "GatedOrUnauthorized", 4
+class HubAccessDenied(ProfilerError):
+    reason, exit_code = hub.ACCESS_DENIED, 4
 
 
 class UnsupportedArchitecture(ProfilerError):
@@ -62,9 +66,34 @@ class InvalidProfile(ProfilerError):
     reason, exit_code = "InvalidProfile", 11
 
 
+class HubModelNotFound(ProfilerError):
+    reason, exit_code = hub.MODEL_NOT_FOUND, 12
+
+
+class HubRevisionNotFound(ProfilerError):
+    reason, exit_code = hub.REVISION_NOT_FOUND, 13
+
+
+class ModelNotCached(ProfilerError):
+    reason, exit_code = hub.NOT_CACHED, 14
+
+
+class HubUnreachable(ProfilerError):
+    reason, exit_code = hub.UNREACHABLE, 15
+
+
+class HubDownloadFailed(ProfilerError):
+    reason, exit_code = hub.DOWNLOAD_FAILED, 16
+
+
 # Every reason, in exit-code order: the table docs/profiler.md documents and the tests walk.
 ALL_ERRORS: tuple[type[ProfilerError], ...] = (
-    InvalidArguments, ModelNotFound, GatedOrUnauthorized, UnsupportedArchitecture, OutOfMemory,
+    InvalidArguments, ModelNotFound, HubAccessDenied, UnsupportedArchitecture, OutOfMemory,
     NoGPU, ConfigMapForbidden, KVCacheMismatch, PublishFailed, InvalidProfile,
+    HubModelNotFound, HubRevisionNotFound, ModelNotCached, HubUnreachable, HubDownloadFailed,
 )
+# contract.hub's refusals, by reason: the worker and the profiler fail a model the Hub refuses for the same reason.
+HUB_ERRORS: dict[str, type[ProfilerError]] = {
+    e.reason: e for e in (HubAccessDenied, HubModelNotFound, HubRevisionNotFound, ModelNotCached, HubUnreachable,
+                          HubDownloadFailed)}
 INTERNAL_ERROR_EXIT_CODE = 1

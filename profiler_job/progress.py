@@ -2,8 +2,9 @@
 
 Owns the stage list (load, weights, kv, prefill, decode, bandwidth, publish) and
 the log-line shape: {"time", "level", "stage", "event", "elapsedMs", ...details}.
-Called by profiler_job.run around each stage and by profiler_job.cli for the
-failure line. Messages pass through termination.redact.
+Called by profiler_job.run around each stage (and `note` for the download's
+byte progress within the load stage) and by profiler_job.cli for the failure
+line. Messages pass through termination.redact.
 """
 from __future__ import annotations
 
@@ -45,6 +46,14 @@ class Progress:
             self._bar.update(1)
         else:
             self._log("info", stage=name, event="done", elapsedMs=elapsed_ms, **details)
+
+    def note(self, message: str) -> None:
+        """A line within the current stage (the download's byte progress): above the bar on a terminal, else one
+        JSON line with event "progress"."""
+        if self._bar is not None:
+            self._bar.write(redact(message), file=self._stream)
+        else:
+            self._log("info", stage=self._current, event="progress", message=message)
 
     def failed(self, reason: str, line: str) -> None:
         if self._bar is not None:

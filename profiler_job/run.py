@@ -1,6 +1,6 @@
 """One profiling run: choose the device, load the model, measure stage by stage, assemble the profile.
 
-Owns the order of the stages and the adapters a run needs (loader, CUDA probe,
+Owns the order of the stages and the adapters a run needs (Hub download, loader, CUDA probe,
 GPU identity, Kubernetes API, the worker's engine the latency is measured
 through), so tests and the bench can swap them.
 Called by profiler_job.cli (`profile_model`), bench/profile_gpu.py and bench/worker_gpu.py
@@ -16,7 +16,7 @@ from profiler_job import __version__
 from profiler_job.args import PROFILE_DTYPES, Options
 from profiler_job.errors import InvalidArguments, NoGPU, OutOfMemory, UnsupportedArchitecture
 from profiler_job.gpu import GpuIdentity, current_identity
-from profiler_job.load import FromPretrained, load_model, transformers_from_pretrained
+from profiler_job.load import Download, FromPretrained, load_model, transformers_from_pretrained
 from profiler_job.measure.activation import decode_peak, prefill_peak
 from profiler_job.measure.bandwidth import measure_bandwidth
 from profiler_job.measure.device import Device
@@ -42,6 +42,7 @@ class Adapters:
     """The I/O a run does, replaceable in tests."""
 
     from_pretrained: FromPretrained = transformers_from_pretrained
+    download: Download | None = None  # None: huggingface_hub's snapshot_download (contract.hub)
     cuda_available: Callable[[], bool] = _cuda_available
     gpu_identity: Callable[[str | None], GpuIdentity] = current_identity
     core_api: Callable[[], Any] = default_core_api
@@ -67,7 +68,7 @@ def profile_model(options: Options, adapters: Adapters, progress: Progress) -> d
     with progress.stage("load") as log:
         model = load_model(options.model, revision=options.revision, dtype=options.dtype,
                            trust_remote_code=options.trust_remote_code, device=device.type,
-                           from_pretrained=adapters.from_pretrained)
+                           from_pretrained=adapters.from_pretrained, download=adapters.download, report=progress.note)
         log.update(model=options.model, device=device.type, gpuProduct=identity.product)
     return measure_model(model, options, device, identity, progress, engine=adapters.engine)
 

@@ -17,7 +17,7 @@ SOURCES = {(m.model, "NVIDIA-H200"): "measured" for m in MODELS} | {(m.model, "N
 
 @pytest.fixture(scope="module")
 def text() -> str:
-    return plan_markdown(MODELS, PLAN, SLOTS, decision_changes(PREVIOUS, PLAN), (), (), SOURCES)
+    return plan_markdown(MODELS, PLAN, SLOTS, decision_changes(PREVIOUS, PLAN), (), None, SOURCES)
 
 
 def section(text: str, slot: str) -> str:
@@ -89,4 +89,6 @@ def test_the_summary_line_counts_like_terraform(previous, plan, summary):
 def test_the_pull_request_body_is_the_summary_and_the_changes(text):
     body = review_summary(text, "0123456789abcdef", "main")
     assert body.startswith("**Plan:** ") and "- llm/chat-small: swap on node-a/gpu0 → resident on node-a/gpu0" in body
+    changes = body.split("Latest decision changes:", 1)[1].split("The whole plan", 1)[0].strip().splitlines()
+    assert changes and all(line.startswith("- ") for line in changes)  # the summary is not listed as a change
     assert "`rendered/PLAN.md` at 0123456789ab" in body

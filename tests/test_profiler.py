@@ -158,27 +158,29 @@ def _raising(exc: BaseException):
     return from_pretrained
 
 
-def _hub_error(kind: type[HfHubHTTPError], status: int) -> OSError:
-    """What transformers raises for a refused download: an OSError caused by huggingface_hub's error."""
-    request = httpx2.Request("GET", "https://hub.invalid/org/gated/resolve/main/config.json")
-    cause = kind(f"{status} Client Error: access to model org/gated is restricted (token hf_AbCdEfGh12345678)",
-                 response=httpx2.Response(status, request=request))
-    wrapped = OSError("You are trying to access a gated repo.")
-    wrapped.__cause__ = cause
-    return wrapped
+def _hub_error(kind: type[HfHubHTTPError], status: int) -> HfHubHTTPError:
+    """What huggingface_hub's snapshot_download raises for a refused download."""
+    request = httpx2.Request("GET", "https://hub.invalid/api/models/org/gated/revision/main")
+    return kind(f"{status} Client Error: access to model org/gated is restricted (token hf_AbCdEfGh12345678)",
+                response=httpx2.Response(status, request=request))
+
+
+def _downloaded(*_args, **_kwargs) -> str:
+    """A download that finds the files in the cache (this folder): the loader is what fails next."""
+    return "."
 
 
 FAILURES = [  # id, argv (without --out/--termination-log), adapters, expected error
     ("model-path-missing", ["--model", "/nonexistent/model", *FAST], CPU_ONLY, errors.ModelNotFound),
-    ("hub-id-not-cached-offline", ["--model", "no-such-org/no-such-model", *FAST], CPU_ONLY, errors.ModelNotFound),
+    ("hub-id-not-cached-offline", ["--model", "no-such-org/no-such-model", *FAST], CPU_ONLY, errors.ModelNotCached),
     ("gated-repo", ["--model", "org/gated", *FAST],
-     Adapters(cuda_available=lambda: False, from_pretrained=_raising(_hub_error(GatedRepoError, 401))),
-     errors.GatedOrUnauthorized),
+     Adapters(cuda_available=lambda: False, download=_raising(_hub_error(GatedRepoError, 401))),
+     errors.HubAccessDenied),
     ("token-refused", ["--model", "org/private", *FAST],
-     Adapters(cuda_available=lambda: False, from_pretrained=_raising(_hub_error(HfHubHTTPError, 403))),
-     errors.GatedOrUnauthorized),
+     Adapters(cuda_available=lambda: False, download=_raising(_hub_error(HfHubHTTPError, 403))),
+     errors.HubAccessDenied),
     ("oom-while-loading", ["--model", "org/huge", *FAST],
-     Adapters(cuda_available=lambda: False,
+     Adapters(cuda_available=lambda: False, download=_downloaded,
               from_pretrained=_raising(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))),
      errors.OutOfMemory),
     ("no-gpu-required", ["--model", "org/any", "--require-gpu", *FAST], CPU_ONLY, errors.NoGPU),

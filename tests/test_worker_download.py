@@ -5,58 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import huggingface_hub.constants
 import pytest
 
 from controller.observe.status import WorkerVerdict, conditions_for
+from tests.hubdouble import GATED, TOKEN, hub  # noqa: F401 - hub is a fixture
 from tests.test_status import ALL_GOOD, MODEL, RESIDENT
-from worker.download import ByteProgress, progress_line, snapshot
+from tests.tinymodels import save_tiny_model
+from contract.hub import byte_progress, progress_line
+from worker.download import log as download_log
+from worker.download import snapshot
 from worker.errors import ModelLoadError
-
-GATED = "Access to model org/gated is restricted. You must have access to it and be authenticated to access it."
-
-
-class FakeHub(BaseHTTPRequestHandler):
-    answers: dict[str, tuple[int, dict[str, str]]] = {}
-    seen: list[tuple[str, str | None]] = []
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        FakeHub.seen.append((self.path, self.headers.get("Authorization")))
-        repo = self.path.split("/api/models/", 1)[-1].split("/revision/")[0]
-        status, headers = FakeHub.answers.get(repo, (404, {"X-Error-Code": "RepoNotFound",
-                                                           "X-Error-Message": "Repository not found"}))
-        self.send_response(status)
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_TOKEN", "hf_SecretToken123")
-    FakeHub.seen = []
-    FakeHub.answers = {
-        "org/gated": (403, {"X-Error-Code": "GatedRepo", "X-Error-Message": GATED}),
-        "org/moved": (404, {"X-Error-Code": "RevisionNotFound", "X-Error-Message": "Invalid rev id: v9"}),
-        "org/flaky": (400, {"X-Error-Message": "Bad request: the Hub is confused"}),
-    }
-    yield server
-    server.shutdown()
-    server.server_close()
-
 
 @pytest.mark.parametrize("repo, reason, hub_words", [
     pytest.param("org/gated", "HubAccessDenied", GATED.rstrip("."), id="gated-model-access-denied"),
@@ -69,9 +29,9 @@ def test_hub_refusals_become_typed_errors_with_the_hubs_reason(hub, repo, reason
         snapshot(repo, "v9" if repo == "org/moved" else "main")
     assert caught.value.reason == reason
     assert hub_words in caught.value.message and repo in caught.value.message
-    assert "hf_SecretToken123" not in caught.value.message
-    asked = [auth for path, auth in FakeHub.seen if path.startswith(f"/api/models/{repo}/")]
-    assert asked and set(asked) == {"Bearer hf_SecretToken123"}  # the token of the composition's Secret was sent
+    assert TOKEN not in caught.value.message
+    asked = hub.asked(repo)
+    assert asked and set(asked) == {f"Bearer {TOKEN}"}  # the token of the composition's Secret was sent
 
 
 def test_offline_mode_asked_for_refuses_an_uncached_model_without_asking_the_hub(hub, monkeypatch):
@@ -79,7 +39,7 @@ def test_offline_mode_asked_for_refuses_an_uncached_model_without_asking_the_hub
     with pytest.raises(ModelLoadError) as caught:
         snapshot("org/anything", "main")
     assert caught.value.reason == "ModelNotCached" and "offline: true" in caught.value.message
-    assert not [path for path, _ in FakeHub.seen if path.startswith("/api/models/")]
+    assert not hub.seen
 
 
 def test_a_gated_model_makes_the_elasticmodel_degraded_with_the_hubs_reason(hub):
@@ -96,7 +56,7 @@ def test_a_gated_model_makes_the_elasticmodel_degraded_with_the_hubs_reason(hub)
 
 
 def test_byte_progress_is_logged_in_gib_with_the_share_done(caplog):
-    bar = type("P", (ByteProgress,), {"model": "org/m@main"})(total=4 << 30, unit="B")
+    bar = byte_progress("org/m@main", download_log.info)(total=4 << 30, unit="B")
     with caplog.at_level(logging.INFO, logger="worker.download"):
         bar.update(1 << 30)  # the first update logs; the next within LOG_EVERY_S does not, the last does
         bar.update(1 << 30)
@@ -111,3 +71,18 @@ def test_an_unreachable_hub_is_named_as_such(hub, monkeypatch):
     with pytest.raises(ModelLoadError) as caught:
         snapshot("org/anything", "main")
     assert caught.value.reason == "HubUnreachable" and "egress" in caught.value.message
+
+
+def test_a_model_downloads_into_the_cache_once_with_byte_progress_logged(hub, tmp_path, caplog):
+    hub.serve("org/tiny", save_tiny_model(tmp_path / "tiny", "llama"))
+    with caplog.at_level(logging.INFO, logger="worker.download"):
+        directory = snapshot("org/tiny", "main")
+        again = snapshot("org/tiny", "main")  # in the cache now: nothing downloads, nothing logged
+    assert again == directory and str(directory).startswith(str(tmp_path / "cache"))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in directory.iterdir()}
+    total = sum(p.stat().st_size for p in directory.iterdir())
+    lines = [r.getMessage() for r in caplog.records if r.name == "worker.download"]
+    assert lines and all(line.startswith("org/tiny@main: downloaded ") for line in lines)
+    assert lines[-1] == f"org/tiny@main: {progress_line(total, total)}"  # every byte counted once: 100%, not 200%
+    assert len([line for line in lines if line.endswith("(100%)")]) <= 2  # at most every 5 s, then the last state
+    assert set(hub.asked("org/tiny")) == {f"Bearer {TOKEN}"} and TOKEN not in caplog.text

@@ -40,7 +40,7 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
                     compositions=compositions, processes=processes or available_processes(),
                     last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners,
                     last_workers=snapshot.tree.last_workers, rightsizing=snapshot.tree.rightsizing,
-                    prices=snapshot.tree.prices)
+                    prices=snapshot.tree.prices, last_paths=frozenset(snapshot.tree.generated))
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from contract.hub import termination_reason
 from contract.quantity import QuantityError, parse_bytes
 from contract.verdicts import InvalidVerdicts, parse_document
 from contract.wire import (GPU_COUNT_LABEL, GPU_MEMORY_LABEL, GPU_PRODUCT_LABEL, PROFILE_DATA_KEY, PROFILE_LABEL,
@@ -163,7 +164,7 @@ def job_state(job: dict, pods: list[dict]) -> JobState:
     if "Failed" in conditions:
         reason = conditions["Failed"]
         message = _termination_message(pods) or f"{reason.get('reason', 'Failed')}: {reason.get('message', '')}"
-        return JobState(name=name, phase="Failed", message=message)
+        return JobState(name=name, phase="Failed", message=message, reason=termination_reason(message) or "")
     return JobState(name=name, phase="Running")
 
 

@@ -61,6 +61,7 @@ class JobState:
     name: str
     phase: Literal["Running", "Complete", "Failed"]
     message: str = ""
+    reason: str = ""  # a Hub refusal's reason (contract.hub), the worker's for the same model; else empty
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def _profile_and_assignment(decision: Decision | None, pending: Pending | None, 
         if job is not None and job.phase == "Failed":
             message = f"profiler Job {job.name} failed: {job.message or 'no termination message'}"
             profiled = _Cond("Profiled", FALSE, "ProfileFailed", message)
-            blocker = (_Cond("Ready", FALSE, "ProfileFailed", message), True)
+            blocker = (_Cond("Ready", FALSE, job.reason or "ProfileFailed", message), True)
         else:
             where = f"profiler Job {job.name} is {job.phase.lower()}" if job else "profiler Job not started yet"
             message = f"no profile of {pending.model} on {pending.gpu_product}; {where}"

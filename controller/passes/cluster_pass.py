@@ -171,7 +171,7 @@ def render_in_cluster(tree: TreeInputs, facts: ClusterFacts, max_prune_share: fl
     output = run_pass(inputs, tree.records, last_plan_md=tree.last_plan_md, compositions=compositions,
                       processes=available_processes(), last_good=tree.last_good_except(replaced), held=tree.held,
                       owners=tree.owners, last_workers=tree.last_workers, rightsizing=tree.rightsizing,
-                      prices=tree.prices)
+                      prices=tree.prices, last_paths=frozenset(tree.generated))
     new = [path for path, text in measured.files.items() if tree.measured_profiles.get(path) != text]
     files = {**output.files, **{path: text.encode() for path, text in measured.files.items()}}
     before = [path for path in tree.generated if path.startswith(CLUSTER_GENERATED)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contract.quantity import format_bytes as fb
@@ -69,20 +69,23 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
              last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = (),
              owners: Mapping[str, tuple[str, ...]] | None = None, last_workers: Mapping[str, str] | None = None,
              rightsizing: Mapping[tuple[str, str], RightsizingRecord] | None = None,
-             prices: Mapping[str, float] | None = None) -> PassOutput:
+             prices: Mapping[str, float] | None = None, last_paths: Collection[str] | None = None) -> PassOutput:
     """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
     `processes`: how many processes may render a large pass (see compose); `last_good`, `held` and `owners`:
     the input files' last good copies, the files read from them, and each model's generated paths after the
     last pass (controller.inputs.reader.read_tree): a model that fails to render now keeps those;
     `last_workers`: the last rendered worker Deployments and ConfigMaps (path -> text), to tell restarts from
     in-place changes (None: not known, no workers line); `rightsizing`, `prices`: the right-sizing records and
-    GPU prices PLAN.md lists open recommendations from (the records under RIGHTSIZING_DIR are always kept)."""
+    GPU prices PLAN.md lists open recommendations from (the records under RIGHTSIZING_DIR are always kept);
+    `last_paths`: every generated path the last pass left, which tell the profiler Jobs this pass creates
+    (None: not known, every Job counts as created)."""
     planned, revived = revive_last_good(inputs, records)
     previous = {key: record.decision for key, record in records.items()}
     result = plan(planned, previous)
     sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
-                       last_changes=last_change_lines(last_plan_md), processes=processes, profile_sources=sources)
+                       last=last_change_lines(last_plan_md), processes=processes, profile_sources=sources,
+                       previous_paths=last_paths)
     rollouts = worker_rollouts(last_workers, rendered.files) if last_workers is not None else Rollouts()
     plan_md = with_line(rendered.files[PLAN_MD], rollouts.line if rollouts.any else last_line(last_plan_md))
     rendered.files[PLAN_MD] = with_section(plan_md, rightsizing_section(rightsizing or {}, result.decisions,

@@ -18,7 +18,7 @@ import multiprocessing
 import posixpath
 import re
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -33,7 +33,7 @@ from controller.rendering.names import (dns_label, is_dns_label, is_label_value,
                               service_name, worker_name)
 from controller.planning.occupancy import device_bytes
 from controller.rendering.profiling_place import Beside, profiling_place
-from controller.rendering.planmd import Change, decision_changes, plan_markdown
+from controller.rendering.planmd import Change, LastPlan, created_jobs, decision_changes, plan_markdown
 from controller.rendering.render import RenderError, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
 from controller.types import Decision, ElasticModel, GpuSlot, Pending, Plan
@@ -127,10 +127,13 @@ SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
             previous: Mapping[tuple[str, str], Decision], *,
-            compositions: Mapping[str, Composition] | None = None, last_changes: Sequence[str] = (),
-            processes: int = 1, profile_sources: Mapping[tuple[str, str], str] | None = None) -> Rendered:
+            compositions: Mapping[str, Composition] | None = None, last: LastPlan = LastPlan(),
+            processes: int = 1, profile_sources: Mapping[tuple[str, str], str] | None = None,
+            previous_paths: Collection[str] | None = None) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
-    slots render in that many forked processes; the result is byte-identical to one process."""
+    slots render in that many forked processes; the result is byte-identical to one process. `last`: what
+    the previous PLAN.md said; `previous_paths`: the previous tree's paths, which tell the profiler Jobs
+    this tree creates (None: not known, every Job is created)."""
     compositions = shipped_compositions() if compositions is None else compositions
     if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
@@ -138,7 +141,9 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects(models, plan, slots, compositions)
     _namespaces(tree)
     changes = decision_changes(previous, plan)
-    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_changes, profile_sources)
+    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last, profile_sources,
+                                          jobs_created=None if previous_paths is None
+                                          else len(created_jobs(previous_paths, tree.files)))
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),

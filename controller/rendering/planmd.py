@@ -1,21 +1,22 @@
 """rendered/PLAN.md: the summary a reviewer reads in the pull request, and what changed.
 
-Owns the text of PLAN.md (per GPU slot: models, mode, bytes, layers, predicted
-TPOT against the SLO, bytes used out of capacity as a bar; then models awaiting a
-profile, refusals, objects not rendered, and the changes since the last decision)
-and `decision_changes`, which gitops also uses for commit messages. Called by
-controller.rendering.compose. Pure and deterministic: no clock, everything sorted.
+Owns the text of PLAN.md (a terraform-style summary line; per GPU slot: models,
+mode, bytes, layers, predicted TPOT against the SLO, bytes used out of capacity as
+a bar; then models awaiting a profile, refusals, objects not rendered, and the
+changes since the last decision), `decision_changes`, which gitops also uses for
+commit messages, `created_jobs` (the profiler Jobs a tree adds to the last one)
+and `last_change_lines` (what a quiet pass carries from the last PLAN.md). Called
+by controller.rendering.compose. Pure and deterministic: no clock, everything sorted.
 """
 from __future__ import annotations
 
-import re
-
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.rendering.compose_errors import ComposeError
 from controller.planning.occupancy import device_bytes
 from contract.quantity import format_bytes
+from controller.inputs.layout import RENDERED_DIR
 from controller.types import Decision, ElasticModel, GpuSlot, Plan
 
 BAR_WIDTH = 40
@@ -55,28 +56,50 @@ def decision_changes(previous: Mapping[tuple[str, str], Decision], plan: Plan) -
 
 
 CHANGES_HEADING = "## Latest decision changes"
+SUMMARY_PREFIX = "**Plan:** "
 
 
-def last_change_lines(plan_md: str | None) -> tuple[str, ...]:
-    """The change lines of a previous PLAN.md, carried forward by a pass in which no decision moved
-    (so that such a pass regenerates identical bytes and commits nothing); its summary of those changes first."""
-    if not plan_md or CHANGES_HEADING not in plan_md:
-        return ()
-    section = plan_md.split(CHANGES_HEADING, 1)[1].split("\n## ", 1)[0]
-    summary = _SUMMARY.search(plan_md)
-    return ((f"{SUMMARY_MARK}{summary.group(1)}",) if summary else ()) + tuple(
-        line for line in section.splitlines() if line.startswith("- "))
+@dataclass(frozen=True)
+class LastPlan:
+    """What a pass carries from the previous PLAN.md when it changes nothing the summary counts (no decision
+    moved, no profiler Job created): that PLAN.md's summary line and change lines, as they were written, so
+    that such a pass regenerates identical bytes and commits nothing."""
+
+    summary: str | None = None
+    changes: tuple[str, ...] = ()
 
 
-SUMMARY_MARK = "summary: "
-_SUMMARY = re.compile(r"^\*\*Plan:\*\* (.*) · \d+ profiler Jobs? to run\.$", re.M)
+def last_change_lines(plan_md: str | None) -> LastPlan:
+    """The summary line and change lines of a previous PLAN.md (nothing when there is none)."""
+    if not plan_md:
+        return LastPlan()
+    summary = next((line for line in plan_md.splitlines() if line.startswith(SUMMARY_PREFIX)), None)
+    section = plan_md.split(CHANGES_HEADING, 1)[1].split("\n## ", 1)[0] if CHANGES_HEADING in plan_md else ""
+    return LastPlan(summary, tuple(line for line in section.splitlines() if line.startswith("- ")))
+
+
+def created_jobs(previous: Collection[str] | None, current: Iterable[str]) -> tuple[str, ...]:
+    """The profiler Job files (`rendered/<namespace>/job-<name>.yaml`) of the `current` tree that the
+    `previous` rendered tree's paths lack: a Job already there is not created again, one whose name
+    changed with its inputs is. When the previous tree is unknown (None), every Job is created."""
+    return tuple(sorted(path for path in current if _is_job(path) and (previous is None or path not in previous)))
+
+
+def _jobs(plan: Plan) -> int:
+    """The profiler Jobs a plan runs: one per namespace, model id, revision and GPU product awaiting a profile."""
+    return len({(p.namespace, p.model, p.revision, p.gpu_product) for p in plan.pending})
+
+
+def _is_job(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 3 and parts[0] == RENDERED_DIR and parts[2].startswith("job-")
 
 
 def review_summary(plan_md: str, commit: str, base: str) -> str:
     """The pull request body: PLAN.md's summary line and latest changes, and where the whole plan is."""
     lines = plan_md.splitlines()
     summary = next((line for line in lines[1:] if line.strip() and not line.startswith("#")), "")
-    changes = list(last_change_lines(plan_md))
+    changes = list(last_change_lines(plan_md).changes)
     body = [summary, "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(changes or ["None."]), "",
             f"The whole plan: `rendered/PLAN.md` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
             "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
@@ -86,9 +109,13 @@ def review_summary(plan_md: str, commit: str, base: str) -> str:
 
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
-                  last_changes: Sequence[str] = (), sources: Mapping[tuple[str, str], str] | None = None) -> str:
-    """`sources`: each (model id, GPU product)'s profile source (estimated, measured), shown per model."""
+                  last: LastPlan | None = None, sources: Mapping[tuple[str, str], str] | None = None, *,
+                  jobs_created: int | None = None) -> str:
+    """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product)'s profile source
+    (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
+    None when the previous tree is not known: then every profiler Job the plan runs counts."""
     by_key = {m.key: m for m in models}
+    last = last or LastPlan()
     sources = sources or {}
     decisions = sorted(plan.decisions, key=lambda d: d.key)
     placed = [d for d in decisions if d.mode != "refused"]
@@ -105,7 +132,8 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     lines = [
         "# gpushare plan",
         "",
-        summary_line(changes, plan, on_slot, [c for c in last_changes if c.startswith(SUMMARY_MARK)]),
+        summary_line(changes, on_slot, _jobs(plan) if jobs_created is None else jobs_created,
+                     last.summary, jobs_known=jobs_created is not None),
         "",
         f"{len(placed)} placed on {len(slots)} GPU slots · {len(plan.pending)} awaiting a profile · "
         f"{len(refused)} refused · {len(errors)} not rendered.",
@@ -130,28 +158,27 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
                       [(e.ref, e.reason, f"{e.message}; fix: {e.fix}")
                        for e in sorted(errors, key=lambda e: (e.ref, e.reason, e.message))])
     lines += ["", CHANGES_HEADING, ""]
-    lines += ([f"- {_cell(c.summary)}" for c in changes] or [c for c in last_changes if c.startswith("- ")]
-              or ["None yet."])
+    lines += [f"- {_cell(c.summary)}" for c in changes] or list(last.changes) or ["None yet."]
     return "\n".join(lines) + "\n"
 
 
-def summary_line(changes: Sequence[Change], plan: Plan, on_slot: Mapping[str | None, list[Decision]],
-                 carried: Sequence[str] = ()) -> str:
+def summary_line(changes: Sequence[Change], on_slot: Mapping[str | None, list[Decision]], jobs_created: int,
+                 carried: str | None = None, *, jobs_known: bool = True) -> str:
     """terraform's summary: models added, changed, removed or refused by the latest decision changes; workers
-    that (re)start because their models changed; profiler Jobs the tree runs. A pass in which no decision
-    moved keeps the last summary of changes (`carried`), as it keeps their list."""
-    jobs = len(plan.pending)
-    tail = f"{jobs} profiler Job{'s' * (jobs != 1)} to run."
-    if not changes and carried:
-        return f"**Plan:** {carried[0].removeprefix(SUMMARY_MARK)} · {tail}"
+    that (re)start because their models changed; profiler Jobs this tree creates. A pass that changes none of
+    these keeps the last summary (`carried`), as it keeps the last change lines; without the previous tree
+    (`jobs_known` False) only a decision change makes a new summary."""
+    if not changes and not (jobs_known and jobs_created) and carried:
+        return carried
     added = sum(1 for c in changes if c.before is None and c.after is not None and c.after.mode != "refused")
     changed = sum(1 for c in changes if c.before is not None and c.after is not None and c.after.mode != "refused")
     removed = sum(1 for c in changes if c.after is None)
     refused = sum(1 for c in changes if c.after is not None and c.after.mode == "refused")
     touched = {d.slot for c in changes for d in (c.before, c.after) if d is not None and d.slot is not None}
     restarting = sum(1 for slot in touched if on_slot.get(slot))
-    return (f"**Plan:** {added} to add, {changed} to change, {removed} to remove, {refused} refused · "
-            f"{restarting} worker{'s' * (restarting != 1)} restarting · {tail}")
+    return (f"{SUMMARY_PREFIX}{added} to add, {changed} to change, {removed} to remove, {refused} refused · "
+            f"{restarting} worker{'s' * (restarting != 1)} restarting · "
+            f"{jobs_created} profiler Job{'s' * (jobs_created != 1)} created.")
 
 
 @dataclass(frozen=True)
