@@ -135,12 +135,14 @@ def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[
 
 def kv_line(kv: dict) -> str:
     """The KV reservation recommendation in words (a record's `kvReservation`), for commit messages."""
-    sequences = kv["sequences"]
+    sequences, context = kv["sequences"], kv["contextTokens"]
     verb = {"grow": "grow it to", "shrink": "shrink it to", "keep": "keep"}[kv["change"]]
+    shorter = context < kv.get("reservedContextTokens", context)
+    apply = f"set spec.slo.contextTokens to {context}" if shorter else f"set spec.slo.concurrency to {sequences}"
     return (f"KV reservation: {format_bytes(kv['reservedBytes'])} reserved; recommended: {verb} "
             f"{format_bytes(kv['recommendedBytes'])} ({sequences} sequence{'s' if sequences != 1 else ''} of "
-            f"{kv['contextTokens']} tokens: slo.concurrency {sequences}): the KV cache in use plus headroom, "
-            f"never below {kv['floor']}. This branch edits memoryBudget only: set spec.slo.concurrency to apply it.")
+            f"{context} tokens): the KV cache in use plus headroom, never below {kv['floor']}. This branch edits "
+            f"memoryBudget only: {apply} to apply it.")
 
 
 def _reproposal_message(model: ElasticModel, record: Record) -> str:
