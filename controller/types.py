@@ -52,6 +52,7 @@ class ElasticModel:
     rightsizing: Rightsizing = field(default=OFF, compare=False)  # how the budget follows usage; never planned on
     user_budget_bytes: int | None = field(default=None, compare=False)  # spec.memoryBudget when right-sizing Auto set budget_bytes
     rightsizing_conditions: tuple[dict, ...] = field(default=(), compare=False)  # the loop's last conditions (its record)
+    rightsizing_recommendation: dict | None = field(default=None, compare=False)  # its record's open recommendation
 
     @property
     def spec_budget_bytes(self) -> int:

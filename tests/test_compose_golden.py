@@ -36,7 +36,8 @@ def rendered():
 
 def _fleet_files() -> dict[str, str]:
     fleet = REPO_ROOT / "examples" / "fleet"
-    return run_pass(load_repo(fleet), load_decision_records(fleet)).rendered.files
+    # a first reconcile: no rendered tree yet (so every worker is new, every profiler Job created)
+    return run_pass(load_repo(fleet), load_decision_records(fleet), last_workers={}, last_paths=()).rendered.files
 
 
 def _read_tree(root: Path) -> dict[str, str]:

@@ -132,3 +132,21 @@ def test_the_status_the_controller_writes_fits_the_status_schema(mode, predicted
     status = stored(status_patch(model, conditions, decision))["status"]
     jsonschema.Draft4Validator(OPENAPI["properties"]["status"]).validate(status)
     assert len({c["type"] for c in status["conditions"]}) == len(status["conditions"])  # list-map key: type
+
+
+def test_a_rightsizing_status_fits_the_status_schema():
+    from dataclasses import replace
+
+    from controller.rightsizing.policy import Rightsizing
+
+    model = replace(ElasticModel(name="chat", namespace="llm", model="org/chat", budget_bytes=2 << 30, generation=2),
+                    rightsizing=Rightsizing(policy="Recommend"), user_budget_bytes=4 << 30,
+                    rightsizing_conditions=({"type": "UsageAvailable", "status": "True", "reason": "UsageRead",
+                                             "message": "usage read"},),
+                    rightsizing_recommendation={"budgetBytes": 2 << 30, "direction": "down", "reason": "BelowTarget",
+                                                "at": "2027-01-15T06:00:00Z", "reviewBranch": "gpushare/rs",
+                                                "fit": "InPlace", "kvReservationBytes": 1 << 28, "kvSequences": 2})
+    conditions = conditions_for(model, None, None, None, Observed(), [], "2026-01-01T00:00:00Z")
+    status = stored(status_patch(model, conditions, None))["status"]
+    jsonschema.Draft4Validator(OPENAPI["properties"]["status"]).validate(status)
+    assert {"UsageAvailable", "NeedsCapacity", "AtMaxBudget"} <= {c["type"] for c in status["conditions"]}

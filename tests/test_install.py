@@ -193,3 +193,25 @@ def test_repository_compositions_run_the_installs_worker_image_unless_they_set_t
     workers = [yaml.safe_load(t) for p, t in files.items() if "/deployment-worker-" in p]
     assert workers and {w["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"]
                         for w in workers} == {"4"}  # the repository's composition rendered them
+
+
+@pytest.mark.parametrize("url,interval", [("", None), ("http://prometheus-operated.monitoring:9090", 300)],
+                         ids=["empty-prometheus-url-turns-right-sizing-off", "a-prometheus-url-runs-it-every-5m"])
+def test_the_installed_controller_runs_right_sizing_only_with_a_prometheus_url(docs, url, interval, caplog):
+    import copy
+    import logging
+
+    from controller.cli.rightsizing_loop import schedule_from
+
+    docs = copy.deepcopy(docs)
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "gpushare-controller"]
+    assert config["data"]["PROMETHEUS_URL"] == ""  # shipped off: nothing to reach until the user says where
+    config["data"]["PROMETHEUS_URL"] = url
+    args = _parser().parse_args(controller_args(docs))
+    with caplog.at_level(logging.INFO, logger="gpushare.rightsizing"):
+        schedule = schedule_from(args)
+    if interval is None:
+        assert schedule is None and "right-sizing is off: no Prometheus URL" in caplog.text
+        assert "PROMETHEUS_URL" in caplog.text
+    else:
+        assert schedule.interval_s == interval and schedule.window_s == 2 * 86400 and "right-sizing on" in caplog.text

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from controller.rendering.planmd import decision_changes, last_change_lines, plan_markdown, review_summary
+from controller.rendering.rollouts import Rollouts
 from controller.types import Plan
 from tests.compose_scenario import CHAT, DECISIONS, MODELS, PLAN, PREVIOUS, SLOTS
 
@@ -67,23 +68,40 @@ def test_pinned_host_ram_per_slot_and_node_is_shown():
     assert "Host RAM pinned here: 10.0Gi; node node-a: 10.0Gi of unknown (not planned)." in section(text, "node-a/gpu0")
 
 
-@pytest.mark.parametrize("previous, plan, summary", [
-    pytest.param({}, PLAN, "5 to add, 0 to change, 0 to remove, 1 refused · 3 workers restarting · 1 profiler Job",
-                 id="first-pass"),
-    pytest.param({d.key: d for d in DECISIONS}, PLAN, None, id="nothing-moved-keeps-the-last-summary"),
+STARTED = "Workers: 0 restart · 0 in place · 3 new (new: w-a, w-b, w-c)."
+FIRST = "5 to add, 0 to change, 0 to remove, 1 refused · 0 workers restarting, 0 in place, 3 new · 1 profiler Job"
+
+
+@pytest.mark.parametrize("previous, plan, rollouts, summary, workers", [
+    pytest.param({}, PLAN, Rollouts(new=("w-a", "w-b", "w-c")), FIRST, STARTED,
+                 id="first-pass-starts-every-worker"),
+    pytest.param({d.key: d for d in DECISIONS}, PLAN, Rollouts(), FIRST, STARTED,
+                 id="nothing-moved-keeps-the-last-summary-and-workers-line"),
     pytest.param({CHAT.key: replace(DECISIONS[0], mode="swap")} | {d.key: d for d in DECISIONS[1:]}, PLAN,
-                 "0 to add, 1 to change, 0 to remove, 0 refused · 1 worker restarting · 1 profiler Job",
-                 id="one-change-restarts-its-worker"),
+                 Rollouts(in_place=("w-a",)),
+                 "0 to add, 1 to change, 0 to remove, 0 refused · 0 workers restarting, 1 in place · 1 profiler Job",
+                 "Workers: 0 restart · 1 in place (in place: w-a).", id="a-mode-change-reconfigures-in-place"),
     pytest.param({d.key: d for d in DECISIONS}, Plan(decisions=DECISIONS[1:], pending=PLAN.pending),
-                 "0 to add, 0 to change, 1 to remove, 0 refused · 1 worker restarting · 1 profiler Job",
-                 id="removal"),
+                 Rollouts(restart=("w-a",)),
+                 "0 to add, 0 to change, 1 to remove, 0 refused · 1 worker restarting, 0 in place · 1 profiler Job",
+                 "Workers: 1 restart · 0 in place (restart: w-a).", id="a-removal-that-reshapes-its-worker-restarts-it"),
+    pytest.param({d.key: d for d in DECISIONS}, Plan(decisions=DECISIONS[1:], pending=PLAN.pending), Rollouts(),
+                 "0 to add, 0 to change, 1 to remove, 0 refused · 0 workers restarting, 0 in place · 1 profiler Job",
+                 None, id="a-change-that-touches-no-worker-drops-the-last-workers-line"),
+    pytest.param({CHAT.key: replace(DECISIONS[0], mode="swap")} | {d.key: d for d in DECISIONS[1:]}, PLAN, None,
+                 "0 to add, 1 to change, 0 to remove, 0 refused · workers not compared (no previous tree) · 1 profiler Job",
+                 None, id="unknown-previous-tree-counts-no-worker"),
 ])
-def test_the_summary_line_counts_like_terraform(previous, plan, summary):
-    first = plan_markdown(MODELS, PLAN, SLOTS, decision_changes({}, PLAN), ())
-    text = plan_markdown(MODELS, plan, SLOTS, decision_changes(previous, plan), (), last_change_lines(first))
-    line = next(line for line in text.splitlines() if line.startswith("**Plan:**"))
-    expected = summary or "5 to add, 0 to change, 0 to remove, 1 refused · 3 workers restarting · 1 profiler Job"
-    assert line.startswith(f"**Plan:** {expected}")
+def test_the_summary_line_counts_like_terraform(previous, plan, rollouts, summary, workers):
+    first = plan_markdown(MODELS, PLAN, SLOTS, decision_changes({}, PLAN), (),
+                          rollouts=Rollouts(new=("w-a", "w-b", "w-c")))
+    text = plan_markdown(MODELS, plan, SLOTS, decision_changes(previous, plan), (), last_change_lines(first),
+                         rollouts=rollouts)
+    head = text.split("\n## ", 1)[0].splitlines()
+    line = next(line for line in head if line.startswith("**Plan:**"))
+    assert line.startswith(f"**Plan:** {summary}")
+    shown = next((line for line in head if line.startswith("Workers: ")), None)
+    assert shown == workers
 
 
 def test_the_pull_request_body_is_the_summary_and_the_changes(text):

@@ -1,6 +1,7 @@
 """Real parts end to end: a real Prometheus (Debian's package) scrapes a real CPU worker on 127.0.0.1 serving a
-tiny model under a bounded load; the controller reads it over HTTP (query_range) and commits a recommendation to
-a real git remote. The fault run stops Prometheus mid-window: no budget changes, and the record says UsageMissing.
+tiny model under a bounded load; the controller's reconcile loop (`reconcile --prometheus`) reads it over HTTP
+(query_range) and commits a recommendation to a real git remote. The fault run stops Prometheus mid-window: the
+loop holds (no budget changes, the record says UsageMissing) and the reconcile pass still runs.
 
 Bounded: 1 s scrapes, about 8 s of load, well under a minute in all. Skipped where `prometheus` is not installed
 (.ci/run installs it)."""
@@ -20,9 +21,7 @@ import pytest
 import yaml
 
 from controller.cli.commands import main
-from controller.rightsizing.apply import rightsize_once
 from controller.rightsizing.prometheus import read_usage
-from gitops import WorkingCopy
 from tests.gitserver import free_port, git_server  # noqa: F401  (fixture)
 from worker.api import create_app
 from worker_support import (  # noqa: F401  (fixtures are used by name)
@@ -130,12 +129,15 @@ def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_p
             assert any(s.ttft_s is not None for s in present) and any(s.queue_wait_s is not None for s in present)
 
             url = git_server.create_repo("fleet", {"models/llm/chat.yaml": MODEL_FILE.encode(), "gpus.yaml": GPUS.encode()})
-            copy = WorkingCopy(url, "main", tmp_path / "w")
-            first = rightsize_once(copy, lambda start, end: read_usage(prometheus.url, start, end, 1), time.time(), 30)
-            assert first.usage_error is None
+            # the installed loop, not the command: one right-sizing pass, then the reconcile pass
+            loop = ["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "w"),
+                    "--prometheus", prometheus.url, "--rightsize-window", "30s", "--rightsize-step", "1s"]
+            capsys.readouterr()
+            assert main(loop) == 0
+            assert "usage unavailable" not in capsys.readouterr().err
             branch = "gpushare/rightsize-llm-chat"
             edited = git_server.files("fleet", branch=branch)["models/llm/chat.yaml"].decode()
-            proposed = first.step.records[("llm", "chat")].budget_bytes
+            proposed = yaml.safe_load(git_server.files("fleet")["decisions/rightsizing/llm/chat.yaml"])["budgetBytes"]
             kv_reserved = max(s.kv_reserved_bytes for s in present)
             # the peak, plus the KV in use with headroom (the histogram's first bucket is 1 MiB), rounded up to a MiB
             assert device <= proposed <= device + 1.15 * max(kv_reserved, MiB) + MiB
@@ -155,9 +157,10 @@ def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_p
             assert re.search(r"\n  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  down  1\.0Gi → ", replayed), replayed
 
             prometheus.stop()  # mid-window: the next pass cannot read usage
-            fault = rightsize_once(copy, lambda start, end: read_usage(prometheus.url, start, end, 1), time.time(), 30)
-            assert fault.usage_error and "unreachable" in fault.usage_error
-            assert fault.proposals == () and git_server.head("fleet", branch) == head
+            assert main(loop) == 0  # the loop holds: the reconcile pass still runs
+            err = capsys.readouterr().err
+            assert "usage unavailable, no budget changed" in err and "unreachable" in err
+            assert git_server.head("fleet", branch) == head
             record = yaml.safe_load(git_server.files("fleet")["decisions/rightsizing/llm/chat.yaml"])
             assert record["budgetBytes"] == proposed  # the open proposal stands; nothing new was decided
             assert record["conditions"][0]["reason"] == "UsageMissing"

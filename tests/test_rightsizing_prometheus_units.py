@@ -60,3 +60,24 @@ def test_an_out_of_memory_increase_is_an_event():
     fetch, _ = fake({"deviceBytes": [series("chat", {1000: 5e8})], "ooms": [series("chat", {1000: 0.8})]})
     (sample,) = read_usage("http://prom:9090", 1000, 1010, 10, fetch)
     assert sample.ooms == 1
+
+
+def test_a_window_longer_than_prometheus_answers_at_once_is_read_in_pieces():
+    """2 days at 15 s are 11,520 points: Prometheus refuses more than 11,000 per series in one query."""
+    asked = []
+
+    def fetch(url: str) -> bytes:
+        params = dict(urllib.parse.parse_qsl(url.split("?", 1)[1]))
+        start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
+        if (end - start) / step + 1 > 11_000:
+            return json.dumps({"status": "error", "errorType": "bad_data",
+                               "error": "exceeded maximum resolution of 11,000 points per timeseries"}).encode()
+        asked.append((start, end))
+        points = {int(t): 5e8 for t in range(int(start), int(end) + 1, int(step))} if "device_bytes" in params["query"] else {}
+        return json.dumps({"status": "success", "data": {"resultType": "matrix", "result":
+                           [series("chat", points)] if points else []}}).encode()
+
+    samples = read_usage("http://prom:9090", 0, 2 * 86400, 15, fetch)
+    assert len(samples) == 2 * 86400 // 15 and not any(s.missing for s in samples)
+    device = sorted(a for a in asked if a[0] in (0.0, 150_000.0))
+    assert device[0] == (0.0, 149_985.0) and device[-1][0] == 150_000.0  # back to back, nothing read twice

@@ -66,34 +66,26 @@ def test_a_changed_pod_template_is_a_restart(repo):
     assert worker_rollouts(before, after).summary == "1 restart · 0 in place · 1 removed"
 
 
-def test_the_rendered_deployments_are_the_objects_their_files_hold(repo):
-    rendered = pass_over(repo).rendered
-    deployments = {path for path, obj in rendered.objects.items() if obj.kind == "Deployment"}
-    assert set(rendered.deployments) == deployments and deployments
-    for path in deployments:
-        assert yaml.safe_load(rendered.files[path]) == rendered.deployments[path], path
-
-
 def test_rollouts_from_the_rendered_objects_equal_rollouts_from_the_parsed_files(repo):
     before = pass_over(repo).rendered.files
     edit(repo, "memoryBudget: 4Gi", "memoryBudget: 5Gi")  # an in-place change
-    after = pass_over(repo).rendered
-    changed = {**after.files}
+    after = dict(pass_over(repo).rendered.files)
     path = "rendered/gpushare-system/deployment-worker-l4-node-1-gpu0-default.yaml"
-    changed[path] = after.files[path].replace("gpushare-worker:0.1.0", "gpushare-worker:0.2.0")  # a restart
-    objects = {p: doc for p, doc in after.deployments.items() if p != path}
-    assert worker_rollouts(before, changed, objects) == worker_rollouts(before, changed) == Rollouts(
+    after[path] = after[path].replace("gpushare-worker:0.1.0", "gpushare-worker:0.2.0")  # a restart
+    objects = {p: yaml.safe_load(text) for p, text in after.items() if "/deployment-" in p and p != path}
+    assert worker_rollouts(before, after, objects) == worker_rollouts(before, after) == Rollouts(
         restart=("worker-l4-node-1-gpu0-default",), in_place=("worker-gpu-node-1-gpu0-default",))
 
 
 def test_a_pass_with_nothing_new_parses_no_deployment(repo, monkeypatch):
-    out = pass_over(repo)  # the previous tree is the one this pass writes again
+    def refuse(text):
+        raise AssertionError("a Deployment the pass rendered was parsed back from its text")
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("a Deployment this pass rendered was parsed back from its text")
-
-    monkeypatch.setattr("controller.rendering.rollouts.yaml.load", refuse)
-    assert worker_rollouts(out.rendered.files, out.rendered.files, out.rendered.deployments) == Rollouts()
+    monkeypatch.setattr("controller.rendering.rollouts._parse", refuse)
+    out = pass_over(repo)  # the previous tree is the one this pass renders again
+    assert "workers not compared" not in out.rendered.files["rendered/PLAN.md"]  # the trees were compared
+    assert out.rendered.rollouts == Rollouts()
+    assert "Workers: " not in out.message
 
 
 def test_plan_md_lists_open_recommendations_with_memory_and_monthly_cost(repo):
@@ -108,21 +100,33 @@ def test_plan_md_lists_open_recommendations_with_memory_and_monthly_cost(repo):
     slot_bytes = 143771 * (1 << 20)
     cost = -2 * GiB / slot_bytes * 3.5 * 730
     assert f"1 open · frees 2.0Gi · monthly cost {cost:+.2f}" in section
-    assert (f"| llm/chat-small | 4.0Gi → 2.0Gi | frees 2.0Gi | {cost:+.2f} | BelowTarget | InPlace | "
+    assert (f"| llm/chat-small | 4.0Gi → 2.0Gi | frees 2.0Gi | {cost:+.2f} | BelowTarget | InPlace | - | "
             "review `gpushare/rightsize-llm-chat-small` |") in section
     assert plan_md.index("## Open right-sizing") < plan_md.index("## Latest decision changes")
 
 
-def test_status_shows_the_policy_the_effective_budget_and_the_loops_conditions():
+def test_plan_md_lists_a_kv_reservation_advice_beside_budgets_even_when_the_budget_stays(repo):
+    kv = {"recommendedBytes": 3 * 64 << 20, "sequences": 3, "contextTokens": 2048, "reservedBytes": 64 << 20,
+          "floorBytes": 64 << 20, "floor": "one full-context sequence (2048 tokens)", "change": "grow"}
+    record = Record("llm", "chat-small", "Recommend", 4 * GiB, 4 * GiB, kv=kv)
+    path = repo / record.path
+    path.parent.mkdir(parents=True)
+    path.write_text(record.dump())
+    section = pass_over(repo).rendered.files["rendered/PLAN.md"].split("## Open right-sizing recommendations", 1)[1]
+    assert "| llm/chat-small | 4.0Gi (kept) | - | - | - | - | 64.0Mi → 192.0Mi (3 × 2048 tokens) | advice |" in section
+
+
+def test_status_shows_the_policy_the_effective_budget_and_the_open_recommendation():
     from dataclasses import replace
 
     from controller.observe.status import status_patch
     from controller.rightsizing.policy import Rightsizing
     from factories import toy_model
 
-    missing = {"type": "UsageAvailable", "status": "False", "reason": "UsageMissing", "message": "no usage"}
+    recommendation = {"budgetBytes": 2 * GiB, "direction": "down", "reason": "BelowTarget"}
     model = replace(toy_model("chat", 2 * GiB), rightsizing=Rightsizing(policy="Auto"), user_budget_bytes=6 * GiB,
-                    rightsizing_conditions=(missing,))
+                    rightsizing_recommendation=recommendation)
     assert status_patch(model, [], None)["status"]["rightsizing"] == {
-        "policy": "Auto", "specBudgetBytes": 6 * GiB, "effectiveBudgetBytes": 2 * GiB, "conditions": [missing]}
+        "policy": "Auto", "specBudgetBytes": 6 * GiB, "effectiveBudgetBytes": 2 * GiB,
+        "recommendation": recommendation}
     assert status_patch(toy_model("plain", GiB), [], None)["status"]["rightsizing"] is None

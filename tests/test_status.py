@@ -8,6 +8,7 @@ import pytest
 from controller.observe.status import (
     AppState, JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write, status_patch,
 )
+from controller.rightsizing.policy import Rightsizing
 from controller.types import SLO, Decision, ElasticModel, InputError, Pending, Predicted
 from tests.kubedouble import stored_after_merge_patch as stored
 
@@ -243,3 +244,63 @@ def test_a_second_pass_with_nothing_new_writes_nothing():
     first = _desired()
     second = _desired(previous=first["conditions"])
     assert not needs_write(stored(first), second)
+
+
+RS_MODEL = dataclasses.replace(MODEL, rightsizing=Rightsizing(policy="Recommend"))
+USAGE_READ = {"type": "UsageAvailable", "status": "True", "reason": "UsageRead", "message": "usage read over the window"}
+USAGE_MISSING = {"type": "UsageAvailable", "status": "False", "reason": "UsageMissing",
+                 "message": "usage could not be read; no change made"}
+NEEDS_CAPACITY = {"type": "NeedsCapacity", "status": "True", "reason": "NeedsCapacity",
+                  "message": "no NVIDIA-H200 slot has room for 9.0Gi: 2.0Gi missing on NVIDIA-H200"}
+AT_MAX = {"type": "AtMaxBudget", "status": "True", "reason": "AtMaxBudget",
+          "message": "KvNearReservation but the budget is at maxBudget"}
+
+RIGHTSIZING_CASES = [
+    # id, the record's conditions (None: no record yet), {type: (status, reason)}, words in NeedsCapacity's message
+    ("no-record-yet-is-unknown", None,
+     {"UsageAvailable": ("Unknown", "NotObserved"), "NeedsCapacity": ("Unknown", "NotObserved"),
+      "AtMaxBudget": ("Unknown", "NotObserved")}, ["PROMETHEUS_URL"]),
+    ("usage-missing-makes-the-rest-unknown", (USAGE_MISSING,),
+     {"UsageAvailable": ("False", "UsageMissing"), "NeedsCapacity": ("Unknown", "UsageMissing"),
+      "AtMaxBudget": ("Unknown", "UsageMissing")}, ["usage could not be read"]),
+    ("usage-read-and-nothing-wrong-is-false", (USAGE_READ,),
+     {"UsageAvailable": ("True", "UsageRead"), "NeedsCapacity": ("False", "CapacityAvailable"),
+      "AtMaxBudget": ("False", "BelowMaxBudget")}, ["waiting for GPU capacity"]),
+    ("needs-capacity-names-bytes-and-product", (USAGE_READ, NEEDS_CAPACITY),
+     {"UsageAvailable": ("True", "UsageRead"), "NeedsCapacity": ("True", "NeedsCapacity"),
+      "AtMaxBudget": ("False", "BelowMaxBudget")}, ["2.0Gi missing", "NVIDIA-H200"]),
+    ("at-max-budget", (USAGE_READ, AT_MAX),
+     {"NeedsCapacity": ("False", "CapacityAvailable"), "AtMaxBudget": ("True", "AtMaxBudget")}, []),
+]
+
+
+@pytest.mark.parametrize("record,expected,words", [c[1:] for c in RIGHTSIZING_CASES],
+                         ids=[c[0] for c in RIGHTSIZING_CASES])
+def test_rightsizing_conditions_live_in_status_conditions_and_never_touch_ready(record, expected, words):
+    model = RS_MODEL if record is None else dataclasses.replace(RS_MODEL, rightsizing_conditions=record)
+    conditions = conditions_for(model, RESIDENT, None, None, ALL_GOOD, [], T0)
+    for type_, (status, reason) in expected.items():
+        assert (_cond(conditions, type_)["status"], _cond(conditions, type_)["reason"]) == (status, reason), type_
+    for word in words:
+        assert word in _cond(conditions, "NeedsCapacity")["message"]
+    assert [c["type"] for c in conditions][-3:] == ["UsageAvailable", "NeedsCapacity", "AtMaxBudget"]
+    assert (_cond(conditions, "Ready")["status"], _cond(conditions, "Degraded")["status"]) == ("True", "False")
+    assert all(c["observedGeneration"] == 3 for c in conditions)
+    assert "conditions" not in (status_patch(model, conditions, RESIDENT)["status"]["rightsizing"] or {})
+
+
+def test_rightsizing_conditions_keep_their_transition_time_until_they_flip():
+    missing = dataclasses.replace(RS_MODEL, rightsizing_conditions=(USAGE_MISSING,))
+    read = dataclasses.replace(RS_MODEL, rightsizing_conditions=(USAGE_READ,))
+    first = conditions_for(missing, RESIDENT, None, None, ALL_GOOD, [], T0)
+    same = conditions_for(missing, RESIDENT, None, None, ALL_GOOD, first, T1)
+    flipped = conditions_for(read, RESIDENT, None, None, ALL_GOOD, same, T1)
+    assert _cond(same, "UsageAvailable")["lastTransitionTime"] == T0
+    assert _cond(flipped, "UsageAvailable")["lastTransitionTime"] == T1
+    assert not needs_write(stored(status_patch(missing, first, RESIDENT))["status"],
+                           status_patch(missing, same, RESIDENT)["status"])
+
+
+def test_no_rightsizing_conditions_without_a_policy():
+    types = {c["type"] for c in conditions_for(MODEL, RESIDENT, None, None, ALL_GOOD, [], T0)}
+    assert not types & {"UsageAvailable", "NeedsCapacity", "AtMaxBudget"}

@@ -1,8 +1,9 @@
 """Cluster mode (`gpushare reconcile --kube`): the same pass, with facts from the Kubernetes API.
 
 Owns the shell around the pass in a cluster: `ClusterReconciler.reconcile_once()` is one
-pass (leader check -> facts from the API -> render and publish to git -> observe ->
-status), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
+pass (leader check -> the right-sizing pass when due (controller.cli.rightsizing_loop;
+the leader only, its pushes guarded by the Lease) -> facts from the API -> render and
+publish to git -> observe -> status), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
 backoff with jitter after API or git errors, Lease renewals while it waits), and
 `run_cluster(args)` builds the adapters from the command line. Every I/O adapter is
 passed in (Cluster, WorkingCopy, the election, clock, sleep), so tests drive a pass
@@ -42,6 +43,7 @@ from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, prune_share_setting
 from controller.cli.common import credentials_from, default_workdir, install_values, reviewer, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
+from controller.cli.rightsizing_loop import RightsizingSchedule, schedule_from
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
 from gitops import Change, GitError, PublishResult, Target, WorkingCopy, parse_target, publish
@@ -131,7 +133,8 @@ class ClusterReconciler:
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
                  max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None,
-                 install: Mapping[str, object] | None = None, review: Callable[[PublishResult], None] | None = None):
+                 install: Mapping[str, object] | None = None, review: Callable[[PublishResult], None] | None = None,
+                 rightsizing: RightsizingSchedule | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
         self.target = parse_target(target)
@@ -142,6 +145,7 @@ class ClusterReconciler:
         self.max_prune_share = prune_share_setting() if max_prune_share is None else max_prune_share
         self.install = install  # the install's composition parameters (--worker-image)
         self.review = review  # --write-back pr:NAME: opens or updates the review branch's pull request
+        self.rightsizing = rightsizing  # --prometheus: the right-sizing pass, on its own cadence
         self._last: _Last | None = None
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str, tuple[str, ...]], bool] = {}
@@ -186,7 +190,8 @@ class ClusterReconciler:
         report = PassReport()
         try:
             report.leader = self.election.try_acquire_or_renew()
-            if report.leader:
+            if report.leader:  # right-sizing first: this pass then plans with its records
+                self._rightsize()
                 self._pass(report)
             elif getattr(self.election, "error", None):  # not a standby: the Lease could not be read at all
                 report.errors.append(self.election.error)
@@ -228,6 +233,30 @@ class ClusterReconciler:
 
     def _renew(self) -> None:
         if not self.election.try_acquire_or_renew():
+            raise LeadershipLost()
+
+    def _rightsize(self) -> None:
+        """The right-sizing pass when due (it never raises: a failure is logged, counted and backed off). A long
+        usage read or replay must not let the Lease lapse, so a thread renews it every `renew_every_s` while the
+        pass runs; the pass pushes only while this replica still leads."""
+        if self.rightsizing is None or not self.rightsizing.due():
+            return
+        done = threading.Event()
+
+        def keep_lease() -> None:
+            while not done.wait(self.renew_every_s):
+                self.election.try_acquire_or_renew()
+
+        keeper = threading.Thread(target=keep_lease, name="lease-keeper", daemon=True)
+        keeper.start()
+        try:
+            self.rightsizing.run_if_due(self.copy, guard=self._still_leading)
+        finally:
+            done.set()
+            keeper.join()
+
+    def _still_leading(self) -> None:
+        if not self.election.is_leader:
             raise LeadershipLost()
 
     def _facts(self, report: PassReport) -> ClusterFacts:
@@ -414,10 +443,11 @@ def run_cluster(args) -> int:
     interval = args.interval or DEFAULT_INTERVAL_S
     health = Health(stall_after_s=max(600.0, 5 * interval) + MAX_BACKOFF_S)
     stop = threading.Event()
+    metrics = ControllerMetrics()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
-                                   target=args.write_back, health=health, sleep=stop.wait,
+                                   target=args.write_back, metrics=metrics, health=health, sleep=stop.wait,
                                    max_prune_share=args.max_prune_share, install=install_values(args),
-                                   review=review)
+                                   review=review, rightsizing=schedule_from(args, metrics))
     try:
         if args.once:
             return _once(reconciler)

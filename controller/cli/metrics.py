@@ -1,11 +1,13 @@
 """The controller's Prometheus metrics and its /metrics, /healthz and /readyz endpoints.
 
 Owns `ControllerMetrics` (one registry per controller: pass duration, models per mode,
-commits, push failures, status writes, errors by reason, leadership, the last pass),
+commits, push failures, status writes, errors by reason, leadership, the last pass, and
+the right-sizing passes: by result, failures by reason, the last one that read usage),
 `Health` (liveness: the loop made progress lately; readiness: one loop iteration done,
 as leader or standby) and `MetricsServer`, a small threaded HTTP server on
-`--metrics-port` that serves all three. The cluster loop (controller.cli.cluster_loop)
-records into them; nothing here talks to git or the Kubernetes API.
+`--metrics-port` that serves all three. The cluster loop (controller.cli.cluster_loop) and
+its right-sizing schedule (controller.cli.rightsizing_loop) record into them; nothing here
+talks to git or the Kubernetes API.
 """
 from __future__ import annotations
 
@@ -39,10 +41,26 @@ class ControllerMetrics:
         self.leader = Gauge("gpushare_leader", "1 while this replica holds the leader Lease", registry=r)
         self.last_pass = Gauge("gpushare_last_pass_timestamp_seconds", "When the last pass ended (Unix time)",
                                registry=r)
+        self.rightsizing_passes = Counter(
+            "gpushare_rightsizing_passes", "Right-sizing passes by result: ok, held (usage unavailable: no budget "
+            "changed), failed (git, a lost Lease, a crash)", ["result"], registry=r)
+        self.rightsizing_failures = Counter(
+            "gpushare_rightsizing_failures", "Right-sizing passes held or failed, by reason (UsageUnavailable, "
+            "GitUnreachable, PassCrashed, ...)", ["reason"], registry=r)
+        self.rightsizing_last_success = Gauge(
+            "gpushare_rightsizing_last_success_timestamp_seconds",
+            "When the last right-sizing pass that read usage ended (Unix time)", registry=r)
 
     def pass_done(self, duration_s: float, result: str, ended_at: float) -> None:
         self.pass_duration.labels(result).observe(duration_s)
         self.last_pass.set(ended_at)
+
+    def rightsizing_done(self, result: str, reason: str | None = None, ended_at: float | None = None) -> None:
+        self.rightsizing_passes.labels(result).inc()
+        if reason is not None:
+            self.rightsizing_failures.labels(reason).inc()
+        if ended_at is not None:
+            self.rightsizing_last_success.set(ended_at)
 
     def modes(self, counts: Mapping[str, int]) -> None:
         for mode in MODES:

@@ -1,8 +1,10 @@
 """`gpushare reconcile` and `gpushare demo`: the loops around the pure pass.
 
 Owns flag parsing for the two commands and the offline polling pass (the
-timing is controller.cli.loop's; what a pass prints is controller.cli.common's). Offline passes go through controller.cli.offline; cluster passes
-(`--kube`) through controller.cli.cluster_loop. Called by controller.cli.commands.
+timing is controller.cli.loop's; what a pass prints is controller.cli.common's). Offline passes go through
+controller.cli.offline; cluster passes (`--kube`) through controller.cli.cluster_loop. With --prometheus,
+a right-sizing pass (controller.cli.rightsizing_loop) runs before a reconcile pass whenever it is due.
+Called by controller.cli.commands.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from controller.cli.common import (credentials_from, default_workdir, fail, inst
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
+from controller.cli.rightsizing_loop import PrometheusUrlInvalid, prometheus_url, schedule_from
+from controller.cli.rightsizing_loop import add_arguments as add_rightsizing_arguments
+from controller.rightsizing.cli import print_pass as show_rightsizing
 from controller.rendering.site import InstallParameterInvalid
 from gitops import GitError, Identity, PublishResult, WorkingCopy, parse_target
 from gitops.forge import KINDS
@@ -99,6 +104,7 @@ def add_commands(sub) -> None:
     from controller.cli.cluster_loop import add_cluster_arguments
 
     add_cluster_arguments(rec)
+    add_rightsizing_arguments(rec)
     rec.set_defaults(run=_reconcile)
 
     demo = sub.add_parser("demo", help="the main job on the embedded example: a throwaway git repo, one pass")
@@ -114,6 +120,11 @@ def _reconcile(args) -> int:
     except InstallParameterInvalid as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}", file=sys.stderr)
         return 2
+    try:
+        prometheus_url(args)  # refuse a bad --prometheus before touching git
+    except PrometheusUrlInvalid as exc:
+        print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
+        return 2
     if args.kube:
         from controller.cli.cluster_loop import run_cluster
 
@@ -125,8 +136,13 @@ def _reconcile(args) -> int:
     except GitError as exc:
         return fail(exc)
     share_limit = args.max_prune_share
+    rightsizing = schedule_from(args)
 
     def one_pass(previous: PublishResult | None) -> OfflineResult:
+        if rightsizing is not None:  # before the reconcile pass, which then plans with its records
+            done = rightsizing.run_if_due(copy)
+            if done is not None and not args.interval:
+                show_rightsizing(done)
         if args.interval:  # polling: timestamped log lines, no table per pass
             result = reconcile_once(copy, args.write_back, previous, share_limit, install=install)
             log.info("%s", outcome_line(result.published))

@@ -129,7 +129,8 @@ def status_schema() -> dict:
             "observedGeneration": {"type": "integer", "format": "int64",
                                    "description": "The metadata.generation this status describes."},
             "conditions": {
-                "type": "array", "description": "Profiled, Assigned, Synced, Ready, Degraded and, with an SLO, SLOMet.",
+                "type": "array", "description": "Profiled, Assigned, Synced, Ready, Degraded; with an SLO, SLOMet; "
+                "with spec.rightsizing, the advisory UsageAvailable, NeedsCapacity and AtMaxBudget.",
                 "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
                 "items": _condition_schema(),
             },
@@ -156,17 +157,27 @@ def status_schema() -> dict:
             },
             "rightsizing": {
                 "type": "object",
-                "description": "With spec.rightsizing: the policy and the budget in force (Auto's effective budget).",
+                "description": "With spec.rightsizing: the policy, the budget in force (Auto's effective budget) and "
+                               "the open recommendation. The loop's conditions (UsageAvailable, NeedsCapacity, "
+                               "AtMaxBudget) are in status.conditions.",
                 "properties": {
                     "policy": {"type": "string", "enum": ["Off", "Recommend", "Auto"]},
                     "specBudgetBytes": {"type": "integer", "format": "int64"},
                     "effectiveBudgetBytes": {"type": "integer", "format": "int64"},
-                    "conditions": {
-                        "type": "array", "description": "The loop's last conditions: UsageAvailable (UsageMissing), "
-                        "NeedsCapacity (bytes missing, GPU product), AtMaxBudget.",
-                        "items": {"type": "object", "properties": {
-                            "type": {"type": "string"}, "status": {"type": "string"},
-                            "reason": {"type": "string"}, "message": {"type": "string"}}},
+                    "recommendation": {
+                        "type": "object",
+                        "description": "A budget other than spec.memoryBudget (Auto: in force; Recommend: on its "
+                                       "review branch), or a KV-cache reservation other than the worker's.",
+                        "properties": {
+                            "budgetBytes": {"type": "integer", "format": "int64"},
+                            "direction": {"type": "string", "enum": ["up", "down"]},
+                            "reason": {"type": "string"},
+                            "at": {"type": "string", "format": "date-time"},
+                            "reviewBranch": {"type": "string"},
+                            "fit": {"type": "string", "enum": ["InPlace", "Move", "NeedsCapacity"]},
+                            "kvReservationBytes": {"type": "integer", "format": "int64"},
+                            "kvSequences": {"type": "integer"},
+                        },
                     },
                 },
             },

@@ -9,9 +9,11 @@ controller.kube.cluster builds `Observed` from API objects; the Argo CD health c
 (config/argocd/health/...) reads the conditions written here.
 
 Condition types, in the order written: Profiled, Assigned, Synced, Ready, Degraded,
-and SLOMet when the model has an SLO. `Degraded=True` marks a failure the user must
-act on (the message says what to change); Ready=False without it means "still
-progressing". lastTransitionTime moves only when a condition's status flips.
+SLOMet when the model has an SLO, and with a right-sizing policy the loop's advisory
+UsageAvailable, NeedsCapacity and AtMaxBudget (from its record; they never change Ready
+or Degraded). `Degraded=True` marks a failure the user must act on (the message says
+what to change); Ready=False without it means "still progressing". lastTransitionTime
+moves only when a condition's status flips.
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def conditions_for(model: ElasticModel, decision: Decision | None, pending: Pend
                    input_error: InputError | None, observed: Observed,
                    previous_conditions: list[dict], now: str) -> list[dict]:
     """metav1.Conditions for one model; lastTransitionTime carried over unless the status flipped."""
-    conds = _derive(model, decision, pending, input_error, observed)
+    conds = _derive(model, decision, pending, input_error, observed) + _rightsizing(model)
     previous = {c.get("type"): c for c in previous_conditions or []}
     out = []
     for cond in conds:
@@ -247,6 +249,33 @@ def _slo(model: ElasticModel, decision: Decision | None) -> list[_Cond]:
     return [_Cond("SLOMet", FALSE, "SLOMissed", f"{numbers} in {decision.mode} mode")]
 
 
+def _rightsizing(model: ElasticModel) -> list[_Cond]:
+    """The right-sizing loop's conditions, one type per concern, from its last record: UsageAvailable (False:
+    UsageMissing), NeedsCapacity (True: the bytes missing and the GPU product), AtMaxBudget (True: a breach the
+    policy's maxBudget caps). Unknown until the loop has read usage for the model."""
+    if not model.rightsizing.enabled:
+        return []
+    found = {c.get("type"): c for c in model.rightsizing_conditions}
+    usage = found.get("UsageAvailable")
+    if usage is None:
+        message = ("the right-sizing loop has not run for this model yet: the controller runs it every "
+                   "--rightsize-interval when it has a Prometheus URL (PROMETHEUS_URL)")
+        return [_Cond(kind, UNKNOWN, "NotObserved", message) for kind in ("UsageAvailable", "NeedsCapacity",
+                                                                          "AtMaxBudget")]
+    out = [_Cond("UsageAvailable", usage["status"], usage["reason"], usage["message"])]
+    if usage["status"] != TRUE:
+        message = f"no usage to judge it by: {usage['message']}"
+        return out + [_Cond("NeedsCapacity", UNKNOWN, usage["reason"], message),
+                      _Cond("AtMaxBudget", UNKNOWN, usage["reason"], message)]
+    for kind, reason, message in (
+            ("NeedsCapacity", "CapacityAvailable", "no budget the loop chose is waiting for GPU capacity"),
+            ("AtMaxBudget", "BelowMaxBudget", "no breach is capped by spec.rightsizing.maxBudget")):
+        cond = found.get(kind)
+        out.append(_Cond(kind, cond["status"], cond["reason"], cond["message"]) if cond is not None
+                   else _Cond(kind, FALSE, reason, message))
+    return out
+
+
 def _invalid_message(error: InputError) -> str:
     where = f"{error.file}" + (f" document {error.document}" if error.document is not None else "")
     return f"{where} {error.path}: {error.message}. Fix: {error.fix}"
@@ -259,7 +288,8 @@ def _short(revision: str | None) -> str:
 def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision | None,
                  url: str | None = None) -> dict:
     """The merge-patch body for the status subresource. `assigned: None` removes a stale decision, `url: None`
-    the endpoint of a model that is no longer served."""
+    the endpoint of a model that is no longer served. `rightsizing` (with a policy): the budgets and the open
+    recommendation; its conditions are in `conditions`."""
     return {"status": {
         "observedGeneration": model.generation,
         "conditions": conditions,
@@ -267,7 +297,7 @@ def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision
         "url": url,
         "rightsizing": {"policy": model.rightsizing.policy, "specBudgetBytes": model.spec_budget_bytes,
                         "effectiveBudgetBytes": model.budget_bytes,
-                        "conditions": list(model.rightsizing_conditions) or None} if model.rightsizing.enabled else None,
+                        "recommendation": model.rightsizing_recommendation} if model.rightsizing.enabled else None,
     }}
 
 

@@ -31,7 +31,6 @@ from controller.rendering.compose import Rendered, compose
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.compositions import Composition
 from controller.rendering.planmd import CHANGES_HEADING, Change, last_change_lines
-from controller.rendering.rollouts import Rollouts, last_line, with_line, worker_rollouts
 from controller.rendering.yamlout import dump
 from controller.rightsizing.planmd import section as rightsizing_section
 from controller.rightsizing.planmd import with_section
@@ -85,17 +84,14 @@ def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], 
     sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
     rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
                        last=last_change_lines(last_plan_md), processes=processes, profile_sources=sources,
-                       previous_paths=last_paths)
-    rollouts = (worker_rollouts(last_workers, rendered.files, rendered.deployments) if last_workers is not None
-                else Rollouts())
-    plan_md = with_line(rendered.files[PLAN_MD], rollouts.line if rollouts.any else last_line(last_plan_md))
-    rendered.files[PLAN_MD] = with_section(plan_md, rightsizing_section(rightsizing or {}, result.decisions,
+                       previous_paths=last_paths, previous_workers=last_workers)
+    rendered.files[PLAN_MD] = with_section(rendered.files[PLAN_MD], rightsizing_section(rightsizing or {}, result.decisions,
                                                                         planned.slots, prices or {}),
                                            CHANGES_HEADING)
     quiet = quiet_changes(records, planned.models, result)
     now, keep = kept_owners(rendered, owners or {})
     return PassOutput(planned, result, rendered, revived,
-                      commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held, rollouts=rollouts),
+                      commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held),
                       dict(last_good or {}), held, now, keep | {RIGHTSIZING_DIR + "/"})
 
 
@@ -164,7 +160,7 @@ def available_processes() -> int:
 
 
 def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...], *,
-                   quiet: tuple[str, ...] = (), held: tuple[str, ...] = (), rollouts: Rollouts = Rollouts()) -> str:
+                   quiet: tuple[str, ...] = (), held: tuple[str, ...] = ()) -> str:
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
     a count and one line per change otherwise; with no decision moved, the `quiet` spec changes. Used only
     when the generated tree changed."""
@@ -185,7 +181,8 @@ def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tup
         subject = f"gpushare: re-render {len(quiet)} models whose spec or need changed (no decision moved)"
     else:
         subject = "gpushare: re-render (templates, compositions or profiles changed; no decision moved)"
-    body = [rollouts.line] if rollouts.any else []  # which workers restart and which reconfigure in place
+    rollouts = rendered.rollouts  # which workers restart and which reconfigure in place
+    body = [rollouts.line] if rollouts.any else []
     body += [c.summary for c in changes] if len(changes) > 1 else []
     body += list(quiet) if len(quiet) > 1 or (quiet and changes) else []
     body += [f"served from its last good spec (its document is broken): {ref}" for ref in revived]

@@ -34,6 +34,7 @@ from controller.rendering.names import (dns_label, is_dns_label, is_label_value,
 from controller.planning.occupancy import device_bytes
 from controller.rendering.profiling_place import Beside, profiling_place
 from controller.rendering.planmd import Change, LastPlan, created_jobs, decision_changes, plan_markdown
+from controller.rendering.rollouts import Rollouts, worker_rollouts
 from controller.rendering.render import RenderError, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
 from controller.types import Decision, ElasticModel, GpuSlot, Pending, Plan
@@ -71,7 +72,7 @@ class Rendered:
     objects: dict[str, RenderedObject] = field(default_factory=dict)  # rendered/ path → its object
     verdict_sources: frozenset[tuple[str, str]] = frozenset()  # each rendered worker's verdicts ConfigMap
     urls: dict[str, str] = field(default_factory=dict)  # namespace/name -> its endpoint (status.url)
-    deployments: dict[str, dict] = field(default_factory=dict)  # rendered/ path → the Deployment its file holds
+    rollouts: Rollouts = Rollouts()  # the workers this tree restarts or reconfigures in place (none when unknown)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class _Tree:
     objects: dict[str, RenderedObject] = field(default_factory=dict)
     verdict_sources: set[tuple[str, str]] = field(default_factory=set)
     urls: dict[str, str] = field(default_factory=dict)
-    deployments: dict[str, dict] = field(default_factory=dict)
+    deployments: dict[str, dict] = field(default_factory=dict)  # rendered/ path → its Deployment
 
     def add(self, unit: list[_File], owners: Sequence[str]) -> None:
         """Write every file of one unit, or none of them when one would overwrite a different object."""
@@ -103,7 +104,7 @@ class _Tree:
             self.owners[f.path].update(owners)
             if f.object is not None:
                 self.objects[f.path] = f.object
-                if f.object.kind == "Deployment":
+                if f.object.kind == "Deployment":  # the worker rollouts compare these, never parsed back
                     self.deployments[f.path] = f.document
 
     def merge(self, other: _Tree) -> None:
@@ -135,11 +136,14 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
             previous: Mapping[tuple[str, str], Decision], *,
             compositions: Mapping[str, Composition] | None = None, last: LastPlan = LastPlan(),
             processes: int = 1, profile_sources: Mapping[tuple[str, str], str] | None = None,
-            previous_paths: Collection[str] | None = None) -> Rendered:
+            previous_paths: Collection[str] | None = None, previous_workers: Mapping[str, str] | None = None
+            ) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process. `last`: what
     the previous PLAN.md said; `previous_paths`: the previous tree's paths, which tell the profiler Jobs
-    this tree creates (None: not known, every Job is created)."""
+    this tree creates (None: not known, every Job is created); `previous_workers`: the previous tree's worker
+    Deployments and ConfigMaps (path -> text), which tell the workers this tree restarts from those it
+    reconfigures in place (None: not known)."""
     compositions = shipped_compositions() if compositions is None else compositions
     if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
@@ -147,9 +151,11 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects(models, plan, slots, compositions)
     _namespaces(tree)
     changes = decision_changes(previous, plan)
+    rollouts = (worker_rollouts(previous_workers, tree.files, tree.deployments) if previous_workers is not None
+                else None)
     tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last, profile_sources,
                                           jobs_created=None if previous_paths is None
-                                          else len(created_jobs(previous_paths, tree.files)))
+                                          else len(created_jobs(previous_paths, tree.files)), rollouts=rollouts)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
@@ -158,7 +164,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         objects=dict(sorted(tree.objects.items())),
         verdict_sources=frozenset(tree.verdict_sources),
         urls=dict(sorted(tree.urls.items())),
-        deployments=tree.deployments,
+        rollouts=rollouts or Rollouts(),
     )
 
 

@@ -14,6 +14,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.rendering.compose_errors import ComposeError
+from controller.rendering.rollouts import LINE_PREFIX as WORKERS_PREFIX
+from controller.rendering.rollouts import Rollouts
 from controller.planning.occupancy import device_bytes
 from contract.quantity import format_bytes
 from controller.inputs.layout import RENDERED_DIR
@@ -67,15 +69,18 @@ class LastPlan:
 
     summary: str | None = None
     changes: tuple[str, ...] = ()
+    workers: str | None = None  # its workers line (which workers restart, which reconfigure in place)
 
 
 def last_change_lines(plan_md: str | None) -> LastPlan:
     """The summary line and change lines of a previous PLAN.md (nothing when there is none)."""
     if not plan_md:
         return LastPlan()
-    summary = next((line for line in plan_md.splitlines() if line.startswith(SUMMARY_PREFIX)), None)
+    head = plan_md.split("\n## ", 1)[0].splitlines()
+    summary = next((line for line in head if line.startswith(SUMMARY_PREFIX)), None)
+    workers = next((line for line in head if line.startswith(WORKERS_PREFIX)), None)
     section = plan_md.split(CHANGES_HEADING, 1)[1].split("\n## ", 1)[0] if CHANGES_HEADING in plan_md else ""
-    return LastPlan(summary, tuple(line for line in section.splitlines() if line.startswith("- ")))
+    return LastPlan(summary, tuple(line for line in section.splitlines() if line.startswith("- ")), workers)
 
 
 def created_jobs(previous: Collection[str] | None, current: Iterable[str]) -> tuple[str, ...]:
@@ -110,10 +115,11 @@ def review_summary(plan_md: str, commit: str, base: str) -> str:
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
                   last: LastPlan | None = None, sources: Mapping[tuple[str, str], str] | None = None, *,
-                  jobs_created: int | None = None) -> str:
+                  jobs_created: int | None = None, rollouts: Rollouts | None = None) -> str:
     """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product)'s profile source
     (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
-    None when the previous tree is not known: then every profiler Job the plan runs counts."""
+    None when the previous tree is not known: then every profiler Job the plan runs counts; `rollouts`: which
+    workers this tree restarts and which reconfigure in place (None when the previous tree is not known)."""
     by_key = {m.key: m for m in models}
     last = last or LastPlan()
     sources = sources or {}
@@ -129,11 +135,16 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
         pinned[node_of.get(d.slot, "")] = pinned.get(node_of.get(d.slot, ""), 0) + d.host_bytes
     ordered = sorted(slots, key=lambda s: (s.node, s.index))
     views = [_SlotView.of(slot, on_slot.get(slot.id, [])) for slot in ordered]
+    jobs = _jobs(plan) if jobs_created is None else jobs_created
+    quiet = not changes and not jobs_created and not (rollouts and rollouts.any) and last.summary
+    if quiet:  # nothing the summary counts changed: the last summary and workers line, as they were written
+        head = [last.summary] + (["", last.workers] if last.workers else [])
+    else:
+        head = [summary_line(changes, jobs, rollouts)] + (["", rollouts.line] if rollouts and rollouts.any else [])
     lines = [
         "# gpushare plan",
         "",
-        summary_line(changes, on_slot, _jobs(plan) if jobs_created is None else jobs_created,
-                     last.summary, jobs_known=jobs_created is not None),
+        *head,
         "",
         f"{len(placed)} placed on {len(slots)} GPU slots · {len(plan.pending)} awaiting a profile · "
         f"{len(refused)} refused · {len(errors)} not rendered.",
@@ -162,23 +173,17 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     return "\n".join(lines) + "\n"
 
 
-def summary_line(changes: Sequence[Change], on_slot: Mapping[str | None, list[Decision]], jobs_created: int,
-                 carried: str | None = None, *, jobs_known: bool = True) -> str:
+def summary_line(changes: Sequence[Change], jobs_created: int, rollouts: Rollouts | None) -> str:
     """terraform's summary: models added, changed, removed or refused by the latest decision changes; workers
-    that (re)start because their models changed; profiler Jobs this tree creates. A pass that changes none of
-    these keeps the last summary (`carried`), as it keeps the last change lines; without the previous tree
-    (`jobs_known` False) only a decision change makes a new summary."""
-    if not changes and not (jobs_known and jobs_created) and carried:
-        return carried
+    restarting and reconfigured in place (`rollouts`: this tree's worker objects against the last tree's;
+    None: not known); profiler Jobs this tree creates."""
     added = sum(1 for c in changes if c.before is None and c.after is not None and c.after.mode != "refused")
     changed = sum(1 for c in changes if c.before is not None and c.after is not None and c.after.mode != "refused")
     removed = sum(1 for c in changes if c.after is None)
     refused = sum(1 for c in changes if c.after is not None and c.after.mode == "refused")
-    touched = {d.slot for c in changes for d in (c.before, c.after) if d is not None and d.slot is not None}
-    restarting = sum(1 for slot in touched if on_slot.get(slot))
+    workers = rollouts.plan_words if rollouts is not None else "workers not compared (no previous tree)"
     return (f"{SUMMARY_PREFIX}{added} to add, {changed} to change, {removed} to remove, {refused} refused · "
-            f"{restarting} worker{'s' * (restarting != 1)} restarting · "
-            f"{jobs_created} profiler Job{'s' * (jobs_created != 1)} created.")
+            f"{workers} · {jobs_created} profiler Job{'s' * (jobs_created != 1)} created.")
 
 
 @dataclass(frozen=True)

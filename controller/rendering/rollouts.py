@@ -3,13 +3,13 @@
 A worker's Deployment rolls only when its pod template changes (image, resources, GPU
 share, volumes); a changed worker.yaml alone reaches the running worker through its
 mounted ConfigMap and is applied in place. Pure: compares the previous rendered tree's
-worker Deployments and ConfigMaps with the new ones. Called by controller.passes.reconcile
-for PLAN.md and the commit message.
+worker Deployments and ConfigMaps with the new ones. Called by controller.rendering.compose
+for PLAN.md (its summary and its workers line) and by controller.passes.reconcile for the commit message.
 
-The new tree's Deployments come as the objects compose rendered (`Rendered.deployments`), so
-what this pass wrote is never parsed back; a previous Deployment whose text is the one this
-pass wrote is that same object, and any other text is parsed once, with libyaml (parsing both
-trees with PyYAML's pure-Python loader took seconds at a few hundred workers).
+The new tree's Deployments come as the objects compose rendered, so what a pass wrote is never
+parsed back; a previous Deployment whose text is the one the pass wrote is that same object, and
+any other text is parsed once, with libyaml (parsing both trees with PyYAML's pure-Python loader
+took seconds at a few hundred workers).
 """
 from __future__ import annotations
 
@@ -36,10 +36,16 @@ class Rollouts:
     @property
     def summary(self) -> str:
         """`1 restart · 2 in place` (new and removed workers only when there are some)."""
-        parts = [f"{len(self.restart)} restart", f"{len(self.in_place)} in place"]
-        parts += [f"{len(self.new)} new"] if self.new else []
-        parts += [f"{len(self.removed)} removed"] if self.removed else []
-        return " · ".join(parts)
+        return " · ".join([f"{len(self.restart)} restart", f"{len(self.in_place)} in place", *self._others()])
+
+    @property
+    def plan_words(self) -> str:
+        """PLAN.md's summary part: `1 worker restarting, 2 in place` (new and removed only when there are some)."""
+        n = len(self.restart)
+        return ", ".join([f"{n} worker{'s' * (n != 1)} restarting", f"{len(self.in_place)} in place", *self._others()])
+
+    def _others(self) -> list[str]:
+        return [f"{len(names)} {what}" for what, names in (("new", self.new), ("removed", self.removed)) if names]
 
     @property
     def line(self) -> str:
@@ -63,6 +69,11 @@ def _worker(doc: object) -> _Worker | None:
     return doc["metadata"]["name"], template, mounted
 
 
+def _parse(text: str) -> object:
+    """The object a Deployment file of the previous tree writes (libyaml's safe loader)."""
+    return yaml.load(text, Loader=yaml.CSafeLoader)
+
+
 def _workers(files: Mapping[str, str], parsed: dict[str, _Worker | None]) -> dict[str, tuple[dict, str | None]]:
     """worker name -> (pod template, the text of the ConfigMap it mounts). `parsed`: Deployment text -> its
     worker, filled here and shared between the two trees of one comparison."""
@@ -72,7 +83,7 @@ def _workers(files: Mapping[str, str], parsed: dict[str, _Worker | None]) -> dic
         if "/deployment-" not in path:
             continue
         if text not in parsed:
-            parsed[text] = _worker(yaml.load(text, Loader=yaml.CSafeLoader))
+            parsed[text] = _worker(_parse(text))
         worker = parsed[text]
         if worker is None:
             continue
@@ -99,20 +110,3 @@ def worker_rollouts(previous: Mapping[str, str], current: Mapping[str, str],
             in_place.append(name)
     return Rollouts(tuple(restart), tuple(in_place), tuple(sorted(set(after) - set(before))),
                     tuple(sorted(set(before) - set(after))))
-
-
-def with_line(plan_md: str, line: str | None) -> str:
-    """PLAN.md with the workers line after its summary paragraph (the third line)."""
-    if not line:
-        return plan_md
-    lines = plan_md.split("\n")
-    return "\n".join(lines[:3] + [line] + lines[3:])
-
-
-def last_line(plan_md: str | None) -> str | None:
-    """The workers line of a previous PLAN.md, carried by a pass in which no worker changed (so that such a
-    pass regenerates identical bytes)."""
-    for line in (plan_md or "").split("\n")[:6]:
-        if line.startswith(LINE_PREFIX):
-            return line
-    return None

@@ -7,8 +7,10 @@ function passed in (Prometheus, or a file), then:
   user's model file (its only owned path), with the evidence as the commit message;
 - the records (decisions/rightsizing/, the only path owned there) go to the tracked
   branch, Auto's effective budgets and every condition with them.
-Usage that cannot be read changes no budget: the records say UsageMissing. Called by
-`gpushare rightsize --git` and tests.
+Usage that cannot be read changes no budget: the records say UsageMissing. `guard` runs right
+before each commit is pushed (a cluster leader renews its Lease there and raises if it lost
+it). Called by `gpushare rightsize --git`, the reconcile loops (controller.cli.rightsizing_loop)
+and tests.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ class PassResult:
     usage_error: str | None
 
 
-def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_s: float) -> PassResult:
+def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_s: float, *,
+                   guard: Callable[[], None] = lambda: None) -> PassResult:
     heads = copy.sync()
     root = copy.root
     inputs = load_repo(root)
@@ -51,20 +54,25 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
     result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots, read_records(root),
-                  usage, now, read_prices(root))
-    published = tuple(_propose(copy, p) for p in result.proposals)
+                  usage, now, read_prices(root), inputs.profiles)
+    published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
-    records = publish(copy, lambda _root: Change(files={r.path: r.dump().encode() for r in result.records.values()},
-                                                 message=_records_message(result, usage_error)),
-                      owned=(RECORDS_DIR + "/",), target="direct")
+
+    def records_change(_root: Path) -> Change:
+        guard()
+        return Change(files={r.path: r.dump().encode() for r in result.records.values()},
+                      message=_records_message(result, usage_error))
+
+    records = publish(copy, records_change, owned=(RECORDS_DIR + "/",), target="direct")
     return PassResult(result, published, records, usage_error)
 
 
-def _propose(copy: WorkingCopy, proposal: Proposal) -> PublishResult:
+def _propose(copy: WorkingCopy, proposal: Proposal, guard: Callable[[], None]) -> PublishResult:
     source = proposal.model.source
     path, document = source.file, source.document
 
     def render(root: Path) -> Change:
+        guard()
         text = (root / path).read_bytes().decode("utf-8")
         return Change(files={path: set_memory_budget(text, document, proposal.budget_bytes).encode()},
                       message=proposal.message)

@@ -33,21 +33,22 @@ def add_commands(sub) -> None:
     rs.add_argument("--branch", default="main", help="pass: the tracked branch (default: main)")
     rs.add_argument("--workdir", type=Path, help="pass: the checkout to use (default: a temporary directory)")
     rs.add_argument("--prometheus", help="pass: Prometheus' base URL, e.g. http://prometheus:9090")
-    rs.add_argument("--window", type=_duration, default=2 * 86400, help="pass: usage window (default: 2d)")
-    rs.add_argument("--step", type=_duration, default=15, help="pass: sample grid (default: 15s, the scrape interval)")
+    rs.add_argument("--window", type=duration, default=2 * 86400, help="pass: usage window (default: 2d)")
+    rs.add_argument("--step", type=duration, default=15, help="pass: sample grid (default: 15s, the scrape interval)")
     rs.set_defaults(run=_rightsize)
 
     usage = sub.add_parser("usage", help="usage samples for the right-sizing loop")
     usage_sub = usage.add_subparsers(required=True, metavar="ACTION")
     export = usage_sub.add_parser("export", help="write usage samples (JSON lines) from Prometheus' query_range API")
     export.add_argument("--prometheus", required=True, help="Prometheus' base URL")
-    export.add_argument("--since", type=_duration, default=86400, help="how far back (default: 1d)")
-    export.add_argument("--step", type=_duration, default=15, help="sample grid (default: 15s)")
+    export.add_argument("--since", type=duration, default=86400, help="how far back (default: 1d)")
+    export.add_argument("--step", type=duration, default=15, help="sample grid (default: 15s)")
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
     export.set_defaults(run=_export)
 
 
-def _duration(text: str) -> int:
+def duration(text: str) -> int:
+    """A duration flag (`90s`, `5m`, `6h`, `2d`): these commands' and reconcile's --rightsize-* flags."""
     try:
         return parse_duration(text)
     except PolicyError as exc:
@@ -123,12 +124,17 @@ def _pass(args) -> int:
                                 time.time(), args.window)
     except GitError as exc:
         return _fail(f"git: {exc}")
+    print_pass(result)
+    return 0
+
+
+def print_pass(result) -> None:
+    """What a right-sizing pass (controller.rightsizing.apply.PassResult) committed, branch by branch."""
     for published in result.proposals:
         print(f"{published.branch}: {published.commit or 'no change'}")
     print(f"{result.records.branch}: {result.records.commit or 'no change'} ({result.records.message.splitlines()[0]})")
     if result.usage_error:
         print(f"usage unavailable, no budget changed: {result.usage_error}", file=sys.stderr)
-    return 0
 
 
 def _export(args) -> int:

@@ -4,8 +4,10 @@ Owns the queries over the worker's metrics (docs/worker.md) and the grid they ar
 on: one point per `step` seconds for every model seen in the range. A point Prometheus
 has no value for (it was down, the worker was not scraped) becomes a sample without
 `deviceBytes`, which the recommender treats as missing data. A Prometheus that cannot
-be reached or answers an error raises UsageUnavailable. Called by `gpushare usage export`
-and the controller's right-sizing pass; the HTTP GET is a function passed in.
+be reached or answers an error raises UsageUnavailable. A range longer than Prometheus
+answers in one query (11,000 points per series) is read in pieces of MAX_POINTS. Called by
+`gpushare usage export` and the controller's right-sizing pass; the HTTP GET is a function
+passed in.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Callable
 from .usage import Sample
 
 Fetch = Callable[[str], bytes]
+MAX_POINTS = 10_000  # points per series in one query_range (Prometheus refuses more than 11,000)
 
 # Each model's namespace comes from its verdict series on the same target.
 _NS = ("* on(model, instance) group_left(namespace) "
@@ -90,8 +93,9 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
     end = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
     points: dict[tuple[float, str], dict] = {}
     models: set[str] = set()
+    pieces = _pieces(grid_start, end, step_s)
     for field, promql in queries(step_s).items():
-        for series in query_range(base_url, promql, grid_start, end, step_s, fetch):
+        for series in (s for a, b in pieces for s in query_range(base_url, promql, a, b, step_s, fetch)):
             labels = series.get("metric", {})
             if "namespace" not in labels or "model" not in labels:
                 continue
@@ -117,6 +121,15 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
                 ooms=_ceil(values.get("ooms")), budget_bytes=_int(values.get("budgetBytes"))))
         t += step_s
     return samples
+
+
+def _pieces(start: float, end: float, step_s: int) -> list[tuple[float, float]]:
+    """[start, end] on the grid, cut into ranges of at most MAX_POINTS points each."""
+    out, at = [], start
+    while at <= end:
+        out.append((at, min(end, at + (MAX_POINTS - 1) * step_s)))
+        at += MAX_POINTS * step_s
+    return out
 
 
 def _int(value: float | None) -> int | None:

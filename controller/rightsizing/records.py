@@ -3,7 +3,8 @@
 A record says what the loop last concluded for one model: the budget it applied
 (Auto: the effective budget) or proposed (Recommend: the budget on the review
 branch), the user's budget it started from, the evidence, where the new budget fits,
-and the loop's conditions (UsageMissing, NeedsCapacity, AtMaxBudget). Auto never edits
+the KV-cache reservation it recommends, and the loop's conditions (UsageAvailable,
+NeedsCapacity, AtMaxBudget; the status writes them into status.conditions). Auto never edits
 a user file: the next pass plans the model with the effective budget while the user's
 spec.memoryBudget is the one the record started from (a budget the user changes wins).
 Called by the right-sizing step (writes), the loader (reads) and PLAN.md's section.
@@ -46,6 +47,7 @@ class Record:
     fit: dict = field(default_factory=dict)
     review_branch: str | None = None
     conditions: tuple[Condition, ...] = ()
+    kv: dict = field(default_factory=dict)  # the recommended KV reservation (controller.rightsizing.kv)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -60,6 +62,24 @@ class Record:
         """A budget other than the user's awaits review (Recommend) or is in force (Auto)."""
         return self.budget_bytes != self.spec_budget_bytes
 
+    @property
+    def kv_differs(self) -> bool:
+        """The recommended KV reservation is not the one the worker holds now."""
+        return bool(self.kv) and self.kv.get("change") != "keep"
+
+    def recommendation(self) -> dict | None:
+        """The open recommendation for status.rightsizing.recommendation: a budget other than the user's (Auto:
+        in force; Recommend: on its review branch) or a KV reservation other than the worker's; None when none."""
+        if not (self.open or self.kv_differs):
+            return None
+        out: dict = {}
+        if self.open:
+            out.update(budgetBytes=self.budget_bytes, direction=self.direction, reason=self.reason, at=self.at,
+                       reviewBranch=self.review_branch, fit=(self.fit or {}).get("kind"))
+        if self.kv_differs:
+            out.update(kvReservationBytes=self.kv["recommendedBytes"], kvSequences=self.kv["sequences"])
+        return {k: v for k, v in out.items() if v is not None}
+
     def as_dict(self) -> dict:
         doc = {"apiVersion": API_VERSION, "kind": "RightsizingRecord",
                "model": {"namespace": self.namespace, "name": self.name}, "policy": self.policy,
@@ -72,6 +92,8 @@ class Record:
             doc["evidence"] = self.evidence
         if self.fit:
             doc["fit"] = self.fit
+        if self.kv:
+            doc["kvReservation"] = self.kv
         if self.conditions:
             doc["conditions"] = [c.as_dict() for c in self.conditions]
         return doc
@@ -90,7 +112,7 @@ def parse_record(doc) -> Record | None:
             spec_budget_bytes=int(doc["specBudgetBytes"]), budget_bytes=int(doc["budgetBytes"]),
             direction=doc.get("direction"), reason=doc.get("reason"), at=doc.get("at"),
             evidence=dict(doc.get("evidence") or {}), fit=dict(doc.get("fit") or {}),
-            review_branch=doc.get("reviewBranch"),
+            review_branch=doc.get("reviewBranch"), kv=dict(doc.get("kvReservation") or {}),
             conditions=tuple(Condition(**c) for c in doc.get("conditions") or ()))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
@@ -116,12 +138,14 @@ def read_records(root: Path) -> dict[tuple[str, str], Record]:
 def effective_models(models: Iterable[ElasticModel], records: dict[tuple[str, str], Record]) -> tuple[ElasticModel, ...]:
     """Models with Auto's effective budget where a record applies: policy Auto now, and the user's budget is
     still the one the record started from; clamped to the policy's current [minBudget, maxBudget]. Every model
-    under a policy carries its record's conditions (UsageMissing, NeedsCapacity, AtMaxBudget) for its status."""
+    under a policy carries its record's conditions (UsageAvailable, NeedsCapacity, AtMaxBudget) and open
+    recommendation for its status."""
     out = []
     for model in models:
         record = records.get(model.key)
-        if record is not None and model.rightsizing.enabled and record.conditions:
-            model = replace(model, rightsizing_conditions=tuple(c.as_dict() for c in record.conditions))
+        if record is not None and model.rightsizing.enabled:
+            model = replace(model, rightsizing_conditions=tuple(c.as_dict() for c in record.conditions),
+                            rightsizing_recommendation=record.recommendation())
         if (record is not None and model.rightsizing.policy == "Auto" and record.policy == "Auto"
                 and model.user_budget_bytes is None and record.spec_budget_bytes == model.budget_bytes):
             model = replace(model, budget_bytes=model.rightsizing.clamp(record.budget_bytes),

@@ -7,7 +7,9 @@ the last change an earlier step made acting as history. A new budget becomes:
 - Auto: a record whose budget the next pass plans with, unless it does not fit anywhere
   (NeedsCapacity: the record keeps the old budget and says how many bytes are missing).
 No usage for the model (Prometheus down, a gap at the end of the window) changes nothing
-and sets the condition UsageMissing. Called by `gpushare rightsize` and the controller.
+and sets the condition UsageMissing. With usage and the model's profile, each record also
+carries the KV-cache reservation the loop recommends (controller.rightsizing.kv). Called by
+`gpushare rightsize` and the controller.
 """
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from contract.quantity import format_bytes
-from controller.types import Decision, ElasticModel, GpuSlot
+from controller.types import Decision, ElasticModel, GpuSlot, Profile
 
+from .kv import KvReservation, recommend_kv
 from .placement import Fit, where_it_fits
-from .recommender import GAP_INTERVALS, Change, Hold, Slo, replay
+from .policy import PERCENTILE
+from .recommender import GAP_INTERVALS, Change, Hold, Recommender, Slo, replay
 from .records import Condition, Record
 from .usage import Sample, format_time, parse_time
 
@@ -54,9 +58,11 @@ def monthly_cost(delta_bytes: int, slot: GpuSlot | None, prices: Mapping[str, fl
 
 def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: Sequence[GpuSlot],
          records: Mapping[tuple[str, str], Record], usage: Mapping[str, Sequence[Sample]] | None, now: float,
-         prices: Mapping[str, float] | None = None) -> StepResult:
-    """`usage` None: no usage could be read at all (every enabled model holds)."""
+         prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = ()) -> StepResult:
+    """`usage` None: no usage could be read at all (every enabled model holds). `profiles` size a KV sequence
+    (none: no KV reservation is recommended)."""
     by_key = {d.key: d for d in decisions}
+    by_profile = {p.key: p for p in profiles}
     out: dict[tuple[str, str], Record] = {}
     proposals = []
     for model in sorted(models, key=lambda m: m.key):
@@ -82,41 +88,70 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
                              last_change)
         change = next((e for e in reversed(found) if isinstance(e, Change)), None)
+        decision = by_key.get(model.key)
+        kv = _kv(model, decision, by_profile, loop)
+        kv_doc = kv.as_dict() if kv is not None else base.kv
         conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
         capped = [e for e in found if isinstance(e, Hold) and e.reason == "AtMaxBudget"]
         if capped and (change is None or capped[-1].at > change.at):
             conditions.append(Condition("AtMaxBudget", "True", "AtMaxBudget", capped[-1].message))
         if change is None or loop.budget in (in_force, base.budget_bytes):  # nothing new: records stay as they are
-            out[model.key] = replace(base, conditions=tuple(conditions))
+            out[model.key] = replace(base, conditions=tuple(conditions), kv=kv_doc)
             if carried is not None and carried.open and policy.policy == "Recommend":
                 proposals.append(Proposal(model, carried.budget_bytes, review_branch(model),
                                           _reproposal_message(model, carried)))
             continue
-        decision = by_key.get(model.key)
         fit = where_it_fits(decision, loop.budget, decisions, slots) if decision is not None else None
         if fit is not None and fit.kind == "NeedsCapacity":
             conditions.append(Condition("NeedsCapacity", "True", "NeedsCapacity", fit.message))
             if policy.policy == "Auto":
-                out[model.key] = replace(base, conditions=tuple(conditions), fit=_fit_dict(fit))
+                out[model.key] = replace(base, conditions=tuple(conditions), fit=_fit_dict(fit), kv=kv_doc)
                 continue
         record = Record(model.namespace, model.name, policy.policy, user, loop.budget,
                         change.direction, change.reason, format_time(change.at), change.evidence.as_dict(),
                         _fit_dict(fit) if fit else {},
-                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions))
+                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions), kv_doc)
         out[model.key] = record
         if policy.policy == "Recommend":
             slot = next((s for s in slots if decision is not None and s.id == decision.slot), None)
             proposals.append(Proposal(model, loop.budget, review_branch(model),
-                                      proposal_message(model, in_force, change, fit, slot, prices or {})))
+                                      proposal_message(model, in_force, change, fit, slot, prices or {}, kv)))
     return StepResult(out, tuple(proposals))
+
+
+def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str], Profile],
+        loop: Recommender) -> KvReservation | None:
+    """The KV reservation to recommend from the loop's KV in use, sized by the model's profile on its GPU."""
+    product = decision.gpu_product if decision is not None else model.gpu_product
+    profile = profiles.get((model.model, model.revision, product)) if product else None
+    if profile is None or not loop.kv_seen:
+        return None
+    return recommend_kv(used_percentile_bytes=loop.kv_histogram.percentile(PERCENTILE),
+                        used_peak_bytes=loop.kv_peak.value, headroom_percent=model.rightsizing.headroom_percent,
+                        kv_bytes_per_token=profile.kv_bytes_per_token, context_tokens=model.slo.context_tokens,
+                        concurrency=model.slo.concurrency,
+                        slo_concurrency=model.slo.concurrency if model.has_slo else None)
+
+
+def kv_line(kv: dict) -> str:
+    """The KV reservation recommendation in words (a record's `kvReservation`), for commit messages."""
+    sequences, context = kv["sequences"], kv["contextTokens"]
+    verb = {"grow": "grow it to", "shrink": "shrink it to", "keep": "keep"}[kv["change"]]
+    shorter = context < kv.get("reservedContextTokens", context)
+    apply = f"set spec.slo.contextTokens to {context}" if shorter else f"set spec.slo.concurrency to {sequences}"
+    return (f"KV reservation: {format_bytes(kv['reservedBytes'])} reserved; recommended: {verb} "
+            f"{format_bytes(kv['recommendedBytes'])} ({sequences} sequence{'s' if sequences != 1 else ''} of "
+            f"{context} tokens): the KV cache in use plus headroom, never below {kv['floor']}. This branch edits "
+            f"memoryBudget only: {apply} to apply it.")
 
 
 def _reproposal_message(model: ElasticModel, record: Record) -> str:
     """An open proposal carried to a new base (the tracked branch moved): the evidence it was made with."""
     evidence = ", ".join(f"{k} {v}" for k, v in sorted(record.evidence.items()))
+    kv = f"{kv_line(record.kv)}\n" if record.kv else ""
     return (f"{model.ref}: memoryBudget {format_bytes(record.spec_budget_bytes)} → "
             f"{format_bytes(record.budget_bytes)} (right-sizing: {record.reason}, proposed {record.at})\n\n"
-            f"Evidence: {evidence}.\n")
+            f"Evidence: {evidence}.\n{kv}")
 
 
 def _missing(samples: Sequence[Sample], now: float) -> str | None:
@@ -144,7 +179,7 @@ def _fit_dict(fit: Fit) -> dict:
 
 
 def proposal_message(model: ElasticModel, budget: int, change: Change, fit: Fit | None, slot: GpuSlot | None,
-                     prices: Mapping[str, float]) -> str:
+                     prices: Mapping[str, float], kv: KvReservation | None = None) -> str:
     """The review commit's message: the change, then the evidence it rests on."""
     e = change.evidence
     delta = change.to_bytes - budget
@@ -159,8 +194,9 @@ def proposal_message(model: ElasticModel, budget: int, change: Change, fit: Fit 
     if e.kv_used_peak_bytes is not None:
         reserved = f" of {format_bytes(e.kv_reserved_bytes)} reserved" if e.kv_reserved_bytes is not None else ""
         lines.append(f"KV cache in use: p{e.percentile * 100:g} {format_bytes(e.kv_used_p99_bytes)}, peak "
-                     f"{format_bytes(e.kv_used_peak_bytes)}{reserved}; headroom applies to it (the KV "
-                     "reservation itself follows slo.contextTokens × slo.concurrency).")
+                     f"{format_bytes(e.kv_used_peak_bytes)}{reserved}; headroom applies to it.")
+    if kv is not None:
+        lines.append(kv_line(kv.as_dict()))
     lines.append(f"{'Frees' if delta < 0 else 'Needs'} {format_bytes(abs(delta))}"
                  + (f"; {fit.message}." if fit else "."))
     cost = monthly_cost(delta, slot, prices)

@@ -1,0 +1,143 @@
+"""Right-sizing inside the installed controller: the leader's right-sizing pass, on its own cadence.
+
+Owns `RightsizingSchedule`. Both reconcile loops (`reconcile --offline --interval` in
+controller.cli.reconcile_cmd, `reconcile --kube` in controller.cli.cluster_loop; in cluster
+mode only the Lease holder) call `run_if_due` right before a reconcile pass, in the same
+thread and on the same working copy, so the two passes never race for a push and the
+reconcile pass that follows a right-sizing commit plans with its records (Auto's effective
+budgets, the conditions, PLAN.md's open recommendations). A due pass runs
+controller.rightsizing.apply.rightsize_once over the last `window` of usage read from
+Prometheus; it is due again `interval` later (±10 % jitter). A pass that fails (git, a lost
+Lease) or crashes is logged, counted and retried after controller.cli.loop's backoff; it
+never ends the reconcile loop. Usage that cannot be read commits the hold (UsageMissing),
+changes no budget and is logged once per outage. `schedule_from(args)` builds it from
+--prometheus and the --rightsize-* flags: no URL, no right-sizing (logged once, with why).
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
+from controller.cli.metrics import ControllerMetrics
+from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
+from controller.rightsizing.prometheus import read_usage
+from gitops import WorkingCopy
+
+log = logging.getLogger("gpushare.rightsizing")
+
+DEFAULT_INTERVAL_S = 300        # a pass every 5 minutes: 20 scrapes, well inside upsizeAfter's default
+DEFAULT_WINDOW_S = 2 * 86400    # the usage each pass replays: two diurnal cycles
+DEFAULT_STEP_S = 60             # the sample grid: 2,880 points a series over 2d (15 s would be 11,520, every
+                                # 5 minutes); peaks survive it: gauges are read as max_over_time over two steps
+
+
+class RightsizingSchedule:
+    """When the next right-sizing pass is due, and running it without letting it end the caller's loop."""
+
+    def __init__(self, read: ReadUsage, *, interval_s: float = DEFAULT_INTERVAL_S,
+                 window_s: float = DEFAULT_WINDOW_S, metrics: ControllerMetrics | None = None,
+                 clock: Callable[[], float] = time.time, jitter: Callable[[float, float], float] = random.uniform,
+                 backoff_base_s: float = BACKOFF_BASE_S, max_backoff_s: float = MAX_BACKOFF_S):
+        self.read, self.interval_s, self.window_s = read, interval_s, window_s
+        self.metrics = metrics or ControllerMetrics()
+        self.clock, self.jitter = clock, jitter
+        self.backoff_base_s, self.max_backoff_s = backoff_base_s, max_backoff_s
+        self.next_at: float | None = None  # None: due now (the first loop iteration)
+        self.failures = 0
+        self.holding = False  # usage was unavailable on the last pass
+
+    def due(self) -> bool:
+        return self.next_at is None or self.clock() >= self.next_at
+
+    def run_if_due(self, copy: WorkingCopy, guard: Callable[[], None] = lambda: None) -> PassResult | None:
+        """One right-sizing pass when due; its result, or None (not due, or failed: logged and counted)."""
+        if not self.due():
+            return None
+        now = self.clock()
+        try:
+            result = rightsize_once(copy, self.read, now, self.window_s, guard=guard)
+        except Exception as exc:  # noqa: BLE001 - the reconcile loop must outlive any right-sizing pass
+            self._failed(exc, now)
+            return None
+        self.failures = 0
+        self.next_at = now + self.interval_s * self.jitter(0.9, 1.1)
+        for published in (*result.proposals, result.records):
+            if published.changed:
+                log.info("right-sizing committed %s to %s: %s", published.commit[:12], published.branch,
+                         published.message.splitlines()[0])
+        if result.usage_error:
+            self.metrics.rightsizing_done("held", "UsageUnavailable")
+            if not self.holding:
+                log.warning("right-sizing holds: usage unavailable, no budget changed (each model's UsageAvailable "
+                            "is False until it is back): %s", result.usage_error)
+            self.holding = True
+        else:
+            self.metrics.rightsizing_done("ok", ended_at=self.clock())
+            if self.holding:
+                log.info("right-sizing reads usage again")
+            self.holding = False
+        return result
+
+    def _failed(self, exc: Exception, now: float) -> None:
+        self.failures += 1
+        wait = backoff_s(self.failures, base_s=self.backoff_base_s, cap_s=self.max_backoff_s, jitter=self.jitter)
+        self.next_at = now + wait
+        reason = getattr(exc, "reason", None)
+        if isinstance(reason, str):  # a typed error (git, a lost Lease): its own words
+            message = getattr(exc, "message", str(exc))
+            fix = getattr(exc, "fix", None)
+            log.error("right-sizing pass failed: [%s] %s%s; retrying in %.0f s", reason, message,
+                      f" Fix: {fix}" if fix else "", wait)
+        else:
+            reason = "PassCrashed"
+            log.error("right-sizing pass crashed (%s); the reconcile loop goes on, retrying in %.0f s",
+                      type(exc).__name__, wait, exc_info=True)
+        self.metrics.rightsizing_done("failed", reason)
+
+
+def add_arguments(parser) -> None:
+    from controller.rightsizing.cli import duration
+
+    group = parser.add_argument_group("right-sizing (docs/guide.md, Right-sizing)")
+    group.add_argument("--prometheus", metavar="URL", default="",
+                       help="Prometheus' base URL: the leader runs the right-sizing loop between reconcile passes "
+                            "(empty, the default: right-sizing off). The install sets it from PROMETHEUS_URL")
+    group.add_argument("--rightsize-interval", type=duration, default=DEFAULT_INTERVAL_S, metavar="DURATION",
+                       help="one right-sizing pass every DURATION (default: 5m)")
+    group.add_argument("--rightsize-window", type=duration, default=DEFAULT_WINDOW_S, metavar="DURATION",
+                       help="the usage each right-sizing pass replays (default: 2d)")
+    group.add_argument("--rightsize-step", type=duration, default=DEFAULT_STEP_S, metavar="DURATION",
+                       help="the usage sample grid, a multiple of the scrape interval (default: 60s)")
+
+
+class PrometheusUrlInvalid(ValueError):
+    reason = "PrometheusUrlInvalid"
+
+
+def prometheus_url(args) -> str:
+    """--prometheus, checked: an http(s) URL, or "" (right-sizing off); PrometheusUrlInvalid otherwise."""
+    url = (args.prometheus or "").strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise PrometheusUrlInvalid(f"--prometheus {url!r} is not an http(s) URL; write e.g. "
+                                   "http://prometheus-operated.monitoring:9090, or leave it empty to turn "
+                                   "right-sizing off")
+    return url
+
+
+def schedule_from(args, metrics: ControllerMetrics | None = None, *,
+                  clock: Callable[[], float] = time.time) -> RightsizingSchedule | None:
+    """The schedule the flags ask for; None (logged once, with why) when --prometheus is empty."""
+    url = prometheus_url(args)
+    if not url:
+        log.info("right-sizing is off: no Prometheus URL (--prometheus; PROMETHEUS_URL in the gpushare-controller "
+                 "ConfigMap). Models with spec.rightsizing keep their budgets and show UsageAvailable=Unknown")
+        return None
+    step = args.rightsize_step
+    log.info("right-sizing on: a pass every %.0f s over %.0f s of usage from %s", args.rightsize_interval,
+             args.rightsize_window, url)
+    return RightsizingSchedule(lambda start, end: read_usage(url, start, end, step),
+                               interval_s=args.rightsize_interval, window_s=args.rightsize_window,
+                               metrics=metrics, clock=clock)
