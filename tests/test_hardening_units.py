@@ -17,8 +17,10 @@ from controller.cli.commands import main
 from controller.cli.common import show
 from controller.cli.offline import OfflineResult, pass_over
 from controller.cli.reconcile_cmd import poll
+from controller.inputs.layout import OWNERS_FILE
 from controller.inputs.load import parse_profile
-from controller.passes.reconcile import guarded_change, kept_owners, prune_hold
+from controller.inputs.reader import read_owners
+from controller.passes.reconcile import dump_owners, guarded_change, kept_owners, prune_hold
 from controller.rendering.compose import Rendered
 from controller.rendering.compose_errors import MixedCompositions
 from gitops import Change, PublishResult, publish
@@ -292,3 +294,23 @@ def test_a_model_whose_composition_is_deleted_keeps_its_objects(tmp_path):
     found = {(e.reason, getattr(e, "object", None) or getattr(e, "ref", None)) for e in second.errors}
     assert ("UnknownComposition", "llm/summarizer") in found  # the input error, and the revived spec's render
     assert set(theirs) <= second.keep and second.owners["llm/summarizer"] == theirs
+
+
+@pytest.mark.parametrize("entries, read", [
+    pytest.param(40, True, id="owners-file-larger-than-one-input-file-is-still-read"),
+    pytest.param(400, False, id="owners-file-beyond-the-state-limit-is-refused-and-said"),
+])
+def test_the_owners_file_grows_with_the_fleet_up_to_the_state_limit(tmp_path, monkeypatch, caplog, entries, read):
+    """The owners file is the controller's own and grows with the fleet: it is read with max_state_bytes
+    (STATE_FACTOR input files), not the limit of one user file, and a refusal is logged, not silent."""
+    monkeypatch.setenv("GPUSHARE_MAX_INPUT_BYTES", "1000")
+    owners = {f"team/model-{i:04d}": (f"decisions/team/model-{i:04d}.yaml", f"rendered/team/service-m{i:04d}.yaml")
+              for i in range(entries)}
+    path = tmp_path / OWNERS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(dump_owners(owners))
+    assert 1000 < path.stat().st_size and (path.stat().st_size <= 16_000) == read
+    with caplog.at_level("WARNING", logger="gpushare.inputs"):
+        got = read_owners(tmp_path)
+    assert got == (owners if read else {})
+    assert any(OWNERS_FILE in r.getMessage() for r in caplog.records) == (not read)

@@ -19,6 +19,7 @@ through its decision record. The only I/O of the input stage; the parsers it cal
 """
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,14 +33,16 @@ from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECIS
                                       PROFILES_DIR, RENDERED_DIR)
 from controller.inputs.load import (DecisionRecord, TreeInputs, load_documents, parse_inventory, parse_model,
                                     parse_profile, revive_last_good)
-from controller.inputs.repofiles import (RepoFileError, is_file, owned_files, read_optional, read_text,
-                                         yaml_files)
+from controller.inputs.repofiles import (STATE_FACTOR, RepoFileError, is_file, max_state_bytes, owned_files,
+                                         read_optional, read_text, yaml_files)
+from controller.inputs.yamlin import YamlLimits
 from controller.rendering.compositions import Composition, parse_composition, shipped_compositions
 from controller.rightsizing.prices import read_prices
 from controller.rightsizing.records import effective_models, read_records
 from controller.serialize import decision_from_dict
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
+log = logging.getLogger("gpushare.inputs")
 
 
 @dataclass(frozen=True)
@@ -107,18 +110,23 @@ def read_rendered_workers(root: Path) -> dict[str, str]:
 
 
 def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
-    """The owners file the last pass wrote (namespace/name -> its generated paths); {} when absent or garbled."""
-    text = read_optional(Path(root), OWNERS_FILE)
-    docs = load_documents(text, OWNERS_FILE)[0] if text else []
+    """The owners file the last pass wrote (namespace/name -> its generated paths); {} when absent or garbled
+    (logged: a model that fails to render this pass then keeps nothing). It grows with the fleet, so it is read
+    with the limits of the controller's own files (repofiles.max_state_bytes, YamlLimits.scaled)."""
+    root = Path(root)
+    text = read_optional(root, OWNERS_FILE, max_state_bytes())
+    docs = load_documents(text, OWNERS_FILE, YamlLimits.from_env().scaled(STATE_FACTOR))[0] if text else []
     doc = docs[0][1] if docs else {}
-    if not isinstance(doc, dict):
+    if not isinstance(doc, dict) or (is_file(root, OWNERS_FILE) and not docs):
+        log.warning("%s cannot be read (too large, or not the mapping the controller writes); a model that fails "
+                    "to render this pass keeps none of its objects", OWNERS_FILE)
         return {}
     return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
             if isinstance(ref, str) and isinstance(paths, list)}
 
 
 def read_plan_md(root: Path) -> str | None:
-    return read_optional(Path(root), PLAN_MD)
+    return read_optional(Path(root), PLAN_MD, max_state_bytes())
 
 
 def _file_error(rel: str, exc: RepoFileError) -> InputError:

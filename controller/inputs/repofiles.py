@@ -34,6 +34,15 @@ def max_file_bytes(environ=os.environ) -> int:
     return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_FILE_BYTES
 
 
+STATE_FACTOR = 16  # the controller's own files (PLAN.md, the owners file) grow with the fleet, a user's file does not
+
+
+def max_state_bytes(environ=os.environ) -> int:
+    """The largest file the controller wrote that it reads back: STATE_FACTOR inputs (64 MiB by default), so
+    a fleet whose PLAN.md or owners file outgrows one input file is still read."""
+    return STATE_FACTOR * max_file_bytes(environ)
+
+
 def _inside(root_real: str, path: str) -> bool:
     return _within(root_real, os.path.realpath(path))
 
@@ -122,12 +131,12 @@ def read_text(root: Path, rel: str, limit: int | None = None) -> str:
                             "save it as UTF-8") from None
 
 
-def read_optional(root: Path, rel: str) -> str | None:
+def read_optional(root: Path, rel: str, limit: int | None = None) -> str | None:
     """`read_text`, or None when the file is absent or cannot be read safely (controller-written files)."""
     if not is_file(root, rel):
         return None
     try:
-        return read_text(root, rel)
+        return read_text(root, rel, limit)
     except RepoFileError:
         return None
 

@@ -54,6 +54,10 @@ class YamlLimits:
                    setting("GPUSHARE_YAML_MAX_ALIASES", cls.max_aliases),
                    setting("GPUSHARE_YAML_MAX_DEPTH", cls.max_depth))
 
+    def scaled(self, factor: int) -> YamlLimits:
+        """These limits with `factor` times the nodes: for a file the controller wrote, which grows with the fleet."""
+        return YamlLimits(self.max_nodes * factor, self.max_aliases, self.max_depth)
+
 
 class YamlLimitExceeded(yaml.MarkedYAMLError):
     """A document refused before it is built: too large once expanded, too deep, or an odd key."""
