@@ -11,7 +11,9 @@ Authorization (or PRIVATE-TOKEN) header, and never logged or put into an error. 
 | GitLab | `GET /projects/O%2FR/merge_requests?source_branch=BRANCH&target_branch=BASE&state=opened` | `POST /projects/O%2FR/merge_requests` | `PUT /projects/O%2FR/merge_requests/IID` |
 | Gitea | `GET /repos/O/R/pulls?state=open&limit=50&page=P` (filtered by head and base) | `POST /repos/O/R/pulls` | `PATCH /repos/O/R/pulls/N` |
 
-Called by the reconcile shell after gitops.publish pushed the review branch.
+Called by the reconcile shell after gitops.publish pushed the review branch, and by the right-sizing
+loop after it pushed a Recommend proposal's branch (`update_open` for a proposal it carries: a request the
+reviewer closed is not reopened).
 """
 from __future__ import annotations
 
@@ -70,6 +72,17 @@ class Forge:
         number, url = self._identify(answer)
         log.info("opened %s request %s (%s into %s)", self.kind, number, head, base)
         return PullRequest(number, url, created=True)
+
+    def update_open(self, head: str, base: str, title: str, body: str) -> PullRequest | None:
+        """The open request from `head` into `base` updated to `title` and `body`; None (nothing opened) when
+        there is none: a request someone closed stays closed."""
+        found = self._find(head, base)
+        if found is None:
+            return None
+        number, url = found
+        self._call(*self._update(number, title, body))
+        log.info("updated %s request %s (%s into %s)", self.kind, number, head, base)
+        return PullRequest(number, url, created=False)
 
     # ------------------------------------------------------------ per forge
 

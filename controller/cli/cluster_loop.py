@@ -41,7 +41,8 @@ from controller.kube.leader import LeaderElection
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, prune_share_setting
-from controller.cli.common import credentials_from, default_workdir, install_values, reviewer, show
+from controller.cli.common import (credentials_from, default_workdir, install_values, proposal_reviewer,
+                                   reviewer, show)
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.cli.rightsizing_loop import RightsizingSchedule, schedule_from
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
@@ -434,7 +435,7 @@ def run_cluster(args) -> int:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
     try:
-        review = reviewer(args, copy)
+        review, propose = reviewer(args, copy), proposal_reviewer(args, copy)
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
@@ -447,7 +448,7 @@ def run_cluster(args) -> int:
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
                                    target=args.write_back, metrics=metrics, health=health, sleep=stop.wait,
                                    max_prune_share=args.max_prune_share, install=install_values(args),
-                                   review=review, rightsizing=schedule_from(args, metrics))
+                                   review=review, rightsizing=schedule_from(args, metrics, review=propose))
     try:
         if args.once:
             return _once(reconciler)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.cli import report
 from controller.cli.offline import OfflineResult
-from controller.cli.review import open_review
+from controller.cli.review import open_proposal, open_review
 from controller.rendering.compositions import shipped_compositions
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
@@ -96,6 +96,27 @@ def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:
                 log.info("%s", line)  # polling: a timestamped log line
             else:
                 print(line)
+
+    return review
+
+
+def proposal_reviewer(args, copy: WorkingCopy) -> Callable[[bool, PublishResult], None] | None:
+    """With --write-back pr:NAME, the right-sizing loop's pull requests: one per Recommend branch, opened for a
+    new proposal, updated for a carried one while it is open; each branch head once per process."""
+    if not args.write_back.pull_request:
+        return None
+    forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
+    reviewed: set[str | None] = set()
+
+    def review(new: bool, published: PublishResult) -> None:
+        head = published.heads.get(published.branch)
+        if head in reviewed:
+            return
+        pull = open_proposal(forge, copy, published, new)
+        reviewed.add(head)
+        if pull is not None:
+            log.info("%s %s pull request #%d (%s into %s): %s", "opened" if pull.created else "updated", forge.kind,
+                     pull.number, published.branch, copy.branch, pull.url)
 
     return review
 

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import (credentials_from, default_workdir, fail, install_values, outcome_line, reviewer,
-                                   show)
+from controller.cli.common import (credentials_from, default_workdir, fail, install_values, outcome_line,
+                                   proposal_reviewer, reviewer, show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
@@ -132,11 +132,11 @@ def _reconcile(args) -> int:
     workdir = args.workdir or default_workdir(args.repo, args.branch)
     try:
         copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
-        review = reviewer(args, copy)
+        review, propose = reviewer(args, copy), proposal_reviewer(args, copy)
     except GitError as exc:
         return fail(exc)
     share_limit = args.max_prune_share
-    rightsizing = schedule_from(args)
+    rightsizing = schedule_from(args, review=propose)
 
     def one_pass(previous: PublishResult | None) -> OfflineResult:
         if rightsizing is not None:  # before the reconcile pass, which then plans with its records

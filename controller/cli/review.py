@@ -4,6 +4,10 @@ Owns what the request says: its title is the review branch head's commit subject
 why), its body PLAN.md's summary at that commit (controller.planmd.review_summary). Nothing is opened
 when the review branch does not exist or holds the tracked branch's tree (nothing to review). Called
 by the reconcile shells (offline and cluster) after gitops.publish; the HTTP is gitops.forge's.
+
+`open_proposal` does the same for a right-sizing Recommend branch (`gpushare/rightsize-<ns>-<name>`):
+title and body are its head commit's subject and evidence; a new proposal opens or updates its request,
+one carried to a new base only updates an open one (a request the reviewer closed stays closed).
 """
 from __future__ import annotations
 
@@ -14,6 +18,19 @@ from gitops.writeback import Target
 from controller.rendering.planmd import review_summary
 
 PLAN_PATH = "rendered/PLAN.md"
+
+
+def open_proposal(forge: Forge, copy: WorkingCopy, published: PublishResult, new: bool) -> PullRequest | None:
+    """A Recommend branch's pull request into the tracked branch; None when there is nothing to review, or
+    when the proposal is carried (`new` False) and no request is open."""
+    head = published.heads.get(published.branch)
+    if head is None or copy.tree_of(head) == copy.tree_of(published.upstream):
+        return None
+    subject = copy.git.text("log", "-1", "--format=%s", head)
+    body = copy.git.text("log", "-1", "--format=%b", head).strip()
+    if new:
+        return forge.ensure(published.branch, copy.branch, subject, body)
+    return forge.update_open(published.branch, copy.branch, subject, body)
 
 
 def open_review(forge: Forge, copy: WorkingCopy, published: PublishResult, target: Target) -> PullRequest | None:

@@ -9,7 +9,8 @@ budgets, the conditions, PLAN.md's open recommendations). A due pass runs
 controller.rightsizing.apply.rightsize_once over the last `window` of usage read from
 Prometheus; it is due again `interval` later (±10 % jitter). A pass that fails (git, a lost
 Lease) or crashes is logged, counted and retried after controller.cli.loop's backoff; it
-never ends the reconcile loop. Usage that cannot be read commits the hold (UsageMissing),
+never ends the reconcile loop. With `--write-back pr:NAME` each Recommend branch gets its pull
+request too (controller.cli.review.open_proposal). Usage that cannot be read commits the hold (UsageMissing),
 changes no budget and is logged once per outage. `schedule_from(args)` builds it from
 --prometheus and the --rightsize-* flags: no URL, no right-sizing (logged once, with why).
 """
@@ -24,9 +25,11 @@ from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
 from controller.cli.metrics import ControllerMetrics
 from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
 from controller.rightsizing.prometheus import read_usage
-from gitops import WorkingCopy
+from gitops import GitError, PublishResult, WorkingCopy
 
 log = logging.getLogger("gpushare.rightsizing")
+ReviewProposal = Callable[[bool, PublishResult], None]
+"""Hears each Recommend proposal the pass published (new or carried): opens or updates its pull request."""
 
 DEFAULT_INTERVAL_S = 300        # a pass every 5 minutes: 20 scrapes, well inside upsizeAfter's default
 DEFAULT_WINDOW_S = 2 * 86400    # the usage each pass replays: two diurnal cycles
@@ -40,8 +43,10 @@ class RightsizingSchedule:
     def __init__(self, read: ReadUsage, *, interval_s: float = DEFAULT_INTERVAL_S,
                  window_s: float = DEFAULT_WINDOW_S, metrics: ControllerMetrics | None = None,
                  clock: Callable[[], float] = time.time, jitter: Callable[[float, float], float] = random.uniform,
-                 backoff_base_s: float = BACKOFF_BASE_S, max_backoff_s: float = MAX_BACKOFF_S):
+                 backoff_base_s: float = BACKOFF_BASE_S, max_backoff_s: float = MAX_BACKOFF_S,
+                 review: ReviewProposal | None = None):
         self.read, self.interval_s, self.window_s = read, interval_s, window_s
+        self.review = review  # --write-back pr:NAME: each Recommend branch's pull request
         self.metrics = metrics or ControllerMetrics()
         self.clock, self.jitter = clock, jitter
         self.backoff_base_s, self.max_backoff_s = backoff_base_s, max_backoff_s
@@ -68,6 +73,7 @@ class RightsizingSchedule:
             if published.changed:
                 log.info("right-sizing committed %s to %s: %s", published.commit[:12], published.branch,
                          published.message.splitlines()[0])
+        self._review(result)
         if result.usage_error:
             self.metrics.rightsizing_done("held", "UsageUnavailable")
             if not self.holding:
@@ -80,6 +86,19 @@ class RightsizingSchedule:
                 log.info("right-sizing reads usage again")
             self.holding = False
         return result
+
+    def _review(self, result: PassResult) -> None:
+        """Open or update each proposal's pull request; a forge that refuses is logged and counted, and the
+        branch stays pushed (the next pass tries again)."""
+        if self.review is None:
+            return
+        for proposal, published in zip(result.step.proposals, result.proposals):
+            try:
+                self.review(proposal.new, published)
+            except GitError as exc:
+                log.error("right-sizing pull request for %s: [%s] %s Fix: %s", published.branch, exc.reason,
+                          exc.message, exc.fix)
+                self.metrics.error(exc.reason)
 
     def _failed(self, exc: Exception, now: float) -> None:
         self.failures += 1
@@ -127,8 +146,8 @@ def prometheus_url(args) -> str:
     return url
 
 
-def schedule_from(args, metrics: ControllerMetrics | None = None, *,
-                  clock: Callable[[], float] = time.time) -> RightsizingSchedule | None:
+def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Callable[[], float] = time.time,
+                  review: ReviewProposal | None = None) -> RightsizingSchedule | None:
     """The schedule the flags ask for; None (logged once, with why) when --prometheus is empty."""
     url = prometheus_url(args)
     if not url:
@@ -140,4 +159,4 @@ def schedule_from(args, metrics: ControllerMetrics | None = None, *,
              args.rightsize_window, url)
     return RightsizingSchedule(lambda start, end: read_usage(url, start, end, step),
                                interval_s=args.rightsize_interval, window_s=args.rightsize_window,
-                               metrics=metrics, clock=clock)
+                               metrics=metrics, clock=clock, review=review)

@@ -31,12 +31,14 @@ HOURS_PER_MONTH = 730
 
 @dataclass(frozen=True)
 class Proposal:
-    """Recommend: set `model`'s spec.memoryBudget to `budget_bytes` on `branch`, with `message`."""
+    """Recommend: set `model`'s spec.memoryBudget to `budget_bytes` on `branch`, with `message`. `new`: this
+    step made it (a pull request may be opened for it); False for an open proposal carried to a new base."""
 
     model: ElasticModel
     budget_bytes: int
     branch: str
     message: str
+    new: bool = True
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
             out[model.key] = replace(base, conditions=tuple(conditions), kv=kv_doc)
             if carried is not None and carried.open and policy.policy == "Recommend":
                 proposals.append(Proposal(model, carried.budget_bytes, review_branch(model),
-                                          _reproposal_message(model, carried)))
+                                          _reproposal_message(model, carried), new=False))
             continue
         fit = where_it_fits(decision, loop.budget, decisions, slots) if decision is not None else None
         if fit is not None and fit.kind == "NeedsCapacity":
