@@ -1,12 +1,14 @@
 """With `--write-back pr:BRANCH`, each right-sizing Recommend branch gets its own pull (merge) request on GitHub,
 GitLab or Gitea: opened for a new proposal with the evidence as its body, updated (never duplicated) while it is
-open, and never reopened once the reviewer closed it while the loop only carries the same proposal. The forges are
+open, and never reopened once the reviewer closed it while the loop only carries the same proposal. The records
+go to their own review branch (with its request) instead of the tracked branch. The forges are
 the HTTP doubles of tests/test_forge.py, Prometheus a double over HTTP, the git remote a real `git daemon`."""
 from __future__ import annotations
 
 import pytest
 
 from controller.cli.commands import main
+from controller.rightsizing.apply import RECORDS_BRANCH
 from tests.gitserver import git, git_server  # noqa: F401  (fixture)
 from tests.promdouble import PrometheusDouble
 from tests.test_forge import REPO, TOKEN, ForgeDouble, forge  # noqa: F401  (fixture)
@@ -47,6 +49,14 @@ def test_a_recommendation_gets_one_pull_request_updated_while_open_and_left_clos
         assert subject.startswith("llm/chat-small: memoryBudget 4.0Gi → ") and "Window: " in body
         assert "Device bytes: p99 " in body and "Merge this branch to apply the budget" in body
 
+        # review mode: the records go to their own review branch with its request, not to the tracked branch
+        assert not any(p.startswith("decisions/rightsizing/") for p in git_server.files(REPO))
+        records = git_server.files(REPO, branch=RECORDS_BRANCH)
+        assert "decisions/rightsizing/llm/chat-small.yaml" in records
+        (records_pull,) = [p for p in ForgeDouble.pulls if p["head"] == RECORDS_BRANCH]
+        assert records_pull["open"] and records_pull["title"].startswith("gpushare right-sizing")
+
+        git_server.push_files(REPO, {"NOTES.md": b"a team note\n"}, "unrelated change")
         assert main(argv) == 0  # carried to the moved tracked branch: the open request is updated, not duplicated
         (pull,) = _proposal_pulls()
         assert pull["open"] and pull["title"] == _head_message(git_server)[0]
@@ -54,7 +64,7 @@ def test_a_recommendation_gets_one_pull_request_updated_while_open_and_left_clos
         assert sum(1 for c in writes if c[0] == "POST" and PROPOSAL in str(c[3])) == 1
 
         pull["open"] = False  # the reviewer closes it (rejects the recommendation)
-        git_server.push_files(REPO, {"README.md": b"moved on\n"}, "unrelated change")
+        git_server.push_files(REPO, {"NOTES.md": b"moved on\n"}, "another unrelated change")
         before = len(ForgeDouble.pulls)
         assert main(argv) == 0  # the same proposal, carried again: a closed request stays closed
         assert len(_proposal_pulls()) == 1 and not _proposal_pulls()[0]["open"]

@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
 from controller.cli.metrics import ControllerMetrics
-from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
+from controller.rightsizing.apply import RECORDS_BRANCH, PassResult, ReadUsage, rightsize_once
 from controller.rightsizing.prometheus import read_usage
-from gitops import GitError, PublishResult, WorkingCopy
+from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target
 
 log = logging.getLogger("gpushare.rightsizing")
 ReviewProposal = Callable[[bool, PublishResult], None]
@@ -44,9 +44,10 @@ class RightsizingSchedule:
                  window_s: float = DEFAULT_WINDOW_S, metrics: ControllerMetrics | None = None,
                  clock: Callable[[], float] = time.time, jitter: Callable[[float, float], float] = random.uniform,
                  backoff_base_s: float = BACKOFF_BASE_S, max_backoff_s: float = MAX_BACKOFF_S,
-                 review: ReviewProposal | None = None):
+                 review: ReviewProposal | None = None, records_target: str | Target = "direct"):
         self.read, self.interval_s, self.window_s = read, interval_s, window_s
-        self.review = review  # --write-back pr:NAME: each Recommend branch's pull request
+        self.review = review  # --write-back pr:NAME: each Recommend branch's pull request, and the records'
+        self.records_target = records_target  # --write-back branch: or pr: the records' own review branch
         self.metrics = metrics or ControllerMetrics()
         self.clock, self.jitter = clock, jitter
         self.backoff_base_s, self.max_backoff_s = backoff_base_s, max_backoff_s
@@ -63,7 +64,8 @@ class RightsizingSchedule:
             return None
         now = self.clock()
         try:
-            result = rightsize_once(copy, self.read, now, self.window_s, guard=guard)
+            result = rightsize_once(copy, self.read, now, self.window_s, guard=guard,
+                                    records_target=self.records_target)
         except Exception as exc:  # noqa: BLE001 - the reconcile loop must outlive any right-sizing pass
             self._failed(exc, now)
             return None
@@ -92,9 +94,12 @@ class RightsizingSchedule:
         branch stays pushed (the next pass tries again)."""
         if self.review is None:
             return
-        for proposal, published in zip(result.step.proposals, result.proposals):
+        reviews = [(p.new, published) for p, published in zip(result.step.proposals, result.proposals)]
+        if parse_target(self.records_target).review is not None:
+            reviews.append((True, result.records))  # the records' branch: its request opened or updated
+        for new, published in reviews:
             try:
-                self.review(proposal.new, published)
+                self.review(new, published)
             except GitError as exc:
                 log.error("right-sizing pull request for %s: [%s] %s Fix: %s", published.branch, exc.reason,
                           exc.message, exc.fix)
@@ -148,7 +153,8 @@ def prometheus_url(args) -> str:
 
 def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Callable[[], float] = time.time,
                   review: ReviewProposal | None = None) -> RightsizingSchedule | None:
-    """The schedule the flags ask for; None (logged once, with why) when --prometheus is empty."""
+    """The schedule the flags ask for; None (logged once, with why) when --prometheus is empty. With
+    `--write-back branch:` or `pr:` the records go to RECORDS_BRANCH for review, like everything else."""
     url = prometheus_url(args)
     if not url:
         log.info("right-sizing is off: no Prometheus URL (--prometheus; PROMETHEUS_URL in the gpushare-controller "
@@ -159,4 +165,6 @@ def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Call
              args.rightsize_window, url)
     return RightsizingSchedule(lambda start, end: read_usage(url, start, end, step),
                                interval_s=args.rightsize_interval, window_s=args.rightsize_window,
-                               metrics=metrics, clock=clock, review=review)
+                               metrics=metrics, clock=clock, review=review,
+                               records_target=(f"branch:{RECORDS_BRANCH}" if parse_target(args.write_back).review
+                                               else "direct"))

@@ -6,7 +6,9 @@ function passed in (Prometheus, or a file), then:
 - each Recommend proposal is published to its own review branch as the edit of the
   user's model file (its only owned path), with the evidence as the commit message;
 - the records (decisions/rightsizing/, the only path owned there) go to the tracked
-  branch, Auto's effective budgets and every condition with them.
+  branch, Auto's effective budgets and every condition with them; when the controller writes
+  back for review (`--write-back branch:` or `pr:`), to their own review branch RECORDS_BRANCH
+  instead, so nothing reaches the tracked branch unreviewed.
 Usage that cannot be read changes no budget: the records say UsageMissing. `guard` runs right
 before each commit is pushed (a cluster leader renews its Lease there and raises if it lost
 it). Called by `gpushare rightsize --git`, the reconcile loops (controller.cli.rightsizing_loop)
@@ -21,16 +23,17 @@ from typing import Callable
 
 from controller.inputs.reader import load_decision_records, load_repo
 from contract.quantity import format_bytes
-from gitops import Change, PublishResult, Target, WorkingCopy, publish
+from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, publish
 
 from .edit import set_memory_budget
 from .prices import read_prices
 from .prometheus import UsageUnavailable
-from .records import RECORDS_DIR, read_records
+from .records import RECORDS_DIR, Record, read_records, records_from
 from .step import Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
+RECORDS_BRANCH = "gpushare/rightsizing"  # the records' review branch when the controller writes back for review
 ReadUsage = Callable[[float, float], list[Sample]]
 
 
@@ -43,8 +46,11 @@ class PassResult:
 
 
 def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_s: float, *,
-                   guard: Callable[[], None] = lambda: None) -> PassResult:
-    heads = copy.sync()
+                   guard: Callable[[], None] = lambda: None, records_target: str | Target = "direct") -> PassResult:
+    """One pass; `records_target`: where the records go (the tracked branch, or RECORDS_BRANCH when the
+    controller writes back for review: then Auto's budgets apply once that branch is merged)."""
+    review = parse_target(records_target).review
+    heads = copy.sync(*((review,) if review else ()))
     root = copy.root
     inputs = load_repo(root)
     usage_error = None
@@ -53,8 +59,11 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
-    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots, read_records(root),
-                  usage, now, read_prices(root), inputs.profiles)
+    records = read_records(root)
+    if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
+        records = {**records, **_records_at(copy, heads[review])}
+    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots,
+                  records, usage, now, read_prices(root), inputs.profiles)
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -63,8 +72,16 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
         return Change(files={r.path: r.dump().encode() for r in result.records.values()},
                       message=_records_message(result, usage_error))
 
-    records = publish(copy, records_change, owned=(RECORDS_DIR + "/",), target="direct")
+    records = publish(copy, records_change, owned=(RECORDS_DIR + "/",), target=records_target)
     return PassResult(result, published, records, usage_error)
+
+
+def _records_at(copy: WorkingCopy, commit: str) -> dict[tuple[str, str], Record]:
+    """The records `commit` holds (regular files under RECORDS_DIR), read from git without a checkout."""
+    texts = {path: copy.git.run("cat-file", "blob", object_id).stdout.decode("utf-8", errors="replace")
+             for path, (mode, object_id) in copy.entries(commit, (RECORDS_DIR + "/",)).items()
+             if path.startswith(RECORDS_DIR + "/") and mode in ("100644", "100755")}
+    return records_from(texts)
 
 
 def _propose(copy: WorkingCopy, proposal: Proposal, guard: Callable[[], None]) -> PublishResult:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import yaml
 
@@ -119,18 +119,29 @@ def parse_record(doc) -> Record | None:
 
 
 def read_records(root: Path) -> dict[tuple[str, str], Record]:
+    """The records of a checked-out tree (regular files only: a symlink is not followed)."""
     base = Path(root) / RECORDS_DIR
-    records = {}
-    if not base.is_dir():
-        return records
-    for path in sorted(base.glob("*/*.yaml")):
+    texts = {}
+    for path in sorted(base.glob("*/*.yaml")) if base.is_dir() else ():
         if path.is_symlink() or not path.is_file():
             continue
         try:
-            record = parse_record(yaml.safe_load(path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            texts[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
             continue
-        if record is not None and path.relative_to(root).as_posix() == record.path:
+    return records_from(texts)
+
+
+def records_from(texts: Mapping[str, str]) -> dict[tuple[str, str], Record]:
+    """Records from their files' texts (repository path -> text); a file that is not a record at its own path
+    (`decisions/rightsizing/<namespace>/<name>.yaml`) is skipped: the controller rewrites its own files."""
+    records = {}
+    for rel, text in sorted(texts.items()):
+        try:
+            record = parse_record(yaml.safe_load(text))
+        except yaml.YAMLError:
+            continue
+        if record is not None and rel == record.path:
             records[record.key] = record
     return records
 
