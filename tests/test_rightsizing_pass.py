@@ -12,6 +12,7 @@ from controller.cli.commands import main
 from controller.inputs.reader import load_repo
 from controller.rightsizing.prometheus import UsageUnavailable
 from controller.rightsizing.apply import rightsize_once
+from controller.rightsizing.records import RECORDS_BRANCH
 from controller.rightsizing.usage import Sample, dump_lines
 from gitops import WorkingCopy
 from tests.gitserver import git_server  # noqa: F401  (fixture)
@@ -166,6 +167,17 @@ def test_the_pass_command_with_prometheus_down_commits_only_the_hold(git_server,
     assert "usage unavailable, no budget changed (2 models hold)" in out
     assert set(git_server.files("fleet")) >= {"decisions/rightsizing/llm/chat-small.yaml",
                                               "decisions/rightsizing/llm/summarizer.yaml"}
+
+
+@pytest.mark.integration
+def test_the_pass_command_under_review_commits_the_records_to_their_review_branch(git_server, tmp_path,
+                                                                                  capsys):  # noqa: F811
+    url = git_server.create_repo("fleet", _fleet(tmp_path))
+    code = main(["rightsize", "--git", url, "--prometheus", "http://127.0.0.1:9", "--window", "1h", "--review",
+                 "--workdir", str(tmp_path / "w")])
+    assert code == 0 and f"{RECORDS_BRANCH}: " in capsys.readouterr().out
+    assert not any(p.startswith("decisions/rightsizing/") for p in git_server.files("fleet"))
+    assert "decisions/rightsizing/llm/chat-small.yaml" in git_server.files("fleet", branch=RECORDS_BRANCH)
 
 
 def test_the_pass_command_needs_both_git_and_prometheus(capsys):

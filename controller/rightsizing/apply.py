@@ -28,12 +28,11 @@ from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, pub
 from .edit import set_memory_budget
 from .prices import read_prices
 from .prometheus import UsageUnavailable
-from .records import RECORDS_DIR, Record, read_records, records_from
+from .records import RECORDS_BRANCH, RECORDS_DIR, Record, read_records, records_from
 from .step import Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
-RECORDS_BRANCH = "gpushare/rightsizing"  # the records' review branch when the controller writes back for review
 ReadUsage = Callable[[float, float], list[Sample]]
 
 

@@ -4,7 +4,7 @@
   against the repo's models and prints every decision the loop would have taken, with timestamps.
 - `gpushare rightsize --git URL --prometheus URL` runs one right-sizing pass: reads usage over
   `--window` from Prometheus, commits Recommend proposals to review branches and the records to
-  the tracked branch (controller.rightsizing.apply).
+  the tracked branch, or with `--review` to their review branch (controller.rightsizing.apply).
 - `gpushare usage export --prometheus URL --since 1h` writes the usage format from Prometheus.
 Owns arguments and printing only. Exit codes: 0 ok, 1 usage or repo unusable, 2 bad arguments.
 """
@@ -21,6 +21,7 @@ from contract.quantity import format_bytes
 from .policy import PolicyError, parse_duration
 from .prometheus import UsageUnavailable, read_usage
 from .recommender import Change, Slo, replay
+from .records import RECORDS_BRANCH
 from .usage import UsageFormatError, by_model, dump_lines, format_time, read_samples
 
 
@@ -35,6 +36,9 @@ def add_commands(sub) -> None:
     rs.add_argument("--prometheus", help="pass: Prometheus' base URL, e.g. http://prometheus:9090")
     rs.add_argument("--window", type=duration, default=2 * 86400, help="pass: usage window (default: 2d)")
     rs.add_argument("--step", type=duration, default=15, help="pass: sample grid (default: 15s, the scrape interval)")
+    rs.add_argument("--review", action="store_true",
+                    help=f"pass: commit the records to the review branch {RECORDS_BRANCH} instead of --branch (as "
+                         "the installed loop does under a review write-back); Auto applies once it is merged")
     rs.set_defaults(run=_rightsize)
 
     usage = sub.add_parser("usage", help="usage samples for the right-sizing loop")
@@ -121,7 +125,8 @@ def _pass(args) -> int:
     try:
         copy = WorkingCopy(args.git, args.branch, workdir)
         result = rightsize_once(copy, lambda start, end: read_usage(args.prometheus, start, end, args.step),
-                                time.time(), args.window)
+                                time.time(), args.window,
+                                records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
     except GitError as exc:
         return _fail(f"git: {exc}")
     print_pass(result)

@@ -21,6 +21,8 @@ from contract.wire import API_VERSION
 from controller.inputs.layout import RIGHTSIZING_DIR as RECORDS_DIR
 from controller.types import ElasticModel
 
+RECORDS_BRANCH = "gpushare/rightsizing"  # the records' review branch when the controller writes back for review
+
 
 @dataclass(frozen=True)
 class Condition:
