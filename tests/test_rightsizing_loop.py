@@ -21,6 +21,7 @@ from controller.cli.commands import main
 from controller.cli.metrics import ControllerMetrics
 from controller.cli.rightsizing_loop import RightsizingSchedule
 from controller.rightsizing.prometheus import read_usage
+from controller.rightsizing.records import RECORDS_BRANCH
 from gitops import WorkingCopy
 from tests.cluster_loop_support import World, model_doc
 from tests.gitserver import git_server  # noqa: F401  (fixture)
@@ -164,6 +165,32 @@ def test_the_leader_commits_right_sizing_then_holds_and_says_so_when_prometheus_
         assert _metric(metrics_a, "gpushare_rightsizing_passes_total", result="held") == 2
         assert _metric(metrics_a, "gpushare_rightsizing_failures_total", reason="UsageUnavailable") == 2
         assert b"gpushare_rightsizing_last_success_timestamp_seconds" in metrics_a.exposition()
+    finally:
+        prom.stop()
+
+
+def test_under_a_review_write_back_the_status_shows_the_records_awaiting_review_and_a_hold(world):
+    """The records go to their own review branch, not to main; the status still says what the loop saw."""
+    prom = PrometheusDouble({"llm/chat": _usage(GiB)}, STEP)
+    try:
+        metrics = ControllerMetrics()
+        schedule = RightsizingSchedule(lambda start, end: read_usage(prom.url, start, end, STEP), interval_s=300,
+                                       window_s=3 * HOUR, metrics=metrics, clock=world.clock,
+                                       jitter=lambda low, high: high, records_target=f"branch:{RECORDS_BRANCH}")
+        leader = world.reconciler("pod-a", metrics=metrics, rightsizing=schedule, target="branch:gpushare/plan")
+        assert leader.reconcile_once().ok
+        assert not any(path.startswith("decisions/rightsizing/") for path in world.files())  # main: unreviewed none
+        pending = world.server.files("fleet.git", branch=RECORDS_BRANCH)
+        assert yaml.safe_load(pending["decisions/rightsizing/llm/chat.yaml"])["budgetBytes"] < 4 * GiB
+        usage = world.conditions()["UsageAvailable"]
+        assert (usage["status"], usage["reason"]) == ("True", "UsageRead")
+        assert world.status()["rightsizing"]["recommendation"]["budgetBytes"] < 4 * GiB
+
+        prom.stop()
+        world.clock.now += 330
+        assert leader.reconcile_once().ok
+        usage = world.conditions()["UsageAvailable"]
+        assert (usage["status"], usage["reason"]) == ("False", "UsageMissing")  # the hold, before any merge
     finally:
         prom.stop()
 

@@ -35,6 +35,7 @@ from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_tree
+from controller.rightsizing.records import observed_models
 from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView, application_for, model_views,
                                      not_in_git, render_in_cluster, status_model, verdict_sources)
 from controller.kube.leader import LeaderElection
@@ -250,11 +251,14 @@ class ClusterReconciler:
 
         keeper = threading.Thread(target=keep_lease, name="lease-keeper", daemon=True)
         keeper.start()
+        pending = self.rightsizing.pending
         try:
             self.rightsizing.run_if_due(self.copy, guard=self._still_leading)
         finally:
             done.set()
             keeper.join()
+        if self.rightsizing.pending != pending:  # records awaiting review moved off main: render the status again
+            self._last = None
 
     def _still_leading(self) -> None:
         if not self.election.is_leader:
@@ -272,7 +276,10 @@ class ClusterReconciler:
         renders = []
 
         def render(root: Path) -> Change:
-            rendered = render_in_cluster(read_tree(root), facts, self.max_prune_share, self.install)
+            tree = read_tree(root)
+            if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
+                tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
+            rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
             renders.append(rendered)
             self._renew()
             return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)

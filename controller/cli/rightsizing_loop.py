@@ -49,6 +49,7 @@ class RightsizingSchedule:
         self.read, self.interval_s, self.window_s = read, interval_s, window_s
         self.review = review  # --write-back pr:NAME: each Recommend branch's pull request, and the records'
         self.records_target = records_target  # --write-back branch: or pr: the records' own review branch
+        self.pending: dict = {}  # review mode: the records of the last pass, awaiting review (for the status)
         self.metrics = metrics or ControllerMetrics()
         self.clock, self.jitter = clock, jitter
         self.backoff_base_s, self.max_backoff_s = backoff_base_s, max_backoff_s
@@ -72,6 +73,8 @@ class RightsizingSchedule:
             return None
         self.failures = 0
         self.next_at = now + self.interval_s * self.jitter(0.9, 1.1)
+        if parse_target(self.records_target).review is not None:
+            self.pending = dict(result.step.records)
         for published in (*result.proposals, result.records):
             if published.changed:
                 log.info("right-sizing committed %s to %s: %s", published.commit[:12], published.branch,

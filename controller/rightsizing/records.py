@@ -148,17 +148,29 @@ def records_from(texts: Mapping[str, str]) -> dict[tuple[str, str], Record]:
     return records
 
 
-def effective_models(models: Iterable[ElasticModel], records: dict[tuple[str, str], Record]) -> tuple[ElasticModel, ...]:
-    """Models with Auto's effective budget where a record applies: policy Auto now, and the user's budget is
-    still the one the record started from; clamped to the policy's current [minBudget, maxBudget]. Every model
-    under a policy carries its record's conditions (UsageAvailable, NeedsCapacity, AtMaxBudget) and open
-    recommendation for its status."""
+def observed_models(models: Iterable[ElasticModel], records: Mapping[tuple[str, str], Record]
+                    ) -> tuple[ElasticModel, ...]:
+    """Models under a policy with their record's conditions and open recommendation (what their status shows);
+    budgets untouched. Cluster mode also applies the records awaiting review on their own branch, so the status
+    says what the loop last saw (a hold included) before that branch is merged."""
     out = []
     for model in models:
         record = records.get(model.key)
         if record is not None and model.rightsizing.enabled:
             model = replace(model, rightsizing_conditions=tuple(c.as_dict() for c in record.conditions),
                             rightsizing_recommendation=record.recommendation())
+        out.append(model)
+    return tuple(out)
+
+
+def effective_models(models: Iterable[ElasticModel], records: dict[tuple[str, str], Record]) -> tuple[ElasticModel, ...]:
+    """Models with Auto's effective budget where a record applies: policy Auto now, and the user's budget is
+    still the one the record started from; clamped to the policy's current [minBudget, maxBudget]. Every model
+    under a policy carries its record's conditions (UsageAvailable, NeedsCapacity, AtMaxBudget) and open
+    recommendation for its status."""
+    out = []
+    for model in observed_models(models, records):
+        record = records.get(model.key)
         if (record is not None and model.rightsizing.policy == "Auto" and record.policy == "Auto"
                 and model.user_budget_bytes is None and record.spec_budget_bytes == model.budget_bytes):
             model = replace(model, budget_bytes=model.rightsizing.clamp(record.budget_bytes),
