@@ -16,6 +16,7 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
+from array import array
 from typing import Callable
 
 from .usage import Sample
@@ -87,39 +88,46 @@ def query_range(base_url: str, query: str, start: float, end: float, step_s: int
 
 
 def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetch | None = None) -> list[Sample]:
-    """Samples on the grid start, start + step, ... end for every model any query saw, sorted by time."""
+    """Samples on the grid start, start + step, ... end for every model any query saw, sorted by time. Each
+    field's values are kept in one float array per model over the grid (NaN: no value), so a window of
+    hundreds of models costs tens of megabytes before the samples are built."""
     fetch = fetch or http_get()
     grid_start = math.floor(start / step_s) * step_s
     end = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
-    points: dict[tuple[float, str], dict] = {}
-    models: set[str] = set()
+    count = int((end - grid_start) // step_s) + 1 if end >= grid_start else 0
+    fields = queries(step_s)
+    values: dict[str, dict[str, array]] = {}  # model -> field -> one value per grid point
     pieces = _pieces(grid_start, end, step_s)
-    for field, promql in queries(step_s).items():
-        for series in (s for a, b in pieces for s in query_range(base_url, promql, a, b, step_s, fetch)):
-            labels = series.get("metric", {})
-            if "namespace" not in labels or "model" not in labels:
-                continue
-            ref = f"{labels['namespace']}/{labels['model']}"
-            models.add(ref)
-            for at, value in series.get("values", []):
-                number = float(value)
-                if math.isfinite(number):
-                    points.setdefault((float(at), ref), {})[field] = number
+    for field, promql in fields.items():
+        for a, b in pieces:
+            for series in query_range(base_url, promql, a, b, step_s, fetch):
+                labels = series.get("metric", {})
+                if "namespace" not in labels or "model" not in labels:
+                    continue
+                ref = f"{labels['namespace']}/{labels['model']}"
+                column = values.setdefault(ref, {}).get(field)
+                if column is None:
+                    column = values[ref][field] = array("d", [math.nan]) * count
+                for at, value in series.get("values", []):
+                    index = round((float(at) - grid_start) / step_s)
+                    number = float(value)
+                    if 0 <= index < count and math.isfinite(number):
+                        column[index] = number
     samples = []
-    t = float(grid_start)
-    while t <= end:
-        for ref in sorted(models):
-            values = points.get((t, ref), {})
-            if values.get("refusals") and "deviceBytes" not in values:
-                values = {**values, "deviceBytes": 0.0}  # refused: nothing on the device, and that is data
+    models = sorted(values)
+    for index in range(count):
+        t = float(grid_start + index * step_s)
+        for ref in models:
+            got = {field: column[index] for field, column in values[ref].items() if not math.isnan(column[index])}
+            if got.get("refusals") and "deviceBytes" not in got:
+                got["deviceBytes"] = 0.0  # refused: nothing on the device, and that is data
             samples.append(Sample(
                 time=t, model=ref,
-                device_bytes=_int(values.get("deviceBytes")), kv_used_bytes=_int(values.get("kvUsedBytes")),
-                kv_reserved_bytes=_int(values.get("kvReservedBytes")), queue_wait_s=values.get("queueWaitSeconds"),
-                ttft_s=values.get("ttftSeconds"), tpot_s=values.get("tpotSeconds"),
-                refusals=_int(values.get("refusals")), missing_bytes=_int(values.get("missingBytes")),
-                ooms=_ceil(values.get("ooms")), budget_bytes=_int(values.get("budgetBytes"))))
-        t += step_s
+                device_bytes=_int(got.get("deviceBytes")), kv_used_bytes=_int(got.get("kvUsedBytes")),
+                kv_reserved_bytes=_int(got.get("kvReservedBytes")), queue_wait_s=got.get("queueWaitSeconds"),
+                ttft_s=got.get("ttftSeconds"), tpot_s=got.get("tpotSeconds"),
+                refusals=_int(got.get("refusals")), missing_bytes=_int(got.get("missingBytes")),
+                ooms=_ceil(got.get("ooms")), budget_bytes=_int(got.get("budgetBytes"))))
     return samples
 
 

@@ -35,7 +35,7 @@ class UsageFormatError(ValueError):
     reason = "InvalidUsage"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a window holds one per model per grid step: no __dict__ each
 class Sample:
     time: float   # Unix seconds
     model: str    # namespace/name
