@@ -1,5 +1,6 @@
-"""The GPU benchmarks run on CPU: bench/worker_gpu.py --cpu-smoke prints its whole table; profile_gpu.py
-resolves every import and says it needs CUDA. The numbers are CPU numbers; no target is judged here."""
+"""The benchmarks run here: bench/worker_gpu.py --cpu-smoke prints its whole table; profile_gpu.py
+resolves every import and says it needs CUDA; usage_read.py runs from any directory. The numbers are
+CPU numbers; no target is judged here."""
 from __future__ import annotations
 
 import subprocess
@@ -41,3 +42,10 @@ def test_profile_bench_resolves_its_imports_and_needs_cuda():
     done = run(str(REPO_ROOT / "bench" / "profile_gpu.py"), timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "no CUDA device is visible" in done.stderr
+
+
+def test_usage_read_bench_runs_from_anywhere_and_prints_its_figures():
+    done = run(str(REPO_ROOT / "bench" / "usage_read.py"), "--models", "3", "--window-hours", "1", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("3 models, 1 h at 60 s: ") and "samples, 10 queries" in last and "peak resident" in last
