@@ -42,8 +42,7 @@ from controller.kube.leader import LeaderElection
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, prune_share_setting
-from controller.cli.common import (credentials_from, default_workdir, install_values, proposal_reviewer,
-                                   reviewer, show)
+from controller.cli.common import credentials_from, default_workdir, install_values, reviewers, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.cli.rightsizing_loop import RightsizingSchedule, schedule_from
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
@@ -442,7 +441,7 @@ def run_cluster(args) -> int:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
     try:
-        review, propose = reviewer(args, copy), proposal_reviewer(args, copy)
+        review, propose = reviewers(args, copy)
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1

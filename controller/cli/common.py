@@ -20,7 +20,7 @@ from controller.cli.review import open_proposal, open_review
 from controller.rendering.compositions import shipped_compositions
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
-from gitops.forge import forge_for
+from gitops.forge import PullRequest, forge_for
 
 log = logging.getLogger("gpushare.review")
 
@@ -74,51 +74,39 @@ def install_values(args) -> dict[str, object]:
     return values
 
 
-def reviewer(args, copy: WorkingCopy) -> Callable[[PublishResult], None]:
-    """After a pass: with --write-back pr:NAME, open or update the review branch's pull request and say so,
-    once per new review branch head (a pass that pushed nothing calls the forge only once per process)."""
+def reviewers(args, copy: WorkingCopy) -> tuple[Callable[[PublishResult], None],
+                                                  Callable[[bool, PublishResult], None] | None]:
+    """With --write-back pr:NAME, the pull requests: (after a reconcile pass: the review branch's, opened or
+    updated; after a right-sizing pass: each Recommend branch's, opened for a new proposal, updated for a
+    carried one while it is open, or None without pr:). Each branch head once per process (a pass that
+    pushed nothing calls the forge only once), each request said (logged when polling)."""
     target = args.write_back
     if not target.pull_request:
-        return lambda published: None
+        return (lambda published: None), None
     forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
     reviewed: set[str | None] = set()
 
-    def review(published: PublishResult) -> None:
-        head = published.heads.get(target.review)
+    def once(branch: str, published: PublishResult, open_pull: Callable[[], PullRequest | None]) -> None:
+        head = published.heads.get(branch)
         if head in reviewed:
             return
-        pull = open_review(forge, copy, published, target)
+        pull = open_pull()
         reviewed.add(head)
         if pull is not None:
             line = (f"{'opened' if pull.created else 'updated'} {forge.kind} pull request #{pull.number} "
-                    f"({target.review} into {copy.branch}): {pull.url}")
+                    f"({branch} into {copy.branch}): {pull.url}")
             if getattr(args, "interval", None):
                 log.info("%s", line)  # polling: a timestamped log line
             else:
                 print(line)
 
-    return review
+    def review(published: PublishResult) -> None:
+        once(target.review, published, lambda: open_review(forge, copy, published, target))
 
+    def propose(new: bool, published: PublishResult) -> None:
+        once(published.branch, published, lambda: open_proposal(forge, copy, published, new))
 
-def proposal_reviewer(args, copy: WorkingCopy) -> Callable[[bool, PublishResult], None] | None:
-    """With --write-back pr:NAME, the right-sizing loop's pull requests: one per Recommend branch, opened for a
-    new proposal, updated for a carried one while it is open; each branch head once per process."""
-    if not args.write_back.pull_request:
-        return None
-    forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
-    reviewed: set[str | None] = set()
-
-    def review(new: bool, published: PublishResult) -> None:
-        head = published.heads.get(published.branch)
-        if head in reviewed:
-            return
-        pull = open_proposal(forge, copy, published, new)
-        reviewed.add(head)
-        if pull is not None:
-            log.info("%s %s pull request #%d (%s into %s): %s", "opened" if pull.created else "updated", forge.kind,
-                     pull.number, published.branch, copy.branch, pull.url)
-
-    return review
+    return review, propose
 
 
 def fail(exc: GitError) -> int:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from controller.cli.common import (credentials_from, default_workdir, fail, install_values, outcome_line,
-                                   proposal_reviewer, reviewer, show)
+                                   reviewers, show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
@@ -132,7 +132,7 @@ def _reconcile(args) -> int:
     workdir = args.workdir or default_workdir(args.repo, args.branch)
     try:
         copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
-        review, propose = reviewer(args, copy), proposal_reviewer(args, copy)
+        review, propose = reviewers(args, copy)
     except GitError as exc:
         return fail(exc)
     share_limit = args.max_prune_share

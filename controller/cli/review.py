@@ -23,8 +23,8 @@ PLAN_PATH = "rendered/PLAN.md"
 def open_proposal(forge: Forge, copy: WorkingCopy, published: PublishResult, new: bool) -> PullRequest | None:
     """A Recommend branch's pull request into the tracked branch; None when there is nothing to review, or
     when the proposal is carried (`new` False) and no request is open."""
-    head = published.heads.get(published.branch)
-    if head is None or copy.tree_of(head) == copy.tree_of(published.upstream):
+    head = _to_review(copy, published, published.branch)
+    if head is None:
         return None
     subject = copy.git.text("log", "-1", "--format=%s", head)
     body = copy.git.text("log", "-1", "--format=%b", head).strip()
@@ -35,8 +35,8 @@ def open_proposal(forge: Forge, copy: WorkingCopy, published: PublishResult, new
 
 def open_review(forge: Forge, copy: WorkingCopy, published: PublishResult, target: Target) -> PullRequest | None:
     """The review branch's one pull request, opened or updated; None when there is nothing to review."""
-    head = published.heads.get(target.review or "")
-    if head is None or copy.tree_of(head) == copy.tree_of(published.upstream):
+    head = _to_review(copy, published, target.review or "")
+    if head is None:
         return None
     subject = copy.git.text("log", "-1", "--format=%s", head)
     try:
@@ -44,3 +44,9 @@ def open_review(forge: Forge, copy: WorkingCopy, published: PublishResult, targe
     except Exception:  # noqa: BLE001 - a tree without PLAN.md still gets a request, with the subject only
         plan = ""
     return forge.ensure(target.review, copy.branch, subject, review_summary(plan, head, copy.branch))
+
+
+def _to_review(copy: WorkingCopy, published: PublishResult, branch: str) -> str | None:
+    """The head of `branch` after the push, or None when it is absent or holds the tracked branch's tree."""
+    head = published.heads.get(branch)
+    return None if head is None or copy.tree_of(head) == copy.tree_of(published.upstream) else head

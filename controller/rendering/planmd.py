@@ -102,10 +102,8 @@ def _is_job(path: str) -> bool:
 
 def review_summary(plan_md: str, commit: str, base: str) -> str:
     """The pull request body: PLAN.md's summary line and latest changes, and where the whole plan is."""
-    lines = plan_md.splitlines()
-    summary = next((line for line in lines[1:] if line.strip() and not line.startswith("#")), "")
-    changes = list(last_change_lines(plan_md).changes)
-    body = [summary, "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(changes or ["None."]), "",
+    plan = last_change_lines(plan_md)
+    body = [plan.summary or "", "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(plan.changes or ["None."]), "",
             f"The whole plan: `rendered/PLAN.md` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
             "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
             "counts)."]
