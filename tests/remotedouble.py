@@ -4,7 +4,9 @@ Owns `HostileRemote`. Paths: `/json` (a good JSON answer), `/garbage` (200, not 
 login page), `/slow-body` (headers at once, then the body dripped a byte at a time), `/slow-headers`
 (the status line dripped), `/silent` (accepts, never answers), `/big` (an answer larger than asked),
 `/big-declared` (a Content-Length beyond any limit), `/status/N` (status N, a body that echoes every
-request header), `/redirect?to=URL` (302 to URL), `/redirect-same` (302 to /json), `/redirect-loop`.
+request header), `/redirect?to=URL` (302 to URL, by default `elsewhere`, another host), `/redirect-same` (302 to /json), `/redirect-loop`.
+Anything after the class's path is ignored (`/garbage/repos/o/r/pulls` is `/garbage`), so a client that
+appends its API's paths to a base URL meets the same classes.
 It records the headers of every request, so a test can see what reached it. Used by tests/test_outbound.py,
 tests/test_forge.py and tests/test_rightsizing_prometheus_units.py.
 """
@@ -18,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class HostileRemote:
-    def __init__(self, drip_s: float = 0.05) -> None:
+    def __init__(self, drip_s: float = 0.05, elsewhere: str = "http://localhost:1/elsewhere") -> None:
+        self.elsewhere = elsewhere  # where `/redirect` without `to` sends: another host
         self.seen: list[tuple[str, dict[str, str]]] = []
         remote = self
 
@@ -36,7 +39,9 @@ class HostileRemote:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
-                path, query = url.path, dict(urllib.parse.parse_qsl(url.query))
+                query = dict(urllib.parse.parse_qsl(url.query))
+                parts = url.path.split("/")  # a class is the first segment (status: two), whatever follows it
+                path = "/".join(parts[:3] if parts[1:2] == ["status"] else parts[:2])
                 if path == "/json":
                     return self._send(200, json.dumps({"ok": True, "path": path}).encode())
                 if path == "/garbage":
@@ -71,7 +76,7 @@ class HostileRemote:
                                                                        "headers": dict(self.headers.items())}})
                     return self._send(status, echo.encode())
                 if path == "/redirect":
-                    return self._redirect(query["to"])
+                    return self._redirect(query.get("to", remote.elsewhere))
                 if path == "/redirect-same":
                     return self._redirect("/json")
                 if path == "/redirect-loop":
