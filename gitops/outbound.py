@@ -216,7 +216,7 @@ def _once(method, target, headers, body, end, deadline_s, max_bytes, what, secre
     except (OSError, http.client.HTTPException, ssl.SSLError, ValueError) as exc:
         if expired.is_set() or isinstance(exc, (socket.timeout, TimeoutError)):
             raise _timeout(what, deadline_s) from None
-        raise OutboundError("RemoteUnreachable", f"{what} at {_origin(target)} did not answer {method}: "
+        raise OutboundError("RemoteUnreachable", f"{what} at {_origin(target)} is unreachable ({method}): "
                             f"{_escape(redact(str(exc), secrets))[:QUOTE_CHARS]}",
                             f"check the {what} URL and the controller's egress to it") from None
     finally:

@@ -25,7 +25,7 @@ from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
 from controller.cli.metrics import ControllerMetrics
 from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
 from controller.rightsizing.records import RECORDS_BRANCH
-from controller.rightsizing.prometheus import read_usage
+from controller.rightsizing.prometheus import READ_DEADLINE_S, read_usage
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target
 
 log = logging.getLogger("gpushare.rightsizing")
@@ -167,7 +167,9 @@ def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Call
     step = args.rightsize_step
     log.info("right-sizing on: a pass every %.0f s over %.0f s of usage from %s", args.rightsize_interval,
              args.rightsize_window, url)
-    return RightsizingSchedule(lambda start, end: read_usage(url, start, end, step),
+    deadline = min(READ_DEADLINE_S, args.rightsize_interval)  # a slow Prometheus costs one interval at most
+    return RightsizingSchedule(lambda start, end, fleet: read_usage(url, start, end, step, fleet=fleet,
+                                                                    deadline_s=deadline),
                                interval_s=args.rightsize_interval, window_s=args.rightsize_window,
                                metrics=metrics, clock=clock, review=review,
                                records_target=(f"branch:{RECORDS_BRANCH}" if parse_target(args.write_back).review

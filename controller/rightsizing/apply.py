@@ -9,7 +9,9 @@ function passed in (Prometheus, or a file), then:
   branch, Auto's effective budgets and every condition with them; when the controller writes
   back for review (`--write-back branch:` or `pr:`), to their own review branch RECORDS_BRANCH
   instead, so nothing reaches the tracked branch unreviewed.
-Usage that cannot be read changes no budget: the records say UsageMissing. `guard` runs right
+Usage that cannot be read changes no budget: the records say UsageMissing; a model whose series
+Prometheus sent could not be trusted holds alone, with the reader's reason (UsageImplausible,
+UsageMalformed). `guard` runs right
 before each commit is pushed (a cluster leader renews its Lease there and raises if it lost
 it). Called by `gpushare rightsize --git`, the reconcile loops (controller.cli.rightsizing_loop)
 and tests.
@@ -27,13 +29,13 @@ from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, pub
 
 from .edit import set_memory_budget
 from .prices import read_prices
-from .prometheus import UsageUnavailable
+from .prometheus import Usage, UsageUnavailable
 from .records import RECORDS_BRANCH, RECORDS_DIR, Record, read_records, records_from
 from .step import Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
-ReadUsage = Callable[[float, float], list[Sample]]
+ReadUsage = Callable[[float, float, frozenset[str]], list[Sample]]  # (start, end, the fleet's namespace/name)
 
 
 @dataclass(frozen=True)
@@ -52,17 +54,23 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
     inputs = load_repo(root)
-    usage_error = None
+    usage_error, held = None, {}
     try:
-        usage = by_model(read_usage(now - window_s, now))
+        read = read_usage(now - window_s, now, frozenset(m.ref for m in inputs.models if m.rightsizing.enabled))
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
+    else:
+        usage = by_model(read)
+        if isinstance(read, Usage):
+            held = read.held
+            if read.outside:
+                log.info("usage: %d series of models outside the fleet were skipped", read.outside)
     records = read_records(root)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
         records = {**records, **_records_at(copy, heads[review])}
     result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots,
-                  records, usage, now, read_prices(root), inputs.profiles)
+                  records, usage, now, read_prices(root), inputs.profiles, held)
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 

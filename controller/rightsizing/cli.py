@@ -6,7 +6,8 @@
   `--window` from Prometheus, commits Recommend proposals to review branches and the records to
   the tracked branch, or with `--review` to their review branch (controller.rightsizing.apply).
 - `gpushare usage export --prometheus URL --since 1h` writes the usage format from Prometheus.
-Owns arguments and printing only. Exit codes: 0 ok, 1 usage or repo unusable, 2 bad arguments.
+Owns arguments and printing only. Exit codes: 0 ok, 1 usage or repo unusable (a pass that could not
+read usage still commits its records, each saying UsageMissing, and exits 1), 2 bad arguments.
 """
 from __future__ import annotations
 
@@ -121,16 +122,17 @@ def _pass(args) -> int:
 
     from .apply import rightsize_once
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpushare-rightsize-"))
-    try:
-        copy = WorkingCopy(args.git, args.branch, workdir)
-        result = rightsize_once(copy, lambda start, end: read_usage(args.prometheus, start, end, args.step),
-                                time.time(), args.window,
-                                records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
-    except GitError as exc:
-        return _fail(f"git: {exc}")
+    with tempfile.TemporaryDirectory(prefix="gpushare-rightsize-") as scratch:  # removed on every exit
+        try:
+            copy = WorkingCopy(args.git, args.branch, args.workdir or Path(scratch) / "repo")
+            result = rightsize_once(copy, lambda start, end, fleet: read_usage(args.prometheus, start, end, args.step,
+                                                                               fleet=fleet),
+                                    time.time(), args.window,
+                                    records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
+        except GitError as exc:
+            return _fail(f"git: {exc}")
     print_pass(result)
-    return 0
+    return 1 if result.usage_error else 0
 
 
 def print_pass(result) -> None:

@@ -60,9 +60,11 @@ def monthly_cost(delta_bytes: int, slot: GpuSlot | None, prices: Mapping[str, fl
 
 def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: Sequence[GpuSlot],
          records: Mapping[tuple[str, str], Record], usage: Mapping[str, Sequence[Sample]] | None, now: float,
-         prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = ()) -> StepResult:
+         prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = (),
+         held: Mapping[str, tuple[str, str]] | None = None) -> StepResult:
     """`usage` None: no usage could be read at all (every enabled model holds). `profiles` size a KV sequence
-    (none: no KV reservation is recommended)."""
+    (none: no KV reservation is recommended). `held`: namespace/name -> (reason, message) of models whose usage
+    could not be trusted (they hold, with that reason)."""
     by_key = {d.key: d for d in decisions}
     by_profile = {p.key: p for p in profiles}
     out: dict[tuple[str, str], Record] = {}
@@ -81,9 +83,10 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
         base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
         samples = list((usage or {}).get(model.ref, ()))
-        missing = _missing(samples, now) if usage is not None else "usage could not be read"
+        reason, missing = (held or {}).get(model.ref) or (
+            "UsageMissing", _missing(samples, now) if usage is not None else "usage could not be read")
         if missing:
-            out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", "UsageMissing",
+            out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", reason,
                                                                  f"{missing}; no change made"),))
             continue
         last_change = parse_time(carried.at) if carried and carried.at else None
