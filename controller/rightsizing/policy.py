@@ -26,6 +26,7 @@ HALF_LIFE_S = 86400                  # the decaying histogram's half-life (as th
 PERCENTILE = 0.99                    # the usage percentile the target starts from
 DOWNSIZE_MARGIN = 0.10               # a downsize must free at least this share of the budget (no flapping)
 KV_NEAR_FRACTION = 0.90              # KV in use at or above this share of its reservation is a breach
+MAX_CHANGES_PER_DAY = 6              # budget changes per model in any 24 h; one more holds (ChangeCapReached)
 
 
 class PolicyError(ValueError):

@@ -50,6 +50,7 @@ class Record:
     review_branch: str | None = None
     conditions: tuple[Condition, ...] = ()
     kv: dict = field(default_factory=dict)  # the recommended KV reservation (controller.rightsizing.kv)
+    recent: tuple[str, ...] = ()  # the times of the changes in the last day (the cap, MAX_CHANGES_PER_DAY)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -96,6 +97,8 @@ class Record:
             doc["fit"] = self.fit
         if self.kv:
             doc["kvReservation"] = self.kv
+        if self.recent:
+            doc["recentChanges"] = list(self.recent)
         if self.conditions:
             doc["conditions"] = [c.as_dict() for c in self.conditions]
         return doc
@@ -115,6 +118,7 @@ def parse_record(doc) -> Record | None:
             direction=doc.get("direction"), reason=doc.get("reason"), at=doc.get("at"),
             evidence=dict(doc.get("evidence") or {}), fit=dict(doc.get("fit") or {}),
             review_branch=doc.get("reviewBranch"), kv=dict(doc.get("kvReservation") or {}),
+            recent=tuple(str(t) for t in doc.get("recentChanges") or ()),
             conditions=tuple(Condition(**c) for c in doc.get("conditions") or ()))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None

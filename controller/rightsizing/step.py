@@ -19,6 +19,7 @@ from typing import Mapping, Sequence
 from contract.quantity import format_bytes
 from controller.types import Decision, ElasticModel, GpuSlot, Profile
 
+from .bounds import limits_for
 from .kv import KvReservation, recommend_kv
 from .placement import Fit, where_it_fits
 from .policy import PERCENTILE
@@ -27,6 +28,7 @@ from .records import Condition, Record
 from .usage import Sample, format_time, parse_time
 
 HOURS_PER_MONTH = 730
+HOLD_CONDITIONS = ("AtMaxBudget", "MemoryWontHelp", "WouldBeRefused", "ChangeCapReached")  # each a condition
 
 
 @dataclass(frozen=True)
@@ -90,16 +92,19 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
                                                                  f"{missing}; no change made"),))
             continue
         last_change = parse_time(carried.at) if carried and carried.at else None
-        found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
-                             last_change)
-        change = next((e for e in reversed(found) if isinstance(e, Change)), None)
         decision = by_key.get(model.key)
+        limits = limits_for(model, policy, decision, slots, _profile(model, decision, by_profile))
+        found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
+                             last_change, limits, (parse_time(t) for t in (carried.recent if carried else ())))
+        change = next((e for e in reversed(found) if isinstance(e, Change)), None)
+        recent = tuple(format_time(t) for t in loop.recent)
         kv = _kv(model, decision, by_profile, loop)
         kv_doc = kv.as_dict() if kv is not None else base.kv
         conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
-        capped = [e for e in found if isinstance(e, Hold) and e.reason == "AtMaxBudget"]
-        if capped and (change is None or capped[-1].at > change.at):
-            conditions.append(Condition("AtMaxBudget", "True", "AtMaxBudget", capped[-1].message))
+        for reason in HOLD_CONDITIONS:
+            held = [e for e in found if isinstance(e, Hold) and e.reason == reason]
+            if held and (change is None or held[-1].at > change.at):
+                conditions.append(Condition(reason, "True", reason, held[-1].message))
         if change is None or loop.budget in (in_force, base.budget_bytes):  # nothing new: records stay as they are
             out[model.key] = replace(base, conditions=tuple(conditions), kv=kv_doc)
             if carried is not None and carried.open and policy.policy == "Recommend":
@@ -115,7 +120,8 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         record = Record(model.namespace, model.name, policy.policy, user, loop.budget,
                         change.direction, change.reason, format_time(change.at), change.evidence.as_dict(),
                         _fit_dict(fit) if fit else {},
-                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions), kv_doc)
+                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions), kv_doc,
+                        recent)
         out[model.key] = record
         if policy.policy == "Recommend":
             slot = next((s for s in slots if decision is not None and s.id == decision.slot), None)
@@ -124,11 +130,17 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     return StepResult(out, tuple(proposals))
 
 
+def _profile(model: ElasticModel, decision: Decision | None,
+             profiles: Mapping[tuple[str, str, str], Profile]) -> Profile | None:
+    """The model's profile on the GPU product it is placed on (or asks for)."""
+    product = decision.gpu_product if decision is not None else model.gpu_product
+    return profiles.get((model.model, model.revision, product)) if product else None
+
+
 def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str], Profile],
         loop: Recommender) -> KvReservation | None:
     """The KV reservation to recommend from the loop's KV in use, sized by the model's profile on its GPU."""
-    product = decision.gpu_product if decision is not None else model.gpu_product
-    profile = profiles.get((model.model, model.revision, product)) if product else None
+    profile = _profile(model, decision, profiles)
     if profile is None or not loop.kv_seen:
         return None
     return recommend_kv(used_percentile_bytes=loop.kv_histogram.percentile(PERCENTILE),
