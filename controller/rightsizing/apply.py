@@ -19,7 +19,7 @@ and tests.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -27,11 +27,11 @@ from controller.inputs.reader import load_decision_records, load_repo
 from contract.quantity import format_bytes
 from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, publish
 
-from .edit import set_memory_budget
+from .edit import BudgetEditError, set_memory_budget
 from .prices import read_prices
 from .prometheus import Usage, UsageUnavailable
-from .records import RECORDS_BRANCH, RECORDS_DIR, Record, read_records, records_from
-from .step import Proposal, StepResult, step
+from .records import RECORDS_BRANCH, RECORDS_DIR, Condition, Record, read_records, records_from
+from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
@@ -69,8 +69,8 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     records = read_records(root)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
         records = {**records, **_records_at(copy, heads[review])}
-    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots,
-                  records, usage, now, read_prices(root), inputs.profiles, held)
+    result = _editable(root, step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()),
+                                  inputs.slots, records, usage, now, read_prices(root), inputs.profiles, held))
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -91,14 +91,36 @@ def _records_at(copy: WorkingCopy, commit: str) -> dict[tuple[str, str], Record]
     return records_from(texts)
 
 
+def _editable(root: Path, result: StepResult) -> StepResult:
+    """The step's result without the proposals whose file cannot be edited safely: each such model's record says
+    why (ProposalWritten False, the edit's reason and fix); the other proposals go on."""
+    kept, records = [], dict(result.records)
+    for proposal in result.proposals:
+        model = proposal.model
+        try:
+            text = (root / model.source.file).read_bytes().decode("utf-8")
+            set_memory_budget(text, model.namespace, model.name, proposal.budget_bytes)
+        except (OSError, UnicodeDecodeError, BudgetEditError) as exc:
+            reason = getattr(exc, "reason", "UnparsableModelFile")
+            message = str(exc) if isinstance(exc, BudgetEditError) else "the model's file cannot be read as UTF-8"
+            log.warning("%s: no proposal written: %s: %s", model.ref, reason, message)
+            record = records[model.key]
+            records[model.key] = replace(record, conditions=(*record.conditions, Condition(
+                "ProposalWritten", "False", reason, f"{message}; the recommendation stays in this record")))
+            continue
+        kept.append(proposal)
+    return StepResult(records, tuple(kept))
+
+
 def _propose(copy: WorkingCopy, proposal: Proposal, guard: Callable[[], None]) -> PublishResult:
-    source = proposal.model.source
-    path, document = source.file, source.document
+    model = proposal.model
+    path = model.source.file
 
     def render(root: Path) -> Change:
         guard()
         text = (root / path).read_bytes().decode("utf-8")
-        return Change(files={path: set_memory_budget(text, document, proposal.budget_bytes).encode()},
+        return Change(files={path: set_memory_budget(text, model.namespace, model.name,
+                                                     proposal.budget_bytes).encode()},
                       message=proposal.message)
 
     return publish(copy, render, owned=(path,), target=Target(proposal.branch))
@@ -108,7 +130,7 @@ def _records_message(result: StepResult, usage_error: str | None) -> str:
     lines = []
     for record in sorted(result.records.values(), key=lambda r: r.key):
         ref = f"{record.namespace}/{record.name}"
-        held = [c for c in record.conditions if c.status == "False" or c.type in ("NeedsCapacity", "AtMaxBudget")]
+        held = [c for c in record.conditions if c.status == "False" or c.type in ("NeedsCapacity", *HOLD_CONDITIONS)]
         if record.open:
             verb = "applies" if record.policy == "Auto" else "proposes"
             lines.append(f"{ref}: {record.policy} {verb} {format_bytes(record.spec_budget_bytes)} → "
