@@ -165,7 +165,7 @@ def test_the_pass_command_with_prometheus_down_commits_only_the_hold_and_exits_1
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    code = main(["rightsize", "--git", url, "--prometheus", "http://127.0.0.1:9", "--window", "1h"])
+    code = main(["rightsize", "--repo", url, "--prometheus", "http://127.0.0.1:9", "--window", "1h"])
     out, err = capsys.readouterr()
     assert not list(scratch.iterdir())  # the temporary checkout is gone
     assert code == 1 and "usage unavailable, no budget changed" in err and "unreachable" in err
@@ -178,7 +178,7 @@ def test_the_pass_command_with_prometheus_down_commits_only_the_hold_and_exits_1
 def test_the_pass_command_under_review_commits_the_records_to_their_review_branch(git_server, tmp_path,
                                                                                   capsys):  # noqa: F811
     url = git_server.create_repo("fleet", _fleet(tmp_path))
-    code = main(["rightsize", "--git", url, "--prometheus", "http://127.0.0.1:9", "--window", "1h", "--review",
+    code = main(["rightsize", "--repo", url, "--prometheus", "http://127.0.0.1:9", "--window", "1h", "--review",
                  "--workdir", str(tmp_path / "w")])
     assert code == 1 and f"{RECORDS_BRANCH}: " in capsys.readouterr().out  # 1: usage was unavailable
     assert not any(p.startswith("decisions/rightsizing/") for p in git_server.files("fleet"))
@@ -186,8 +186,8 @@ def test_the_pass_command_under_review_commits_the_records_to_their_review_branc
 
 
 def test_the_pass_command_needs_both_git_and_prometheus(capsys):
-    assert main(["rightsize", "--git", "/nowhere"]) == 2
-    assert "takes --git and --prometheus" in capsys.readouterr().err
+    assert main(["rightsize", "--repo", "/nowhere"]) == 2
+    assert "either --usage FILE (replay) or --prometheus URL" in capsys.readouterr().err
 
 
 def test_a_merged_proposal_closes_and_its_breaches_do_not_act_twice():

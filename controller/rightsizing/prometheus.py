@@ -42,7 +42,8 @@ _NS = ("* on(model, instance) group_left(namespace) "
 
 
 def queries(step_s: int) -> dict[str, str]:
-    """The PromQL of each usage field; `step_s` is the grid (the scrape interval or a multiple)."""
+    """The PromQL of each usage field; `step_s` is the grid (the scrape interval or a multiple), whole seconds."""
+    step_s = whole_step(step_s)
     rng = f"{2 * step_s}s"  # two grid steps: a scrape that lands just after a grid point still counts
     win = f"{max(4 * step_s, 60)}s"  # rate() needs a few scrapes
 
@@ -130,6 +131,7 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
         raise UsageUnavailable(exc.message, exc.reason) from None
     fetch = fetch or http_get(where.credentials)
     fleet = None if fleet is None else frozenset(fleet)
+    step_s = whole_step(step_s)
     until = time.monotonic() + deadline_s
     grid_start = math.floor(start / step_s) * step_s
     end = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
@@ -173,6 +175,11 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
                 refusals=_int(got.get("refusals")), missing_bytes=_int(got.get("missingBytes")),
                 ooms=_ceil(got.get("ooms")), budget_bytes=_int(got.get("budgetBytes"))))
     return Usage(samples, held, outside)
+
+
+def whole_step(step_s: float) -> int:
+    """The grid step as PromQL takes it: whole seconds, at least one (a duration flag may carry a fraction)."""
+    return max(1, round(step_s))
 
 
 def _ref(series) -> str | None:

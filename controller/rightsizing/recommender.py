@@ -2,7 +2,8 @@
 
 Rules (docs/guide.md, "Right-sizing"):
 - Every sample with data feeds a decaying histogram of the model's device bytes
-  (half-life HALF_LIFE_S) and a sliding window of its peak over `downsizeAfter`.
+  (half-life HALF_LIFE_S, over the loop's usage window) and a sliding window of its peak over
+  `downsizeAfter`.
 - **Breaches**: KV in use at KV_NEAR_FRACTION of its reservation (`KvNearReservation`),
   queue wait above its threshold and not falling (`QueueWaitGrowing`; the threshold is
   the TTFT SLO, else 1 s), TTFT or TPOT over the SLO (`TtftOverSlo`, `TpotOverSlo`), a
@@ -148,12 +149,12 @@ class Recommender:
 
     def __init__(self, model: str, budget_bytes: int, policy: Rightsizing, slo: Slo = Slo(),
                  last_change_at: float | None = None, limits: Limits = Limits(),
-                 recent_changes: Iterable[float] = ()):
+                 recent_changes: Iterable[float] = (), window_s: float | None = None):
         self.model, self.budget, self.policy, self.slo = model, budget_bytes, policy, slo
         self.limits = limits.within(policy)
         self.recent = deque(sorted(recent_changes))  # change times within the last day (the cap)
-        self.histogram = DecayingHistogram(HALF_LIFE_S)
-        self.kv_histogram = DecayingHistogram(HALF_LIFE_S)
+        self.histogram = DecayingHistogram(HALF_LIFE_S, window_s)
+        self.kv_histogram = DecayingHistogram(HALF_LIFE_S, window_s)
         self.peak = _WindowMax(policy.downsize_after_s)
         self.fixed_peak = _WindowMax(policy.downsize_after_s)
         self.kv_peak = _WindowMax(policy.downsize_after_s)
@@ -319,9 +320,11 @@ class Recommender:
 
 def replay(samples: Iterable[Sample], model: str, budget_bytes: int, policy: Rightsizing, slo: Slo = Slo(),
            last_change_at: float | None = None, limits: Limits = Limits(),
-           recent_changes: Iterable[float] = ()) -> tuple[list[Event], Recommender]:
-    """The events the loop takes over one model's samples (in time order), and its final state."""
-    loop = Recommender(model, budget_bytes, policy, slo, last_change_at, limits, recent_changes)
+           recent_changes: Iterable[float] = (), window_s: float | None = None) -> tuple[list[Event], Recommender]:
+    """The events the loop takes over one model's samples (in time order), and its final state. `window_s`: the
+    loop's usage window; the percentiles then forget what is older, so a replay of days decides as the loop's
+    passes do (each reads one window)."""
+    loop = Recommender(model, budget_bytes, policy, slo, last_change_at, limits, recent_changes, window_s)
     events: list[Event] = []
     for s in samples:
         events += loop.observe(s)

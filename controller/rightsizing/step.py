@@ -93,7 +93,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
             continue
         last_change = parse_time(carried.at) if carried and carried.at else None
         decision = by_key.get(model.key)
-        limits = limits_for(model, policy, decision, slots, _profile(model, decision, by_profile))
+        limits = limits_for(model, policy, decision, slots, profile_of(model, decision, by_profile))
         found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
                              last_change, limits, (parse_time(t) for t in (carried.recent if carried else ())))
         change = next((e for e in reversed(found) if isinstance(e, Change)), None)
@@ -130,7 +130,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     return StepResult(out, tuple(proposals))
 
 
-def _profile(model: ElasticModel, decision: Decision | None,
+def profile_of(model: ElasticModel, decision: Decision | None,
              profiles: Mapping[tuple[str, str, str], Profile]) -> Profile | None:
     """The model's profile on the GPU product it is placed on (or asks for)."""
     product = decision.gpu_product if decision is not None else model.gpu_product
@@ -140,7 +140,7 @@ def _profile(model: ElasticModel, decision: Decision | None,
 def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str], Profile],
         loop: Recommender) -> KvReservation | None:
     """The KV reservation to recommend from the loop's KV in use, sized by the model's profile on its GPU."""
-    profile = _profile(model, decision, profiles)
+    profile = profile_of(model, decision, profiles)
     if profile is None or not loop.kv_seen:
         return None
     return recommend_kv(used_percentile_bytes=loop.kv_histogram.percentile(PERCENTILE),
