@@ -50,7 +50,7 @@ def test_offline_reconcile_runs_right_sizing_first_and_its_pass_plans_with_the_r
         code = main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r"),
                      "--prometheus", prom.url, "--rightsize-window", "3h", "--rightsize-step", "60s"])
     assert code == 0
-    assert prom.asked and {a["step"] for a in prom.asked} == {"60"}
+    assert prom.asked and {a["step"] for a in prom.asked} == {"60", "1800"}  # the scrape grid, the history peaks
     files = git_server.files("fleet")
     chat = yaml.safe_load(files["decisions/rightsizing/llm/chat-small.yaml"])
     assert chat["policy"] == "Recommend" and chat["budgetBytes"] < chat["specBudgetBytes"] == 4 * GiB

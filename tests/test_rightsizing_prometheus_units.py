@@ -190,3 +190,28 @@ def test_every_query_together_stays_within_the_read_deadline():
     with pytest.raises(UsageUnavailable) as caught:
         read_usage("http://prom:9090", 0, 100, 10, fetch, deadline_s=-1)
     assert caught.value.reason == "RemoteTimeout"
+
+
+def test_a_pass_reads_the_history_as_half_hour_peaks_and_only_its_last_interval_on_the_scrape_grid():
+    """Bounded values per model per pass: a 2-day window at 60 s is 96 history peaks + the detail, not 2,880."""
+    from controller.rightsizing.prometheus import HISTORY_FIELDS, HISTORY_STEP_S
+    asked = []
+
+    def fetch(url, deadline_s):
+        params = dict(urllib.parse.parse_qsl(url.split("?", 1)[1]))
+        start, end, step = float(params["start"]), float(params["end"]), int(params["step"])
+        asked.append((params["query"], start, end, step))
+        value = 9e9 if step == HISTORY_STEP_S else 5e8  # a history peak above anything the detail shows
+        return _matrix([series("chat", {int(t): value for t in range(int(start), int(end) + 1, step)})]
+                       if "device_bytes" in params["query"] else [])
+
+    end = 2 * 86400 + 30
+    usage = read_usage("http://prom:9090", end - 2 * 86400, end, 60, fetch, detail_s=1200)
+    history = [s for s in usage if s.time < end - 1300]
+    detail = [s for s in usage if s.time >= end - 1300]
+    assert abs(len(history) - 2 * 86400 // HISTORY_STEP_S) <= 1 and all(s.device_bytes == 9e9 for s in history)
+    assert 19 <= len(detail) <= 21 and all(s.device_bytes == 5e8 for s in detail)
+    assert [s.time for s in usage] == sorted(s.time for s in usage)
+    coarse = {q for q, *_, step in asked if step == HISTORY_STEP_S}
+    assert len(coarse) == len(HISTORY_FIELDS)
+    assert all(f"[{2 * HISTORY_STEP_S}s]" in q for q in coarse if "max_over_time" in q)  # each point: its slots' peak

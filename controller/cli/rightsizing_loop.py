@@ -26,7 +26,7 @@ from controller.cli.metrics import ControllerMetrics
 from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
 from controller.rightsizing.records import RECORDS_BRANCH
 from controller.rightsizing.policy import DEFAULT_WINDOW_S
-from controller.rightsizing.prometheus import READ_DEADLINE_S, read_usage
+from controller.rightsizing.prometheus import DETAIL_S, READ_DEADLINE_S, read_usage
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target
 
 log = logging.getLogger("gpushare.rightsizing")
@@ -168,8 +168,9 @@ def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Call
     log.info("right-sizing on: a pass every %.0f s over %.0f s of usage from %s", args.rightsize_interval,
              args.rightsize_window, url)
     deadline = min(READ_DEADLINE_S, args.rightsize_interval)  # a slow Prometheus costs one interval at most
+    detail = args.rightsize_interval + DETAIL_S  # the scrape grid since the last pass, and a margin
     return RightsizingSchedule(lambda start, end, fleet: read_usage(url, start, end, step, fleet=fleet,
-                                                                    deadline_s=deadline),
+                                                                    deadline_s=deadline, detail_s=detail),
                                interval_s=args.rightsize_interval, window_s=args.rightsize_window,
                                metrics=metrics, clock=clock, review=review,
                                records_target=(f"branch:{RECORDS_BRANCH}" if parse_target(args.write_back).review

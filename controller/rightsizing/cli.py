@@ -24,7 +24,7 @@ from gitops import GitError, WorkingCopy
 from contract.durations import duration_flag as duration
 from contract.quantity import format_bytes
 
-from .prometheus import UsageUnavailable, read_usage
+from .prometheus import DETAIL_S, UsageUnavailable, read_usage
 from .bounds import limits_for
 from .recommender import Change, Slo, replay
 from .policy import DEFAULT_WINDOW_S
@@ -153,7 +153,7 @@ def _pass(args) -> int:
         try:
             copy = WorkingCopy(args.repo, args.branch, args.workdir or Path(scratch) / "repo")
             result = rightsize_once(copy, lambda start, end, fleet: read_usage(args.prometheus, start, end, args.step,
-                                                                               fleet=fleet),
+                                                                               fleet=fleet, detail_s=DETAIL_S),
                                     time.time(), args.window,
                                     records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
         except GitError as exc:

@@ -34,6 +34,9 @@ MAX_POINTS = 10_000  # points per series in one query_range (Prometheus refuses 
 QUERY_DEADLINE_S = 30.0  # one query_range call, connect to last byte
 READ_DEADLINE_S = 120.0  # every query of one read together: a slow Prometheus costs one pass at most
 MAX_ANSWER_BYTES = 256 << 20
+HISTORY_STEP_S = 1800  # the loop reads the window before its last interval as one peak per half hour
+HISTORY_FIELDS = ("deviceBytes", "kvUsedBytes", "kvReservedBytes", "budgetBytes")  # what targets are made of
+DETAIL_S = 900  # beyond the pass interval, how much of the scrape grid a pass reads: breaches are judged on it
 _RATES = frozenset({"queueWaitSeconds", "ttftSeconds", "tpotSeconds", "ooms"})  # NaN there: no requests, no value
 
 # Each model's namespace comes from its verdict series on the same target.
@@ -121,44 +124,79 @@ def query_range(base_url: str, query: str, start: float, end: float, step_s: int
 
 
 def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetch | None = None,
-               fleet: Collection[str] | None = None, deadline_s: float = READ_DEADLINE_S) -> Usage:
-    """Samples on the grid start, start + step, ... end for every model of `fleet` (None: every model) any
-    query saw, sorted by time. Each field's values are kept in one float array per model over the grid (NaN:
-    no value), so a window of hundreds of models costs tens of megabytes before the samples are built."""
+               fleet: Collection[str] | None = None, deadline_s: float = READ_DEADLINE_S,
+               detail_s: float | None = None) -> Usage:
+    """Samples for every model of `fleet` (None: every model) any query saw, sorted by time. `detail_s` None: the
+    grid start, start + step, ... end for every field. Otherwise the last `detail_s` only on that grid (every
+    field: the breaches a pass acts on), and before it one point per HISTORY_STEP_S of the byte fields, each
+    the peak of its slot (max_over_time: never below what a finer grid shows): the values a pass reads per model
+    are bounded by window / HISTORY_STEP_S + detail / step, not by the scrape rate."""
     try:
         where = address(base_url, "Prometheus")
     except OutboundError as exc:
         raise UsageUnavailable(exc.message, exc.reason) from None
-    fetch = fetch or http_get(where.credentials)
-    fleet = None if fleet is None else frozenset(fleet)
+    reader = _Reader(where, fetch or http_get(where.credentials), None if fleet is None else frozenset(fleet),
+                     time.monotonic() + deadline_s, deadline_s)
     step_s = whole_step(step_s)
-    until = time.monotonic() + deadline_s
-    grid_start = math.floor(start / step_s) * step_s
-    end = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
-    count = int((end - grid_start) // step_s) + 1 if end >= grid_start else 0
-    values: dict[str, dict[str, array]] = {}  # model -> field -> one value per grid point
-    held: dict[str, tuple[str, str]] = {}
-    outside = 0
-    for field, promql in queries(step_s).items():
-        for a, b in _pieces(grid_start, end, step_s):
-            left = until - time.monotonic()
-            if left <= 0:
-                raise UsageUnavailable(f"reading usage took longer than {deadline_s:g}s; Prometheus is too slow "
-                                       "for this window: shorten --rightsize-window or check Prometheus",
-                                       "RemoteTimeout")
-            for series in query_range(where.url, promql, a, b, step_s, fetch, min(QUERY_DEADLINE_S, left)):
-                ref = _ref(series)
-                if ref is None:
-                    continue  # no model labels: nobody's usage
-                if fleet is not None and ref not in fleet:
-                    outside += 1
-                    continue
-                if ref in held:
-                    continue
-                problem = _store(series, field, values.setdefault(ref, {}), grid_start, step_s, count)
-                if problem is not None:
-                    held[ref] = problem
-                    values.pop(ref, None)
+    last = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
+    if detail_s is None or detail_s >= last - start:
+        return reader.read([(math.floor(start / step_s) * step_s, last, step_s, tuple(queries(step_s)))])
+    coarse = max(step_s, HISTORY_STEP_S // step_s * step_s)
+    split = math.floor((last - detail_s) / step_s) * step_s
+    history = (math.floor(start / coarse) * coarse, math.ceil(split / coarse) * coarse - coarse, coarse, HISTORY_FIELDS)
+    return reader.read([history, (split, last, step_s, tuple(queries(step_s)))])
+
+
+class _Reader:
+    """One read: its deadline, its fleet, what it held and skipped, over one or more grids."""
+
+    def __init__(self, where, fetch: Fetch, fleet: frozenset[str] | None, until: float, deadline_s: float):
+        self.where, self.fetch, self.fleet, self.until, self.deadline_s = where, fetch, fleet, until, deadline_s
+        self.held: dict[str, tuple[str, str]] = {}
+        self.outside = 0
+
+    def read(self, grids: list[tuple[float, float, int, tuple[str, ...]]]) -> Usage:
+        read = []
+        for grid_start, last, step_s, fields in grids:
+            count = int((last - grid_start) // step_s) + 1 if last >= grid_start else 0
+            read.append((self._grid(grid_start, last, step_s, count, fields), grid_start, step_s, count))
+        samples: list[Sample] = []
+        for values, grid_start, step_s, count in read:
+            for ref in self.held:
+                values.pop(ref, None)  # held in any grid: none of its samples are kept
+            samples += _samples(values, grid_start, step_s, count)
+        return Usage(samples, self.held, self.outside)
+
+    def _grid(self, grid_start: float, last: float, step_s: int, count: int,
+              fields: tuple[str, ...]) -> dict[str, dict[str, array]]:
+        """model -> field -> one value per grid point (NaN: none), from one query per field and piece."""
+        values: dict[str, dict[str, array]] = {}
+        promql = queries(step_s)
+        for field in fields:
+            for a, b in _pieces(grid_start, last, step_s):
+                left = self.until - time.monotonic()
+                if left <= 0:
+                    raise UsageUnavailable(f"reading usage took longer than {self.deadline_s:g}s; Prometheus is too "
+                                           "slow for this window: shorten --rightsize-window or check Prometheus",
+                                           "RemoteTimeout")
+                for series in query_range(self.where.url, promql[field], a, b, step_s, self.fetch,
+                                          min(QUERY_DEADLINE_S, left)):
+                    ref = _ref(series)
+                    if ref is None:
+                        continue  # no model labels: nobody's usage
+                    if self.fleet is not None and ref not in self.fleet:
+                        self.outside += 1
+                        continue
+                    if ref in self.held:
+                        continue
+                    problem = _store(series, field, values.setdefault(ref, {}), grid_start, step_s, count)
+                    if problem is not None:
+                        self.held[ref] = problem
+                        values.pop(ref, None)
+        return values
+
+
+def _samples(values: dict[str, dict[str, array]], grid_start: float, step_s: int, count: int) -> list[Sample]:
     samples = []
     models = sorted(values)
     for index in range(count):
@@ -174,7 +212,7 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
                 ttft_s=got.get("ttftSeconds"), tpot_s=got.get("tpotSeconds"),
                 refusals=_int(got.get("refusals")), missing_bytes=_int(got.get("missingBytes")),
                 ooms=_ceil(got.get("ooms")), budget_bytes=_int(got.get("budgetBytes"))))
-    return Usage(samples, held, outside)
+    return samples
 
 
 def whole_step(step_s: float) -> int:
