@@ -215,3 +215,24 @@ def test_a_pass_reads_the_history_as_half_hour_peaks_and_only_its_last_interval_
     coarse = {q for q, *_, step in asked if step == HISTORY_STEP_S}
     assert len(coarse) == len(HISTORY_FIELDS)
     assert all(f"[{2 * HISTORY_STEP_S}s]" in q for q in coarse if "max_over_time" in q)  # each point: its slots' peak
+
+
+def test_a_model_held_by_the_reader_holds_alone_in_the_step_with_the_readers_reason():
+    from dataclasses import replace
+
+    from controller.rightsizing.policy import Rightsizing
+    from controller.rightsizing.step import step
+    from controller.rightsizing.usage import Sample, by_model
+    from factories import toy_model
+
+    policy = Rightsizing(policy="Auto", upsize_after_s=60)
+    models = [replace(toy_model(name, 4 << 30), rightsizing=policy) for name in ("good", "bad", "zzz")]
+    samples = [Sample(time=60.0 * i, model=f"llm/{name}", device_bytes=1 << 30, ooms=int(i == 5))
+               for i in range(10) for name in ("good", "zzz")]
+    held = {"llm/bad": ("UsageImplausible", "Prometheus sent deviceBytes = -5")}
+    result = step(models, (), [], {}, by_model(samples), 600.0, held=held)
+    bad = result.records[("llm", "bad")]
+    assert [(c.type, c.status, c.reason) for c in bad.conditions] == [("UsageAvailable", "False", "UsageImplausible")]
+    assert bad.budget_bytes == 4 << 30
+    for name in ("good", "zzz"):  # before and after it in order: both act on their own usage
+        assert result.records[("llm", name)].direction == "up"

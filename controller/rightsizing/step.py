@@ -102,9 +102,9 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         kv_doc = kv.as_dict() if kv is not None else base.kv
         conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
         for reason in HOLD_CONDITIONS:
-            held = [e for e in found if isinstance(e, Hold) and e.reason == reason]
-            if held and (change is None or held[-1].at > change.at):
-                conditions.append(Condition(reason, "True", reason, held[-1].message))
+            holds = [e for e in found if isinstance(e, Hold) and e.reason == reason]
+            if holds and (change is None or holds[-1].at > change.at):
+                conditions.append(Condition(reason, "True", reason, holds[-1].message))
         if change is None or loop.budget in (in_force, base.budget_bytes):  # nothing new: records stay as they are
             out[model.key] = replace(base, conditions=tuple(conditions), kv=kv_doc)
             if carried is not None and carried.open and policy.policy == "Recommend":
