@@ -30,7 +30,7 @@ from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, pub
 from .edit import BudgetEditError, set_memory_budget
 from .prices import read_prices
 from .prometheus import Usage, UsageUnavailable
-from .records import RECORDS_BRANCH, RECORDS_DIR, Condition, Record, read_records, records_from
+from .records import RECORDS_BRANCH, RECORDS_DIR, Condition, Records, read_records, records_from
 from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
@@ -66,11 +66,16 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
             held = read.held
             if read.outside:
                 log.info("usage: %d series of models outside the fleet were skipped", read.outside)
-    records = read_records(root)
+    read = read_records(root)
+    problems = list(read.problems)
+    records = dict(read)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
-        records = {**records, **_records_at(copy, heads[review])}
+        pending = _records_at(copy, heads[review])
+        records, problems = {**records, **pending}, [*problems, *pending.problems]
+    bad = {p.key: f"{p.path}: {p.message}" for p in problems if p.key is not None and p.key not in records}
     result = _editable(root, step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()),
-                                  inputs.slots, records, usage, now, read_prices(root), inputs.profiles, held))
+                                  inputs.slots, records, usage, now, read_prices(root), inputs.profiles, held,
+                                  bad))
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -83,7 +88,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     return PassResult(result, published, records, usage_error)
 
 
-def _records_at(copy: WorkingCopy, commit: str) -> dict[tuple[str, str], Record]:
+def _records_at(copy: WorkingCopy, commit: str) -> Records:
     """The records `commit` holds (regular files under RECORDS_DIR), read from git without a checkout."""
     texts = {path: copy.git.run("cat-file", "blob", object_id).stdout.decode("utf-8", errors="replace")
              for path, (mode, object_id) in copy.entries(commit, (RECORDS_DIR + "/",)).items()

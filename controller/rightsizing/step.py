@@ -63,10 +63,12 @@ def monthly_cost(delta_bytes: int, slot: GpuSlot | None, prices: Mapping[str, fl
 def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: Sequence[GpuSlot],
          records: Mapping[tuple[str, str], Record], usage: Mapping[str, Sequence[Sample]] | None, now: float,
          prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = (),
-         held: Mapping[str, tuple[str, str]] | None = None) -> StepResult:
+         held: Mapping[str, tuple[str, str]] | None = None,
+         bad_records: Mapping[tuple[str, str], str] | None = None) -> StepResult:
     """`usage` None: no usage could be read at all (every enabled model holds). `profiles` size a KV sequence
     (none: no KV reservation is recommended). `held`: namespace/name -> (reason, message) of models whose usage
-    could not be trusted (they hold, with that reason)."""
+    could not be trusted (they hold, with that reason). `bad_records`: (namespace, name) -> what is wrong with the
+    model's record file: that model holds (InvalidRecord) and gets a fresh record."""
     by_key = {d.key: d for d in decisions}
     by_profile = {p.key: p for p in profiles}
     out: dict[tuple[str, str], Record] = {}
@@ -74,6 +76,12 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     for model in sorted(models, key=lambda m: m.key):
         policy = model.rightsizing
         if not policy.enabled:
+            continue
+        if model.key in (bad_records or {}):
+            user = model.spec_budget_bytes
+            out[model.key] = Record(model.namespace, model.name, policy.policy, user, user, conditions=(
+                Condition("RecordValid", "False", "InvalidRecord", f"{bad_records[model.key]}; the model holds this "
+                          "pass and its record is rewritten"),))
             continue
         previous = records.get(model.key)
         user = model.spec_budget_bytes
