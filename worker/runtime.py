@@ -24,7 +24,7 @@ from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
 from .engine import Generation, ModelEngine
 from .sampling import SamplingParams
-from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
+from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .metrics import PynvmlReader, WorkerMetrics
@@ -151,16 +151,19 @@ class Worker:
                                  drain_timeout_s)
             to_load = [m for m in to_load if m.name not in stuck]
             effective = tuple(kept_old.get(m.name, m) for m in new.models)
-            with self._lock:
-                self.config = replace(new, models=effective)
-                for name in change.removed:
-                    self.verdicts.pop(name, None)
-            for name, verdict in verdicts.items():
+            for name, verdict in verdicts.items():  # before the new config lists them: /status reads both
                 if name in kept_old:
                     self._set_verdict(replace(verdict, message=f"{verdict.message}; it keeps serving its "
                                                                "previous configuration"))
                 elif name in incoming:
                     self._set_verdict(verdict)
+            for model in effective:
+                self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
+            with self._lock:
+                self.config = replace(new, models=effective)
+                gone = [self.verdicts.pop(name) for name in change.removed if name in self.verdicts]
+            for old in gone:
+                self.metrics.verdict.remove(old.name, old.namespace, old.mode, old.verdict, old.reason)
             for model in sorted(to_load, key=lambda m: incoming[m.name].weight_bytes):
                 self.shapes[model.name] = incoming[model.name]
                 self._load_guarded(model)
@@ -300,7 +303,7 @@ class Worker:
         """Load one admitted model; a failure refuses it alone."""
         try:
             self._load_one(model)
-        except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
+        except Exception as exc:  # noqa: BLE001 - BudgetExceeded, ModelUnreadable, a CUDA out-of-memory, a bug
             log.exception("loading %s failed", model.ref)
             message = getattr(exc, "message", str(exc))
             self._set_verdict(refused(model.name, model.namespace, model.mode,
@@ -317,6 +320,11 @@ class Worker:
                 shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
             except ModelLoadError as exc:
                 self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
+            except Exception as exc:  # noqa: BLE001 - whatever one model's files do, it alone is refused
+                log.exception("reading %s failed", model.ref)
+                self._set_verdict(refused(model.name, model.namespace, model.mode, "ModelUnreadable",
+                                          f"reading {model.model} failed: {type(exc).__name__}: {exc}; check the "
+                                          "model's files (config.json, safetensors weights)"))
         return shapes
 
     def _retune(self, model: ModelConfig, verdict: Verdict) -> bool:
