@@ -32,6 +32,9 @@ MODEL_ANNOTATION = f"{GROUP}/model"
 REVISION_ANNOTATION = f"{GROUP}/revision"
 SOURCE_ANNOTATION = f"{GROUP}/source"  # the models/ file an ElasticModel was read from
 CONFIG_CHECKSUM_ANNOTATION = f"{GROUP}/config-checksum"
+# a worker Deployment's host memory need (its base plus the pinned copies of its swap and elastic models), on the
+# Deployment, not its pod template: the controller resizes the running pod's request to it in place
+HOST_MEMORY_ANNOTATION = f"{GROUP}/host-memory"
 PROFILE_CONFIGMAP_ANNOTATION = f"{GROUP}/profile-configmap"
 URL_ANNOTATION = f"{GROUP}/url"  # a model's Service: its OpenAI base URL
 BESIDE_SLOT_ANNOTATION = f"{GROUP}/beside-slot"  # a profiler Job sharing a GPU a worker holds

@@ -1,9 +1,10 @@
 """The worker: admission, loading, and the state the API serves (verdicts, readiness, status).
 
-`Worker.start` reads every model's shape, admits against the memory really available,
-publishes the verdicts, then loads the applied models in a background thread, smallest
-first; each model serves (its own executor thread starts) as soon as it is loaded, without
-waiting for its neighbours. Called by `python -m worker` and tests; the API reads it
+`Worker.start` reads every model's shape (fetching its files first when they are not in the
+cache), admits against the memory really available, publishes the verdicts, then loads the
+applied models in a background thread, smallest first (`start_in_background` runs all of it
+off the caller's thread, so the API serves health from the first second); each model serves
+(its own executor thread starts) as soon as it is loaded, without waiting for its neighbours. Called by `python -m worker` and tests; the API reads it
 through `lookup`, `submit`, `status`, `model_state`, `readiness` and `health`.
 """
 from __future__ import annotations
@@ -100,6 +101,21 @@ class Worker:
         self._publish_verdicts()
         self.scheduler.start()
         self._loader.start()
+
+    def start_in_background(self) -> None:
+        """`start` on its own thread, for `python -m worker`: the API answers /healthz from the process's first
+        seconds while the models are fetched (a download may take hours), read and admitted, so the pod's
+        startup probe never depends on the models; each model is `loading` until then. A failure there fails
+        liveness, as a loader that died does."""
+        def run() -> None:
+            try:
+                self.start()
+            except BaseException as exc:  # a bug while starting: liveness must see it
+                log.exception("starting the worker failed")
+                self._loader_died = f"{type(exc).__name__}: {exc}"
+                self._loaded.set()
+
+        threading.Thread(target=run, name="worker-start", daemon=True).start()
 
     def wait_loaded(self, timeout_s: float | None = None) -> bool:
         return self._loaded.wait(timeout_s)
@@ -261,12 +277,13 @@ class Worker:
         ready, _ = self.readiness()
         models = []
         for model in self.config.models:
-            verdict = self.verdicts[model.name]
+            verdict = self.verdicts.get(model.name)  # None: not admitted yet (its files are being fetched)
             ledger = self.ledgers.get(model.name)
             served = self.served.get(model.name)
-            entry = verdict.as_dict()
+            entry = verdict.as_dict() if verdict else {"name": model.name, "namespace": model.namespace,
+                                                       "mode": model.mode}
             entry.update(
-                state="refused" if verdict.verdict == "refused" else ("serving" if served else "loading"),
+                state="refused" if verdict and verdict.verdict == "refused" else ("serving" if served else "loading"),
                 budgetBytes=model.budget_bytes, contextTokens=model.context_tokens, concurrency=model.concurrency,
                 deviceBytes=ledger.total_bytes if ledger else 0,
                 peakDeviceBytes=ledger.peak_bytes if ledger else 0,
