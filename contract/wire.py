@@ -43,6 +43,7 @@ PROFILE_GPU_PRODUCT_LABEL = f"{GROUP}/gpu-product"
 PROFILE_MODEL_HASH_LABEL = f"{GROUP}/model-hash"
 VERDICTS_LABEL = f"{GROUP}/verdicts"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+WORKER_POD_LABEL = ("app.kubernetes.io/name", "gpushare-worker")  # on every worker Deployment and its pods
 
 # ConfigMap data keys.
 PROFILE_DATA_KEY = "profile.yaml"
@@ -55,3 +56,4 @@ VERDICTS_KIND = "WorkerVerdicts"
 WORKER_CONFIG_KIND = "WorkerConfig"
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import yaml
 
-WORKER_LABEL = ("app.kubernetes.io/name", "gpushare-worker")
+from contract.wire import WORKER_POD_LABEL as WORKER_LABEL
+
 LINE_PREFIX = "Workers: "
 
 
