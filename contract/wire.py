@@ -35,6 +35,9 @@ CONFIG_CHECKSUM_ANNOTATION = f"{GROUP}/config-checksum"
 # a worker Deployment's host memory need (its base plus the pinned copies of its swap and elastic models), on the
 # Deployment, not its pod template: the controller resizes the running pod's request to it in place
 HOST_MEMORY_ANNOTATION = f"{GROUP}/host-memory"
+# a worker pod's slot capacity (worker.yaml's slot.capacityBytes), on its pod template: the one worker.yaml change a
+# running worker cannot apply in place (worker/reconfigure.py), so a change of it rolls the pod
+SLOT_CAPACITY_ANNOTATION = f"{GROUP}/slot-capacity-bytes"
 PROFILE_CONFIGMAP_ANNOTATION = f"{GROUP}/profile-configmap"
 URL_ANNOTATION = f"{GROUP}/url"  # a model's Service: its OpenAI base URL
 BESIDE_SLOT_ANNOTATION = f"{GROUP}/beside-slot"  # a profiler Job sharing a GPU a worker holds

@@ -113,6 +113,16 @@ def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
     assert pod(files, "worker-node-a-gpu0-default") == pod(tree, "worker-node-a-gpu0-default")
 
 
+def test_a_slot_capacity_change_rolls_the_pod_since_the_worker_cannot_apply_it_in_place(tree):
+    """worker/reconfigure.py refuses a changed slot capacity in place: the pod template carries it, so it rolls."""
+    smaller = (replace(SLOTS[0], reserved_bytes=SLOTS[0].reserved_bytes * 2),) + SLOTS[1:]
+    files = compose(MODELS, PLAN, smaller, PREVIOUS).files
+    annotations = pod(files, "worker-node-a-gpu0-default")["metadata"]["annotations"]
+    assert annotations["gpushare.dev/slot-capacity-bytes"] == str(smaller[0].usable_bytes)
+    assert pod(files, "worker-node-a-gpu0-default") != pod(tree, "worker-node-a-gpu0-default")
+    assert pod(files, "worker-node-b-gpu0-kai") == pod(tree, "worker-node-b-gpu0-kai")
+
+
 @pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
 def test_the_pod_requests_the_fixed_base_and_the_deployment_carries_the_host_memory_need(tree, worker):
     """The pinned host copies of swap and elastic models go to the Deployment's annotation (the controller resizes

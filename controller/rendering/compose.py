@@ -419,6 +419,7 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
             "node": slot.node,
             "product": slot.product,
             "slot": slot.id,
+            "capacity_bytes": slot.usable_bytes,  # worker.yaml's slot.capacityBytes: a change of it rolls the pod
             "config": config,
             "checksum": hashlib.sha256(config.encode()).hexdigest(),
             # the pod template takes nothing from the slot's models, so a model change never rolls the pod:
