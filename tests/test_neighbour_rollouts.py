@@ -1,17 +1,18 @@
-"""A change to one model never restarts a worker that serves others: over examples/fleet served by a real git
-daemon, `gpushare reconcile --offline` commits the fleet, a user pushes one change (a model added to the busy
-H200, one that lands in elastic mode with pinned host memory, one removed, one re-budgeted), and the next pass
-commits a tree in which no worker Deployment's pod template differs from the last one: only worker ConfigMaps
-(and the Deployment's own annotations) change, and PLAN.md says `0 restart`."""
+"""A change to one model never restarts a worker that serves others: a pass over a copy of examples/fleet writes
+its tree back as a commit would, the user changes one model (one added to the busy H200, one that lands in
+elastic mode with pinned host memory, one removed, one re-budgeted), and the next pass writes a tree in which
+no worker Deployment's pod template differs from the last one: only worker ConfigMaps (and the Deployment's own
+annotations) change, and PLAN.md says `0 restart`."""
 from __future__ import annotations
 
-import pytest
+import shutil
+from pathlib import Path
+
 import yaml
 
 from contract.wire import HOST_MEMORY_ANNOTATION
-from controller.cli.commands import main
+from controller.cli.offline import pass_over
 from tests.conftest import REPO_ROOT
-from tests.gitserver import git_server  # noqa: F401  (fixture)
 
 FLEET = REPO_ROOT / "examples" / "fleet"
 CHAT = "models/llm/chat.yaml"
@@ -40,8 +41,25 @@ CASES = {  # case id -> the user's push, from the fleet's files
 }
 
 
-def _reconcile(workdir, url) -> None:
-    assert main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(workdir)]) == 0
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _push(root: Path, change: dict[str, bytes | None]) -> None:
+    for path, data in change.items():
+        if data is None:
+            (root / path).unlink()
+        else:
+            (root / path).write_bytes(data)
+
+
+def _reconcile(root: Path) -> None:
+    """One pass over `root`, its generated tree written back as its commit would leave it."""
+    out = pass_over(root)
+    shutil.rmtree(root / "rendered", ignore_errors=True)
+    for path, text in out.rendered.files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
 
 
 def _workers(files: dict[str, bytes]) -> tuple[dict[str, dict], dict[str, bytes]]:
@@ -59,17 +77,16 @@ def _workers(files: dict[str, bytes]) -> tuple[dict[str, dict], dict[str, bytes]
     return templates, configs
 
 
-@pytest.mark.integration
-def test_one_models_change_rolls_no_worker_pod(git_server, tmp_path):  # noqa: F811
-    """The cases run in turn on one repository (each a push on top of the last), each checked on its own."""
-    files = {p.relative_to(FLEET).as_posix(): p.read_bytes() for p in FLEET.rglob("*") if p.is_file()}
-    url = git_server.create_repo("fleet", files)
-    _reconcile(tmp_path / "w", url)
-    for case, push in CASES.items():
-        before = git_server.files("fleet")
-        git_server.push_files("fleet", push(before), f"user: {case}")
-        _reconcile(tmp_path / "w", url)
-        after = git_server.files("fleet")
+def test_one_models_change_rolls_no_worker_pod(tmp_path):
+    """The cases run in turn on one repository (each a change on top of the last), each checked on its own."""
+    root = tmp_path / "repo"
+    shutil.copytree(FLEET, root)
+    _reconcile(root)
+    for case, change in CASES.items():
+        before = _files(root)
+        _push(root, change(before))
+        _reconcile(root)
+        after = _files(root)
         (old_templates, old_configs), (new_templates, new_configs) = _workers(before), _workers(after)
         shared = sorted(set(old_templates) & set(new_templates))
         assert shared, case

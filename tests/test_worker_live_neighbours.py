@@ -10,9 +10,11 @@ import time
 
 import httpx
 import openai
+import pytest
 
 from worker_support import WorkerProcess, config_document, model_entry, tiny_models  # noqa: F401
 
+pytestmark = pytest.mark.slow  # a worker process
 WAIT_S = 60
 CLIENTS = 2
 

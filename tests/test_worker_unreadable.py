@@ -24,6 +24,7 @@ from worker_support import (  # noqa: F401  (fixtures are used by name)
     KubeApiThread, WorkerProcess, config_document, model_entry, tiny_models,
 )
 
+pytestmark = pytest.mark.slow  # a worker process
 GOOD = "good"
 
 
