@@ -4,10 +4,14 @@ with and without in-place resize served."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from contract.quantity import parse_bytes
 from contract.wire import HOST_MEMORY_ANNOTATION, WORKER_LABEL
 from controller.kube.cluster import Cluster
 from controller.kube.resize import UNSUPPORTED, WorkerResizer, pod_resizes
+from tests.cluster_loop_support import World, model_doc
+from tests.gitserver import git_server  # noqa: F401  (fixture)
 from tests.kubedouble import kube  # noqa: F401  (fixture)
 
 NS, WORKER = "gpushare-system", "worker-gpu-node-1-gpu0-default"
@@ -84,3 +88,31 @@ def test_an_api_error_is_a_warning_never_a_failed_pass(kube):  # noqa: F811
     kube.fail(500, 1, "list")
     [(reason, _)] = WorkerResizer(Cluster(kube.api_client)).resize()
     assert reason == "ApiUnavailable"
+
+
+@pytest.mark.integration
+def test_a_cluster_pass_resizes_the_running_worker_pod_to_what_its_models_pin(kube, git_server, tmp_path):  # noqa: F811
+    """End to end: the pass renders an elastic model (its streamed layers pinned in host RAM), Argo CD applies the
+    Deployment, its pod runs with the template's fixed request, and the next pass resizes that pod in place."""
+    world = World(kube, git_server, tmp_path)
+    world.setup([model_doc(budget="1Gi")])
+    controller = world.reconciler()
+    assert controller.reconcile_once().ok  # the profiler Job
+    world.publish_profile()
+    assert controller.reconcile_once().ok  # the worker
+    [deployment] = world.rendered("Deployment")
+    assert yaml.safe_load(world.files()["decisions/llm/chat.yaml"])["status"]["assigned"]["mode"] == "elastic"
+    need = deployment["metadata"]["annotations"][HOST_MEMORY_ANNOTATION]
+    template = deployment["spec"]["template"]
+    base = template["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    assert parse_bytes(need) > parse_bytes(base)
+    world.worker_rolls_out()
+    namespace = deployment["metadata"]["namespace"]
+    kube.seed("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "worker-pod-1", "namespace": namespace, "labels": template["metadata"]["labels"]},
+        "spec": template["spec"]})
+    report = controller.reconcile_once()
+    assert report.ok and not report.warnings, report.warnings
+    pod = kube.get("v1", "pods", namespace, "worker-pod-1")
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["memory"] == need
+    assert pod["spec"]["containers"][0]["image"] == template["spec"]["containers"][0]["image"]
