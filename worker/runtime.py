@@ -145,6 +145,7 @@ class Worker:
                 return change
             self.scheduler.retune(min_residency_s=new.min_residency_ms / 1000, max_queued=new.max_queued_requests)
             staying = {m.name for m in new.models if m.name in change.unchanged} | {m.name for m in change.retuned}
+            serving_verdicts = {name: self.verdicts[name] for name in self.served}
             incoming = self._read_shapes([*change.relaid, *change.added])
             order = [m for m in new.models if m.name in staying] + [m for m in new.models if m.name in incoming]
             verdicts = {v.name: v for v in admit([(m, self.shapes[m.name] if m.name in staying else incoming[m.name])
@@ -167,6 +168,10 @@ class Worker:
                                  drain_timeout_s)
             to_load = [m for m in to_load if m.name not in stuck]
             effective = tuple(kept_old.get(m.name, m) for m in new.models)
+            for name in kept_old.keys() - verdicts.keys():  # its new files are unreadable: the old layout serves on
+                refusal = self.verdicts[name]
+                self._set_verdict(replace(serving_verdicts[name], message=f"{refusal.reason}: {refusal.message}; it "
+                                                                          "keeps serving its previous configuration"))
             for name, verdict in verdicts.items():  # before the new config lists them: /status reads both
                 if name in kept_old:
                     self._set_verdict(replace(verdict, message=f"{verdict.message}; it keeps serving its "
