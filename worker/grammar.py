@@ -1,0 +1,102 @@
+"""Grammars for structured output: a request's Structure (protocol.py) compiled into token masks.
+
+Owns the grammar library (llguidance; why this one: docs/worker.md), the JSON layout a
+constrained answer has (no free whitespace: `", "` and `": "` separators only, so an answer's
+length is bounded by its content), the refusal of a schema keyword the library does not
+implement (a 400 naming it), and one sequence's matcher state (`Constraint`, which the engine
+asks for the next bitmask and tells the chosen token). The tool-call grammar's wording is
+worker/tools.py's. Built once per served model (worker.runtime.ServedModel: the library's view
+of the tokenizer is built on first use, about a second for a 128k vocabulary); api.py calls
+`constraints` in a worker thread, never on the event loop.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import torch
+
+from .errors import InvalidRequest
+from .prompts import PromptEncoder
+from .protocol import Structure
+from .tools import tools_grammar
+
+# Overrides any "x-guidance" a schema carries: whitespace stays bounded whatever the client sends.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", "lenient": False}
+
+
+class Grammars:
+    """One model's compiler: its tokenizer as the grammar library reads it, and `constraints` per request."""
+
+    def __init__(self, prompts: PromptEncoder, vocab_size: int, eos_ids: frozenset[int]):
+        self.vocab_size, self.eos_ids = vocab_size, eos_ids
+        self._prompts = prompts  # its tokenizer copy, read under its lock
+        self._library_tokenizer = None
+        self._lock = threading.Lock()
+
+    def constraints(self, structure: Structure, n: int) -> list["Constraint"]:
+        """Fresh matchers for `n` sequences (one compile), or InvalidRequest naming what the grammar cannot
+        express."""
+        import llguidance
+
+        grammar, param = self._grammar(structure)
+        matcher = llguidance.LLMatcher(self._tokenizer_for_library(), grammar, log_level=0)
+        if matcher.is_error():
+            raise InvalidRequest("UnsupportedSchema", f"the JSON schema in {param} cannot be enforced: "
+                                 f"{_first_line(matcher.get_error())}; remove or rewrite that keyword (the worker "
+                                 "enforces schemas with llguidance; docs/worker.md says what it covers)", param=param)
+        return [Constraint(matcher if i == 0 else matcher.deep_copy(), self.vocab_size) for i in range(n)]
+
+    def _grammar(self, structure: Structure) -> tuple[str, str]:
+        import llguidance
+
+        if structure.schema is not None:
+            return llguidance.LLMatcher.grammar_from_json_schema(
+                json.dumps(structure.schema), overrides=JSON_LAYOUT), "response_format"
+        schemas = [json.dumps({**(tool["function"].get("parameters") or {"type": "object"}),
+                               "x-guidance": JSON_LAYOUT}) for tool in structure.tools]
+        lark = tools_grammar([t["function"]["name"] for t in structure.tools], schemas, structure.tool_choice,
+                             structure.parallel)
+        return llguidance.LLMatcher.grammar_from_lark(lark), "tools"
+
+    def _tokenizer_for_library(self):
+        with self._lock:
+            if self._library_tokenizer is None:
+                import llguidance.hf
+                from transformers import PreTrainedTokenizerFast
+
+                tokenizer = self._prompts.tokenizer
+                if not isinstance(tokenizer, PreTrainedTokenizerFast):
+                    raise InvalidRequest("StructuredOutputUnsupported", f"model {self._prompts.model} has a slow "
+                                         "(Python) tokenizer, which the grammar library cannot read; serve it with "
+                                         "a tokenizer.json (fast tokenizer) to use response_format or tools",
+                                         param="response_format")
+                with self._prompts.lock:
+                    self._library_tokenizer = llguidance.hf.from_tokenizer(
+                        tokenizer, n_vocab=self.vocab_size, eos_token=sorted(self.eos_ids) or None)
+            return self._library_tokenizer
+
+
+class Constraint:
+    """One sequence's grammar state (worker.sampling.TokenConstraint): used by its executor thread only."""
+
+    def __init__(self, matcher, vocab_size: int):
+        self._matcher = matcher
+        words = (vocab_size + 31) // 32
+        self._bitmask = torch.empty(words, dtype=torch.int32, pin_memory=torch.cuda.is_available())
+        self.finished = False
+
+    def bitmask(self) -> torch.Tensor:
+        """The tokens allowed next, bit per token, in host memory (pinned when CUDA is present: the copy to
+        the logits' device does not block)."""
+        self._matcher.unsafe_compute_mask_ptr(self._bitmask.data_ptr(), self._bitmask.numel() * 4)
+        return self._bitmask
+
+    def advance(self, token: int) -> None:
+        """Take the chosen token; `finished` once the grammar is complete (or, never expected, broken)."""
+        accepted = self._matcher.consume_token(token)
+        self.finished = not accepted or self._matcher.is_stopped()
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0][:300] if message.strip() else "no detail given"
