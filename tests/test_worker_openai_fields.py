@@ -5,7 +5,6 @@ penalties, logit_bias, and SSE keep-alive comments while a first token is slow. 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 
 import httpx
@@ -19,14 +18,9 @@ from worker.api import create_app
 from worker.sampling import Sampler, SamplingParams
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     ServerThread, config_document, model_entry, single_threaded_torch, started_worker, tiny_models,
+    with_tools_template,
 )
 
-TOOLS_TEMPLATE = (
-    "{% if tools %}<|tools|>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{{ '\\n' }}{% endif %}"
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
-    "{% for c in m.get('tool_calls') or [] %}[{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }}]"
-    "{% endfor %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 WEATHER = {"type": "function", "function": {
     "name": "weather", "description": "the weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
@@ -37,10 +31,7 @@ KEEPALIVE_MS = 50
 @pytest.fixture(scope="module")
 def tools_model(tiny_models, tmp_path_factory):
     """The tiny llama with a chat template that renders tools (as Qwen's and Llama 3's do)."""
-    directory = tmp_path_factory.mktemp("tools-model") / "llama-tools"
-    shutil.copytree(tiny_models["llama"], directory)
-    (directory / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
-    return directory
+    return with_tools_template(tiny_models["llama"], tmp_path_factory.mktemp("tools-model"))
 
 
 @pytest.fixture(scope="module")

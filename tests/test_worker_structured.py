@@ -6,7 +6,6 @@ ignore_eos / min_tokens / stop_token_ids act. Units: the device mask, the tool-c
 from __future__ import annotations
 
 import json
-import shutil
 
 import jsonschema
 import openai
@@ -23,13 +22,9 @@ from worker.sampling import mask_logits
 from worker.tools import ToolCallParser
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     ServerThread, config_document, model_entry, single_threaded_torch, started_worker, tiny_models,
+    with_tools_template,
 )
 
-TOOLS_TEMPLATE = (
-    "{% if tools %}<|tools|>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{{ '\\n' }}{% endif %}"
-    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
-)
 EOS = 256  # the tiny models' end-of-text token
 # Every value bounded, so any sampling ends well inside max_tokens (byte tokens: <= 4 per character).
 RECORD = {"type": "object", "additionalProperties": False, "required": ["kind", "count", "ok", "tag", "ids"],
@@ -49,10 +44,7 @@ USER = [{"role": "user", "content": "Rain in Oslo?"}]
 
 @pytest.fixture(scope="module")
 def tools_model(tiny_models, tmp_path_factory):
-    directory = tmp_path_factory.mktemp("structured") / "llama-tools"
-    shutil.copytree(tiny_models["llama"], directory)
-    (directory / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
-    return directory
+    return with_tools_template(tiny_models["llama"], tmp_path_factory.mktemp("structured"))
 
 
 @pytest.fixture(scope="module")
@@ -279,3 +271,13 @@ def test_a_client_x_guidance_cannot_unbound_whitespace():
     [constraint] = grammars.constraints(Structure(schema=schema), 1)
     constraint.advance(tokenizer.encode("{")[0])
     assert not _allowed(constraint) & set(tokenizer.encode(" \n\t\r"))
+
+
+@pytest.mark.gpu
+def test_the_mask_lands_on_the_logits_device_and_the_grammar_holds_there():
+    tokenizer, grammars = _grammars()
+    [constraint] = grammars.constraints(Structure(schema=HOUR), 1)
+    logits = torch.zeros(258, device="cuda")
+    masked = mask_logits(logits, constraint.bitmask())
+    assert masked.device == logits.device
+    assert set(torch.isfinite(masked).nonzero().flatten().tolist()) == set(tokenizer.encode("{"))
