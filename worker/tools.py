@@ -12,6 +12,7 @@ shape and finish_reason "tool_calls". api.py picks ToolCallShape when a request'
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 import uuid
@@ -51,8 +52,8 @@ class ToolCallParser:
     """One choice's answer, fed as it streams: content deltas and OpenAI tool-call deltas.
 
     Text that may be the start of OPEN is held back until it is known not to be; the arguments stream
-    as they come, less the last len(CLOSE) characters, which may be the call's end. Whitespace-only text
-    between calls is not content. `calls` holds the calls so far, whole.
+    as they come, less the last len(CLOSE) characters, which may be the call's end. Whitespace that ends
+    the text before or between calls is not content. `calls` holds the calls so far, whole.
     """
 
     def __init__(self):
@@ -82,7 +83,7 @@ class ToolCallParser:
                 call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                         "function": {"name": json.loads(match.group(1)), "arguments": ""}}
                 self.calls.append(call)
-                deltas.append({"index": len(self.calls) - 1, **json.loads(json.dumps(call))})
+                deltas.append({"index": len(self.calls) - 1, **copy.deepcopy(call)})
                 self._buffer, self._state = self._buffer[match.end():], "arguments"
             else:
                 at = self._buffer.find(CLOSE)
