@@ -209,6 +209,14 @@ def test_mask_logits_unpacks_the_library_bit_layout_on_the_logits_device(case, s
             assert flat_masked[row, token] == expected, (case, row, token)
 
 
+def test_banned_tokens_never_empty_a_row_the_grammar_leaves_them_alone_in():
+    only_eos = torch.zeros(2, 9, dtype=torch.int32)
+    only_eos[0, EOS // 32] = 1 << (EOS % 32)  # row 0: the grammar allows end-of-text only
+    only_eos[1, 0] = 0b11  # row 1: tokens 0 and 1
+    masked = mask_logits(torch.zeros(2, 258), only_eos, banned=(EOS, 1))
+    assert [torch.isfinite(row).nonzero().flatten().tolist() for row in masked] == [[EOS], [0]]
+
+
 TEXT = ('Let me see.\n<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "clock", "arguments": {"h": 7}}\n</tool_call>')
 

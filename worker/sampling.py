@@ -146,6 +146,8 @@ def mask_logits(logits: torch.Tensor, bitmask: torch.Tensor | None, banned: Sequ
 
     `bitmask` is int32 words, one row per logits row ([words] or [batch, words]): bit b of word w allows
     token 32*w + b (the grammar library's layout). Logits columns past the mask's bits are forbidden.
+    Where `banned` would leave a row nothing (a grammar that allows only end-of-text while min_tokens
+    bans it), that row keeps what the bitmask allows: sampling never faces an empty row.
     """
     if bitmask is None and not banned:
         return logits
@@ -158,5 +160,7 @@ def mask_logits(logits: torch.Tensor, bitmask: torch.Tensor | None, banned: Sequ
         allowed[..., :unpacked.shape[-1]] = unpacked
         allowed[..., unpacked.shape[-1]:] = False
     if banned:
-        allowed[..., torch.tensor(list(banned), dtype=torch.long, device=logits.device)] = False
+        kept = allowed.clone()
+        kept[..., torch.tensor(list(banned), dtype=torch.long, device=logits.device)] = False
+        allowed = torch.where(kept.any(-1, keepdim=True), kept, allowed)  # the grammar's last word wins
     return logits.masked_fill(~allowed, float("-inf"))
