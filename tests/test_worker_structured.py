@@ -246,9 +246,9 @@ def test_tool_call_parser_streams_the_same_calls_at_any_chunking(case, text, con
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in parser.calls] == calls, (case, step)
 
 
-def _grammars():
+def _grammars(vocab: int = 258):
     tokenizer = byte_tokenizer()
-    return tokenizer, Grammars(PromptEncoder(tokenizer, "t", 258), 258, frozenset({EOS}))
+    return tokenizer, Grammars(PromptEncoder(tokenizer, "t", vocab), vocab, frozenset({EOS}))
 
 
 def _allowed(constraint) -> set[int]:
@@ -271,6 +271,16 @@ def test_auto_tool_choice_leaves_text_free_and_holds_an_opened_call_to_an_offere
         assert token in _allowed(constraint)
         constraint.advance(token)
     assert not constraint.finished and EOS in _allowed(constraint)  # auto: text may follow the call
+
+
+@pytest.mark.parametrize("case,vocab", [("padded-embeddings", 300), ("as-tokenizer", 258),
+                                        ("embeddings-short-of-the-tokenizer", 250)])
+def test_the_mask_fits_the_logits_whatever_the_tokenizer_holds(case, vocab):
+    tokenizer, grammars = _grammars(vocab)
+    [constraint] = grammars.constraints(Structure(schema={"type": "integer"}), 1)
+    masked = mask_logits(torch.zeros(vocab), constraint.bitmask())
+    assert masked.shape == (vocab,), case
+    assert set(torch.isfinite(masked).nonzero().flatten().tolist()) == set(tokenizer.encode("-0123456789")), case
 
 
 def test_a_client_x_guidance_cannot_unbound_whitespace():

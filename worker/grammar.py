@@ -40,12 +40,13 @@ class Grammars:
         import llguidance
 
         grammar, param = self._grammar(structure)
-        matcher = llguidance.LLMatcher(self._tokenizer_for_library(), grammar, log_level=0)
+        tokenizer = self._tokenizer_for_library()
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         if matcher.is_error():
             raise InvalidRequest("UnsupportedSchema", f"the JSON schema in {param} cannot be enforced: "
                                  f"{_first_line(matcher.get_error())}; remove or rewrite that keyword (the worker "
                                  "enforces schemas with llguidance; docs/worker.md says what it covers)", param=param)
-        return [Constraint(matcher if i == 0 else matcher.deep_copy(), self.vocab_size) for i in range(n)]
+        return [Constraint(matcher if i == 0 else matcher.deep_copy(), tokenizer.vocab_size) for i in range(n)]
 
     def _grammar(self, structure: Structure) -> tuple[str, str]:
         import llguidance
@@ -71,9 +72,10 @@ class Grammars:
                                          "(Python) tokenizer, which the grammar library cannot read; serve it with "
                                          "a tokenizer.json (fast tokenizer) to use response_format or tools",
                                          param="response_format")
+                vocab = max(self.vocab_size, len(tokenizer))  # the mask spans the logits and every token
                 with self._prompts.lock:
                     self._library_tokenizer = llguidance.hf.from_tokenizer(
-                        tokenizer, n_vocab=self.vocab_size, eos_token=sorted(self.eos_ids) or None)
+                        tokenizer, n_vocab=vocab, eos_token=sorted(self.eos_ids) or None)
             return self._library_tokenizer
 
 
