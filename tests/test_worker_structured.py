@@ -101,6 +101,12 @@ def test_max_tokens_inside_the_structure_ends_with_length_as_openai(client):
 @pytest.mark.parametrize("case,extra,param,keyword", [
     ("not-in-response-format", {"response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"not": {"type": "string"}}}}}, "response_format", "not"),
+    ("a-ref-to-itself-admits-nothing", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"$defs": {"x": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"}}}}, "response_format",
+     "admits no value"),
+    ("contradicting-types", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"allOf": [{"type": "string"}, {"type": "integer"}]}}}}, "response_format",
+     "incompatible types"),
     ("dependent-schemas-in-tool", {"tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "dependentSchemas": {"a": {}}}}}],
         "tool_choice": "required"}, "tools", "dependentSchemas"),
@@ -281,6 +287,13 @@ def test_the_mask_fits_the_logits_whatever_the_tokenizer_holds(case, vocab):
     masked = mask_logits(torch.zeros(vocab), constraint.bitmask())
     assert masked.shape == (vocab,), case
     assert set(torch.isfinite(masked).nonzero().flatten().tolist()) == set(tokenizer.encode("-0123456789")), case
+
+
+def test_a_grammar_broken_mid_answer_ends_it_with_end_of_text_instead_of_an_empty_row():
+    tokenizer, grammars = _grammars()
+    [constraint] = grammars.constraints(Structure(schema={"type": "integer"}), 1)
+    constraint.advance(tokenizer.encode("x")[0])  # a token the grammar forbade (never sampled; a bug's shape)
+    assert constraint.finished and _allowed(constraint) == {EOS}
 
 
 def test_a_client_x_guidance_cannot_unbound_whitespace():

@@ -2,7 +2,8 @@
 and interleaved with decode, and each step is one forward pass for the whole batch.
 
 `Generation` is one request's state: prompt, sampled tokens, stop conditions (end-of-text
-tokens, stop strings, max_tokens) and incremental detokenisation. `ModelEngine` seats up
+tokens, stop_token_ids, stop strings, max_tokens, a complete grammar), its grammar's
+constraint when it has one, and incremental detokenisation. `ModelEngine` seats up
 to `concurrency` generations in static KV slots (kept compact: a leaving sequence's slot
 is refilled by the last one) and runs a step: every decoding sequence feeds one token,
 and what is left of the prefill chunk (the shared footprint constant) goes to prefilling

@@ -46,7 +46,13 @@ class Grammars:
             raise InvalidRequest("UnsupportedSchema", f"the JSON schema in {param} cannot be enforced: "
                                  f"{_first_line(matcher.get_error())}; remove or rewrite that keyword (the worker "
                                  "enforces schemas with llguidance; docs/worker.md says what it covers)", param=param)
-        return [Constraint(matcher if i == 0 else matcher.deep_copy(), tokenizer.vocab_size) for i in range(n)]
+        first = Constraint(matcher, tokenizer.vocab_size, self.eos_ids)
+        first.bitmask()  # the first step's mask: a schema that admits no value fails here, not in the batch
+        if matcher.is_error():
+            raise InvalidRequest("UnsupportedSchema", f"the JSON schema in {param} admits no value (the grammar "
+                                 f"library stops at once: {_first_line(matcher.get_error())}); look for a $ref "
+                                 "that only refers to itself or keywords that contradict each other", param=param)
+        return [first] + [Constraint(matcher.deep_copy(), tokenizer.vocab_size, self.eos_ids) for _ in range(n - 1)]
 
     def _grammar(self, structure: Structure) -> tuple[str, str]:
         import llguidance
@@ -73,25 +79,36 @@ class Grammars:
                                          "a tokenizer.json (fast tokenizer) to use response_format or tools",
                                          param="response_format")
                 vocab = max(self.vocab_size, len(tokenizer))  # the mask spans the logits and every token
-                with self._prompts.lock:
-                    self._library_tokenizer = llguidance.hf.from_tokenizer(
-                        tokenizer, n_vocab=vocab, eos_token=sorted(self.eos_ids) or None)
+                try:
+                    with self._prompts.lock:
+                        self._library_tokenizer = llguidance.hf.from_tokenizer(
+                            tokenizer, n_vocab=vocab, eos_token=sorted(self.eos_ids) or None)
+                except (ValueError, RuntimeError) as exc:
+                    raise InvalidRequest("StructuredOutputUnsupported", f"the grammar library cannot read model "
+                                         f"{self._prompts.model}'s tokenizer ({str(exc)[:200]}); response_format "
+                                         "and tools are not available for it", param="response_format") from exc
             return self._library_tokenizer
 
 
 class Constraint:
     """One sequence's grammar state (worker.sampling.TokenConstraint): used by its executor thread only."""
 
-    def __init__(self, matcher, vocab_size: int):
+    def __init__(self, matcher, vocab_size: int, eos_ids: frozenset[int]):
         self._matcher = matcher
         words = (vocab_size + 31) // 32
         self._bitmask = torch.empty(words, dtype=torch.int32, pin_memory=torch.cuda.is_available())
+        self._eos_only = torch.zeros(words, dtype=torch.int32)
+        for token in eos_ids:
+            self._eos_only[token // 32] |= torch.tensor(1 << (token % 32)).to(torch.int32)
         self.finished = False
 
     def bitmask(self) -> torch.Tensor:
         """The tokens allowed next, bit per token, in host memory (pinned when CUDA is present: the copy to
-        the logits' device does not block)."""
+        the logits' device does not block). A grammar that reached a dead end (or an error) allows only
+        end-of-text: the answer ends there instead of leaving its row nothing to sample."""
         self._matcher.unsafe_compute_mask_ptr(self._bitmask.data_ptr(), self._bitmask.numel() * 4)
+        if self._matcher.is_error() or not bool(self._bitmask.any()):
+            self._bitmask.copy_(self._eos_only)
         return self._bitmask
 
     def advance(self, token: int) -> None:
