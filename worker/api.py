@@ -5,10 +5,10 @@ Thin shell over worker.runtime.Worker: bound the body (BodyLimit), decode JSON a
 tokenise in a worker thread (never on the event loop), parse (protocol.py), compile a
 response_format or tools grammar in a worker thread too (grammar.py), submit one Job per
 requested choice (`n`), relay their events, and shape them as OpenAI objects
-(responses.py; tools.py when tool calls may come back). Every error leaves in OpenAI's shape {"error": {message,
-type, param, code}} where `code` is the worker's PascalCase reason: client mistakes
-are 4xx, unknown routes 404 and wrong methods 405 in that shape too. Called by
-`python -m worker` (uvicorn) and tests.
+(responses.py; tools.py when tool calls may come back). Every error leaves in OpenAI's
+shape {"error": {message, type, param, code}} where `code` is the worker's PascalCase
+reason: client mistakes are 4xx, unknown routes 404 and wrong methods 405 in that shape
+too. Called by `python -m worker` (uvicorn) and tests.
 """
 from __future__ import annotations
 
