@@ -101,6 +101,8 @@ def _parses_or_names_a_field(parse, body: dict, field: str) -> None:
      "ConflictingConstraints"),
     ("parallel-tool-calls-not-bool", {**CHAT, "tools": [WEATHER], "parallel_tool_calls": "no"},
      "parallel_tool_calls", "InvalidField"),
+    ("parallel-tool-calls-not-bool-without-tools", {**CHAT, "parallel_tool_calls": 0}, "parallel_tool_calls",
+     "InvalidField"),
     ("min-tokens-negative", {**CHAT, "min_tokens": -1}, "min_tokens", "InvalidField"),
     ("min-tokens-over-max-tokens", {**CHAT, "max_tokens": 2, "min_tokens": 3}, "min_tokens", "InvalidField"),
     ("stop-token-ids-not-a-list", {**COMPLETION, "stop_token_ids": 7}, "stop_token_ids", "InvalidField"),

@@ -128,12 +128,13 @@ def parse_chat(body: object) -> ChatRequest:
         raise InvalidRequest("InvalidField", "top_logprobs needs logprobs: true", param="top_logprobs")
     reported = (top or 0) if logprobs else None
     tools, choice = _tools(body)
+    parallel = _parallel(body)
     if schema is not None and choice != "auto":
         raise InvalidRequest("ConflictingConstraints", "response_format asks for a JSON answer and tool_choice "
                              f"{choice!r} for a tool call; send one of them (tool arguments follow their own "
                              "parameters schema)", param="response_format")
     structure = (Structure(schema=schema) if schema is not None
-                 else Structure(tools=tuple(tools), tool_choice=choice, parallel=_parallel(body)) if tools else None)
+                 else Structure(tools=tuple(tools), tool_choice=choice, parallel=parallel) if tools else None)
     return ChatRequest(model=_model(body), messages=parsed, sampling=_sampling(body, limit_field, reported),
                        n=_count(body, "n"), stream=_stream(body), include_usage=_include_usage(body),
                        tools=tools, structure=structure)
