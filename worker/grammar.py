@@ -14,7 +14,10 @@ from __future__ import annotations
 import json
 import threading
 
+import llguidance
+import llguidance.hf
 import torch
+from transformers import PreTrainedTokenizerFast
 
 from .errors import InvalidRequest
 from .prompts import PromptEncoder
@@ -37,8 +40,6 @@ class Grammars:
     def constraints(self, structure: Structure, n: int) -> list["Constraint"]:
         """Fresh matchers for `n` sequences (one compile), or InvalidRequest naming what the grammar cannot
         express."""
-        import llguidance
-
         grammar, param = self._grammar(structure)
         tokenizer = self._tokenizer_for_library()
         matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
@@ -55,8 +56,6 @@ class Grammars:
         return [first] + [Constraint(matcher.deep_copy(), tokenizer.vocab_size, self.eos_ids) for _ in range(n - 1)]
 
     def _grammar(self, structure: Structure) -> tuple[str, str]:
-        import llguidance
-
         if structure.schema is not None:
             return llguidance.LLMatcher.grammar_from_json_schema(
                 json.dumps(structure.schema), overrides=JSON_LAYOUT), "response_format"
@@ -69,9 +68,6 @@ class Grammars:
     def _tokenizer_for_library(self):
         with self._lock:
             if self._library_tokenizer is None:
-                import llguidance.hf
-                from transformers import PreTrainedTokenizerFast
-
                 tokenizer = self._prompts.tokenizer
                 if not isinstance(tokenizer, PreTrainedTokenizerFast):
                     raise InvalidRequest("StructuredOutputUnsupported", f"model {self._prompts.model} has a slow "
