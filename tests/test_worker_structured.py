@@ -19,7 +19,8 @@ from worker.grammar import Grammars
 from worker.prompts import PromptEncoder
 from worker.protocol import Structure
 from worker.sampling import mask_logits
-from worker.tools import ToolCallParser
+from worker.scheduler import FinishEvent
+from worker.tools import ToolCallParser, ToolCallShape
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     ServerThread, config_document, model_entry, single_threaded_torch, started_worker, tiny_models,
     with_tools_template,
@@ -250,6 +251,23 @@ def test_tool_call_parser_streams_the_same_calls_at_any_chunking(case, text, con
     assert heads == [(i, name, "") for i, (name, _) in enumerate(calls)], (case, step)
     assert [arguments.get(i, "") for i in range(len(calls))] == [a for _, a in calls], (case, step)
     assert [(c["function"]["name"], c["function"]["arguments"]) for c in parser.calls] == calls, (case, step)
+
+
+def test_an_auto_answer_with_text_and_a_call_streams_and_ends_as_openai():
+    pieces = ["Hm, ", "let me look.\n<tool", '_call>\n{"name": "weather", "arguments": {"ci',
+              'ty": "Oslo"}}\n</tool_call>']
+    shape = ToolCallShape("m", lambda ids: [], False)
+    chunks = [shape.chunk(0, text, (), None, i == 0)["choices"][0] for i, text in enumerate(pieces)]
+    chunks.append(shape.chunk(0, "", (), "stop", False)["choices"][0])
+    assert chunks[0]["delta"] == {"role": "assistant", "content": "Hm,"}
+    assert "".join(c["delta"].get("content", "") for c in chunks) == "Hm, let me look."
+    calls = [call for c in chunks for call in c["delta"].get("tool_calls", [])]
+    assert calls[0]["function"] == {"name": "weather", "arguments": ""} and calls[0]["type"] == "function"
+    assert json.loads("".join(call["function"]["arguments"] for call in calls)) == {"city": "Oslo"}
+    assert [c["finish_reason"] for c in chunks] == [None] * len(pieces) + ["tool_calls"]
+    whole = shape.final({0: "".join(pieces)}, {0: []}, {0: FinishEvent("stop", 3, 9)})["choices"][0]
+    assert whole["finish_reason"] == "tool_calls" and whole["message"]["content"] == "Hm, let me look."
+    assert json.loads(whole["message"]["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"}
 
 
 def _grammars(vocab: int = 258):
