@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from controller.rightsizing.histogram import DecayingHistogram
 from controller.rightsizing.policy import DEFAULT_WINDOW_S, Rightsizing
 from controller.rightsizing.recommender import MIB, Change, replay
@@ -52,3 +54,51 @@ def test_a_windowed_histogram_forgets_exactly_what_left_the_window():
             fresh.add((40 if i < 1000 else 10) * GiB, i * 120.0)
     for q in (0.5, 0.9, 0.99, 1.0):
         assert windowed.percentile(q) == fresh.percentile(q)
+
+
+MiB = 1 << 20
+
+
+def _fleet(a_room_for_chat: int):
+    """chat (elastic under its budget) beside a neighbour on node-a; node-b empty: an upsize may fit in place,
+    move, or fit nowhere, and the record must say what the next plan then does."""
+    from dataclasses import replace
+    from factories import toy_model, toy_profile, toy_slot
+    profile = toy_profile(layer_bytes=100 * MiB, embedding=100 * MiB, head=100 * MiB, gbps=10.0)
+    auto = Rightsizing(policy="Auto", upsize_after_s=60)
+    chat = replace(toy_model("chat", 800 * MiB), rightsizing=auto)
+    other = toy_model("other", 1300 * MiB, model="org/toy")
+    slots = [toy_slot("node-a", 1300 * MiB + a_room_for_chat), toy_slot("node-b", 1600 * MiB)]
+    return [chat, other], [profile], slots
+
+
+@pytest.mark.parametrize("room,expected", [(2000 * MiB, "InPlace"), (900 * MiB, "Move"), (200 * MiB, "InPlace")],
+                         ids=["room-here", "room-only-on-the-empty-gpu", "squeezed-in-place-as-the-planner-does"])
+def test_a_records_verdict_is_what_the_next_plan_does(room, expected):
+    """The last case is the issue's: a slot-room estimate said "moves to the empty GPU" while the planner kept
+    the model in place, elastic at fewer bytes than granted; the verdict now comes from the planner."""
+    from controller.planning.plan import plan
+    from controller.rightsizing.records import effective_models
+    from controller.rightsizing.step import step
+    from controller.types import Inputs
+    from contract.quantity import format_bytes
+    models, profiles, slots = _fleet(room)
+    first = plan(Inputs(tuple(models), tuple(profiles), tuple(slots)))
+    before = {d.key: d for d in first.decisions}
+    usage = {"llm/chat": [Sample(time=60.0 * i, model="llm/chat", device_bytes=800 * MiB, refusals=int(i == 5),
+                                 missing_bytes=600 * MiB if i == 5 else None) for i in range(10)]}
+    result = step(models, first.decisions, slots, {}, usage, 600.0, profiles=profiles)
+    record = result.records[("llm", "chat")]
+    assert record.direction == "up" or record.fit.get("kind") == "NeedsCapacity"
+    nxt = plan(Inputs(effective_models(models, result.records), tuple(profiles), tuple(slots)), before)
+    after = {d.key: d for d in nxt.decisions}[("llm", "chat")]
+    kind = record.fit["kind"]
+    if kind == "InPlace":
+        assert after.slot == before[("llm", "chat")].slot == record.fit["slot"]
+    elif kind == "Move":
+        assert after.slot == record.fit["slot"] != before[("llm", "chat")].slot
+    else:  # NeedsCapacity: Auto keeps its budget, the next plan keeps the model where it was
+        assert record.budget_bytes == 800 * MiB and after.slot == before[("llm", "chat")].slot
+    if kind != "NeedsCapacity":  # the footprint the record names is the one the next plan gives
+        assert format_bytes(after.footprint_bytes) in record.fit["message"]
+    assert kind == expected

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from contract.quantity import format_bytes
-from controller.types import Decision, ElasticModel, GpuSlot, Profile
+from controller.planning.plan import plan
+from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Profile
 
 from .bounds import limits_for
 from .kv import KvReservation, recommend_kv
@@ -73,6 +74,17 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     by_profile = {p.key: p for p in profiles}
     out: dict[tuple[str, str], Record] = {}
     proposals = []
+    replays = {}
+    for model, carried, in_force, samples in _replayable(models, records, usage, held, bad_records, now):
+        decision = by_key.get(model.key)
+        limits = limits_for(model, model.rightsizing, decision, slots, profile_of(model, decision, by_profile))
+        replays[model.key] = replay(samples, model.ref, in_force, model.rightsizing,
+                                    Slo(model.slo.ttft_ms, model.slo.tpot_ms),
+                                    parse_time(carried.at) if carried and carried.at else None, limits,
+                                    (parse_time(t) for t in (carried.recent if carried else ())))
+    moved = {m.key: replays[m.key][1].budget for m in models if m.key in replays
+             and any(isinstance(e, Change) for e in replays[m.key][0]) and replays[m.key][1].budget != m.budget_bytes}
+    fits = planned_fits(models, moved, by_key, slots, profiles)
     for model in sorted(models, key=lambda m: m.key):
         policy = model.rightsizing
         if not policy.enabled:
@@ -83,13 +95,8 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
                 Condition("RecordValid", "False", "InvalidRecord", f"{bad_records[model.key]}; the model holds this "
                           "pass and its record is rewritten"),))
             continue
-        previous = records.get(model.key)
         user = model.spec_budget_bytes
-        carried = previous if previous is not None and previous.spec_budget_bytes == user \
-            and previous.policy == policy.policy else None
-        if previous is not None and carried is None and previous.policy == policy.policy == "Recommend" \
-                and previous.budget_bytes == user:  # the user merged the proposal: it is closed, its time stays
-            carried = replace(previous, spec_budget_bytes=user)
+        carried = _carried(model, records.get(model.key))  # a merged proposal is closed, its time stays
         in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
         base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
         samples = list((usage or {}).get(model.ref, ()))
@@ -99,11 +106,8 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
             out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", reason,
                                                                  f"{missing}; no change made"),))
             continue
-        last_change = parse_time(carried.at) if carried and carried.at else None
         decision = by_key.get(model.key)
-        limits = limits_for(model, policy, decision, slots, profile_of(model, decision, by_profile))
-        found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
-                             last_change, limits, (parse_time(t) for t in (carried.recent if carried else ())))
+        found, loop = replays[model.key]
         change = next((e for e in reversed(found) if isinstance(e, Change)), None)
         recent = tuple(format_time(t) for t in loop.recent)
         kv = _kv(model, decision, by_profile, loop)
@@ -119,7 +123,8 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
                 proposals.append(Proposal(model, carried.budget_bytes, review_branch(model),
                                           _reproposal_message(model, carried), new=False))
             continue
-        fit = where_it_fits(decision, loop.budget, decisions, slots) if decision is not None else None
+        fit = fits.get(model.key) or (where_it_fits(decision, loop.budget, decisions, slots)
+                                      if decision is not None else None)
         if fit is not None and fit.kind == "NeedsCapacity":
             conditions.append(Condition("NeedsCapacity", "True", "NeedsCapacity", fit.message))
             if policy.policy == "Auto":
@@ -136,6 +141,66 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
             proposals.append(Proposal(model, loop.budget, review_branch(model),
                                       proposal_message(model, in_force, change, fit, slot, prices or {}, kv)))
     return StepResult(out, tuple(proposals))
+
+
+def _replayable(models, records, usage, held, bad_records, now):
+    """(model, carried record, budget in force, samples) of each model the step replays: a policy, a good
+    record or none, and usage it can trust (the same tests the main loop makes, in the same order)."""
+    for model in models:
+        policy = model.rightsizing
+        if not policy.enabled or model.key in (bad_records or {}):
+            continue
+        carried = _carried(model, records.get(model.key))
+        in_force = carried.budget_bytes if carried and policy.policy == "Auto" else model.spec_budget_bytes
+        samples = list((usage or {}).get(model.ref, ()))
+        if usage is None or model.ref in (held or {}) or _missing(samples, now):
+            continue
+        yield model, carried, in_force, samples
+
+
+def _carried(model: ElasticModel, previous: Record | None) -> Record | None:
+    """The previous record when it still applies: same policy, same user budget (or a merged proposal)."""
+    policy, user = model.rightsizing, model.spec_budget_bytes
+    if previous is None or previous.policy != policy.policy:
+        return None
+    if previous.spec_budget_bytes == user:
+        return previous
+    if policy.policy == "Recommend" and previous.budget_bytes == user:  # the user merged the proposal
+        return replace(previous, spec_budget_bytes=user)
+    return None
+
+
+def planned_fits(models: Sequence[ElasticModel], budgets: Mapping[tuple[str, str], int],
+                 previous: Mapping[tuple[str, str], Decision], slots: Sequence[GpuSlot],
+                 profiles: Sequence[Profile]) -> dict[tuple[str, str], Fit]:
+    """Where each new budget lands in the next plan: the planner itself (controller.planning.plan) over the
+    whole fleet with every new budget at once, from the last decisions, so a record's verdict is what the
+    next reconcile pass does. Models the planner cannot place without a profile are left out (the caller
+    falls back to where_it_fits)."""
+    if not budgets or not slots or not profiles:
+        return {}
+    fleet = tuple(replace(m, budget_bytes=budgets.get(m.key, m.budget_bytes)) for m in models)
+    planned = {d.key: d for d in plan(Inputs(fleet, tuple(profiles), tuple(slots)), previous).decisions}
+    fits = {}
+    for key, budget in budgets.items():
+        new, old = planned.get(key), previous.get(key)
+        if new is None:
+            continue
+        product = new.gpu_product
+        if new.mode == "refused" or new.slot is None:
+            guess = where_it_fits(old, budget, tuple(previous.values()), slots) if old is not None else None
+            missing = guess.missing_bytes if guess is not None and guess.kind == "NeedsCapacity" else 0
+            fits[key] = Fit("NeedsCapacity", None, missing, product,
+                            f"the next plan refuses it at {format_bytes(budget)}: {new.reason}")
+            continue
+        granted = min(new.need_bytes, budget)
+        squeezed = f" of the {format_bytes(granted)} granted" if new.footprint_bytes < granted else ""
+        where = f"{new.mode} at {format_bytes(new.footprint_bytes)}{squeezed}"
+        if old is not None and old.slot == new.slot:
+            fits[key] = Fit("InPlace", new.slot, 0, product, f"the next plan keeps it on {new.slot}, {where}")
+        else:
+            fits[key] = Fit("Move", new.slot, 0, product, f"the next plan moves it to {new.slot}, {where}")
+    return fits
 
 
 def profile_of(model: ElasticModel, decision: Decision | None,
