@@ -23,6 +23,8 @@ import math
 import time
 import urllib.parse
 from array import array
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Collection, Mapping
 
 from gitops.outbound import OutboundError, Secret, address, answer_json, request
@@ -34,6 +36,7 @@ MAX_POINTS = 10_000  # points per series in one query_range (Prometheus refuses 
 QUERY_DEADLINE_S = 30.0  # one query_range call, connect to last byte
 READ_DEADLINE_S = 120.0  # every query of one read together: a slow Prometheus costs one pass at most
 MAX_ANSWER_BYTES = 256 << 20
+QUERY_CONCURRENCY = 2  # queries of one read in flight at once (each within its deadline, all within the read's)
 HISTORY_STEP_S = 1800  # the loop reads the window before its last interval as one peak per half hour
 HISTORY_FIELDS = ("deviceBytes", "kvUsedBytes", "kvReservedBytes", "budgetBytes")  # what targets are made of
 DETAIL_S = 900  # beyond the pass interval, how much of the scrape grid a pass reads: breaches are judged on it
@@ -167,32 +170,44 @@ class _Reader:
             samples += _samples(values, grid_start, step_s, count)
         return Usage(samples, self.held, self.outside)
 
+    def _query(self, promql: str, start: float, end: float, step_s: int) -> list:
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise UsageUnavailable(f"reading usage took longer than {self.deadline_s:g}s; Prometheus is too slow for "
+                                   "this window: shorten --rightsize-window or check Prometheus", "RemoteTimeout")
+        return query_range(self.where.url, promql, start, end, step_s, self.fetch, min(QUERY_DEADLINE_S, left))
+
     def _grid(self, grid_start: float, last: float, step_s: int, count: int,
               fields: tuple[str, ...]) -> dict[str, dict[str, array]]:
         """model -> field -> one value per grid point (NaN: none), from one query per field and piece."""
         values: dict[str, dict[str, array]] = {}
         promql = queries(step_s)
-        for field in fields:
-            for a, b in _pieces(grid_start, last, step_s):
-                left = self.until - time.monotonic()
-                if left <= 0:
-                    raise UsageUnavailable(f"reading usage took longer than {self.deadline_s:g}s; Prometheus is too "
-                                           "slow for this window: shorten --rightsize-window or check Prometheus",
-                                           "RemoteTimeout")
-                for series in query_range(self.where.url, promql[field], a, b, step_s, self.fetch,
-                                          min(QUERY_DEADLINE_S, left)):
-                    ref = _ref(series)
-                    if ref is None:
-                        continue  # no model labels: nobody's usage
-                    if self.fleet is not None and ref not in self.fleet:
-                        self.outside += 1
-                        continue
-                    if ref in self.held:
-                        continue
-                    problem = _store(series, field, values.setdefault(ref, {}), grid_start, step_s, count)
-                    if problem is not None:
-                        self.held[ref] = problem
-                        values.pop(ref, None)
+        jobs = [(field, a, b) for field in fields for a, b in _pieces(grid_start, last, step_s)]
+        in_flight: deque = deque()  # at most QUERY_CONCURRENCY answers held at once, taken in order
+
+        def take() -> None:
+            field, answer = in_flight.popleft()
+            for series in answer.result():  # in order: the first failure is the one raised
+                ref = _ref(series)
+                if ref is None:
+                    continue  # no model labels: nobody's usage
+                if self.fleet is not None and ref not in self.fleet:
+                    self.outside += 1
+                    continue
+                if ref in self.held:
+                    continue
+                problem = _store(series, field, values.setdefault(ref, {}), grid_start, step_s, count)
+                if problem is not None:
+                    self.held[ref] = problem
+                    values.pop(ref, None)
+
+        with ThreadPoolExecutor(QUERY_CONCURRENCY) as pool:  # Prometheus evaluates them in parallel
+            for field, a, b in jobs:
+                in_flight.append((field, pool.submit(self._query, promql[field], a, b, step_s)))
+                if len(in_flight) >= QUERY_CONCURRENCY:
+                    take()
+            while in_flight:
+                take()
         return values
 
 
