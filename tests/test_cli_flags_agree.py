@@ -47,3 +47,11 @@ def test_rightsize_replay_reads_a_repository_url_like_reconcile_and_leaves_no_te
     assert main(["rightsize", "--repo", url, "--usage", str(usage)]) == 0
     assert "llm/chat-small: policy Recommend" in capsys.readouterr().out
     assert not list(scratch.iterdir())
+
+
+@pytest.mark.integration
+def test_explain_reads_a_repository_url_like_reconcile(git_server, tmp_path, capsys):  # noqa: F811
+    from tests.test_rightsizing_pass import _fleet
+    url = git_server.create_repo("fleet", _fleet(tmp_path))
+    assert main(["explain", "llm/chat-small", "--repo", url]) == 0
+    assert "chat-small" in capsys.readouterr().out
