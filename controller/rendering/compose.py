@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from controller.rendering.compose_errors import (ComposeError, InvalidName, ManifestInvalid, MixedCompositions, OutputConflict,
-                                       RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
+from controller.rendering.cache_policy import host_path_problem, host_path_root
+from controller.rendering.compose_errors import (ComposeError, HostPathOutsideRoot, InvalidName, ManifestInvalid,
+                                                 MixedCompositions, OutputConflict, RenderFailed, ServedNameTaken,
+                                                 UnknownComposition, UnknownSlot)
 from controller.rendering.compositions import Composition, shipped_compositions
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
@@ -335,6 +337,9 @@ def _admit(item: Decision | Pending, by_key: Mapping, compositions: Mapping[str,
         raise UnknownComposition(ref, f"spec.compositionRef.name {model.composition!r} names no composition "
                                  f"(known: {', '.join(sorted(compositions))})",
                                  "use one of the known names or add the composition to templates/compositions/")
+    outside = host_path_problem(composition.parameters, host_path_root())
+    if outside:
+        raise HostPathOutsideRoot(ref, f"composition {composition.name}: {outside[0]}", outside[1])
     return model, composition
 
 
