@@ -14,7 +14,8 @@ import yaml
 import schemas
 from controller.rendering.compose import compose
 from controller.rendering.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
-from controller.rendering.compositions import CompositionInvalid, load_compositions
+from controller.rendering.compositions import CompositionInvalid, load_compositions, shipped_compositions
+from controller.rendering.site import with_install_parameters
 from controller.rendering.names import service_name
 from controller.types import GpuSlot, Pending, Plan
 from templates import TEMPLATE_DIR
@@ -81,8 +82,9 @@ def test_worker_pod_runs_the_worker_safely(tree):
     spec = pod(tree, "worker-node-a-gpu0-default")["spec"]
     (container,) = spec["containers"]
     assert container["command"] == ["python", "-m", "worker"]
-    assert container["args"] == ["--config", "/etc/gpushare/worker.yaml", "--host", "0.0.0.0", "--port", "8000"]
-    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 8000)]
+    assert container["args"] == ["--config", "/etc/gpushare/worker.yaml", "--host", "0.0.0.0", "--port", "8000",
+                                 "--metrics-port", "9400", "--authorization", "kubernetes"]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 8000), ("metrics", 9400)]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
@@ -102,7 +104,7 @@ def test_deployment_carries_config_checksum_and_pod_the_scrape_target(tree):
     annotations = pod(tree, "worker-node-a-gpu0-default")["metadata"]["annotations"]
     assert "gpushare.dev/config-checksum" not in annotations
     assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
-        "true", "8000", "/metrics")
+        "true", "9400", "/metrics")
 
 
 def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
@@ -115,16 +117,22 @@ def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
 
 
 @pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
-def test_every_worker_gets_a_podmonitor_that_selects_its_pods_on_the_metrics_port(tree, worker):
-    monitor = load(tree, f"{WORKERS}/podmonitor-{worker}.yaml")
-    labels = pod(tree, worker)["metadata"]["labels"]
+def test_where_the_cluster_serves_podmonitors_every_worker_gets_one_on_the_metrics_port(tree, worker):
+    """Cluster mode sets podMonitor from API discovery (an install parameter); Argo CD may sync without the CRD."""
+    files = compose(MODELS, PLAN, SLOTS, PREVIOUS, compositions=with_install_parameters(
+        shipped_compositions(), {"podMonitor": True})).files
+    monitor = load(files, f"{WORKERS}/podmonitor-{worker}.yaml")
+    labels = pod(files, worker)["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    assert monitor["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options":
+                                                  "SkipDryRunOnMissingResource=true"}
+    assert f"{WORKERS}/podmonitor-{worker}.yaml" not in tree  # offline, by default: none
 
 
-def test_podmonitor_can_be_switched_off_per_composition(template_copy):
-    files = compose(MODELS, PLAN, SLOTS, {},
-                    compositions=with_parameters(template_copy, "podMonitor: false\n")).files
+def test_a_composition_that_sets_podmonitor_wins_over_discovery(template_copy):
+    compositions = with_install_parameters(with_parameters(template_copy, "podMonitor: false\n"), {"podMonitor": True})
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
     assert f"{WORKERS}/podmonitor-worker-node-a-gpu0-default.yaml" not in files
     assert f"{WORKERS}/podmonitor-worker-node-b-gpu0-kai.yaml" in files  # kai's parameters are its own
 
@@ -310,7 +318,7 @@ def cache_of(spec: dict) -> tuple[dict, dict, dict]:
     return volume, mount, {e["name"]: e for e in container["env"]}
 
 
-HOST_CACHE = {"name": "cache", "hostPath": {"path": "/var/lib/gpushare/models", "type": "DirectoryOrCreate"}}
+HOST_CACHE = {"name": "cache", "hostPath": {"path": "/var/lib/gpushare/models/public", "type": "DirectoryOrCreate"}}
 TOKEN_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}}
 
 
@@ -337,10 +345,13 @@ def test_model_cache_claim_is_read_write_for_profiler_and_worker_which_both_down
     assert kai_volume == HOST_CACHE  # parameters are per composition: kai's are the defaults
 
 
-def test_by_default_every_pod_downloads_into_the_nodes_host_path_cache(tree):
+def test_by_default_workers_share_the_nodes_public_cache_and_profilers_never_mount_the_node(tree):
+    """Model namespaces stay Pod Security baseline: a profiler Job there downloads into its own emptyDir."""
     (job_path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
     job = load(tree, job_path)["spec"]["template"]["spec"]
-    for spec in (job, pod(tree, "worker-node-a-gpu0-default")["spec"]):
+    volume, _, env = cache_of(job)
+    assert volume == {"name": "cache", "emptyDir": {}} and "initContainers" not in job and "HF_TOKEN" not in env
+    for spec in (pod(tree, "worker-node-a-gpu0-default")["spec"],):
         volume, mount, env = cache_of(spec)
         assert (volume, mount) == (HOST_CACHE, {"name": "cache", "mountPath": "/cache"})
         assert {name: env[name].get("value") for name in ("HF_HOME", "HF_HUB_OFFLINE")} == {"HF_HOME": "/cache/hf",
@@ -378,10 +389,12 @@ def test_node_selector_tolerations_and_api_key_reach_the_pods(template_copy):
     toleration = {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute",
                   "tolerationSeconds": 30}
     assert worker["tolerations"] == job["tolerations"] == [toleration]
-    env = cache_of(worker)[2]
-    assert env["GPUSHARE_API_KEY"] == {"name": "GPUSHARE_API_KEY",
-                                       "valueFrom": {"secretKeyRef": {"name": "llm-api", "key": "key"}}}
-    assert "GPUSHARE_API_KEY" not in cache_of(job)[2]
+    args = worker["containers"][0]["args"]
+    assert args[args.index("--api-key-secret") + 1] == "llm-api/key"  # read in each model's own namespace
+    assert "--api-key-secret" not in job["containers"][0]["args"]
+    role = load(files, "rendered/llm/role-worker-node-a-gpu0-default.yaml")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["llm-api"],
+                              "verbs": ["get"]}]
 
 
 @pytest.mark.parametrize("parameters, path", [
@@ -511,20 +524,62 @@ def test_network_policy_admits_only_the_served_namespaces_and_the_named_ones(tem
     kubernetes_validate.validate(policy, "1.30", strict=True)
     assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gpushare-worker",
                                                             "gpushare.dev/worker": "worker-node-a-gpu0-default"}
-    (rule,) = policy["spec"]["ingress"]
+    rule, monitoring = policy["spec"]["ingress"]
     (source,) = rule["from"]
     assert source["namespaceSelector"]["matchExpressions"] == [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["llm", "monitoring"]}]
     assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert monitoring["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+    assert monitoring["ports"] == [{"port": "metrics", "protocol": "TCP"}]  # Prometheus: the metrics port only
     kai = load(files, f"{WORKERS}/networkpolicy-worker-node-b-gpu0-kai.yaml")  # kai's parameters are the defaults
     assert kai["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["research"]
 
 
 def test_every_namespace_written_into_gets_a_namespace_argo_cd_never_prunes(tree):
     namespaces = {p.split("/")[1]: load(tree, p) for p in tree if "/namespace-" in p}
-    assert sorted(namespaces) == ["gpushare-system", "llm", "research"]
+    assert sorted(namespaces) == ["llm", "research"]  # never the install's worker namespace
     for name, doc in namespaces.items():
         kubernetes_validate.validate(doc, "1.30", strict=True)
         assert doc["metadata"]["name"] == name
         assert doc["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
                                                   "argocd.argoproj.io/sync-wave": "-1"}
+        assert {k: v for k, v in doc["metadata"]["labels"].items() if k.startswith("pod-security")} == {
+            "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/warn": "restricted"}
+
+
+def _baseline_violations(spec: dict) -> list[str]:
+    """What Pod Security `baseline` refuses in a pod spec (the checks that the templates could ever trip)."""
+    found = [f"hostPath volume {v['name']}" for v in spec.get("volumes", []) if "hostPath" in v]
+    found += [f"host namespace {k}" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        context = container.get("securityContext", {})
+        if context.get("privileged"):
+            found.append(f"{container['name']} privileged")
+        baseline_caps = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                         "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+        found += [f"{container['name']} adds {c}" for c in context.get("capabilities", {}).get("add", [])
+                  if c not in baseline_caps]
+        found += [f"{container['name']} hostPort" for port in container.get("ports", []) if port.get("hostPort")]
+    return found
+
+
+@pytest.mark.parametrize("composition", ["default", "kai", "hami"])
+def test_with_the_shipped_compositions_model_namespaces_need_no_more_than_baseline(composition, tree):
+    """Every pod the tree puts in a model namespace (profiler Jobs) passes `baseline`; only the install's worker
+    namespace holds the node's cache (hostPath)."""
+    files = compose([replace(m, composition=composition) for m in MODELS], PLAN, SLOTS, {}).files
+    jobs = [p for p in files if "/job-" in p]
+    assert jobs
+    for path in jobs:
+        assert not path.startswith(f"{WORKERS}/")
+        assert _baseline_violations(load(files, path)["spec"]["template"]["spec"]) == [], path
+
+
+def test_weights_fetched_with_a_token_stay_in_a_cache_no_other_composition_mounts(template_copy):
+    compositions = with_parameters(template_copy, "hfTokenSecret: {name: hf-token, key: token}")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    private = cache_of(pod(files, "worker-node-a-gpu0-default")["spec"])[0]["hostPath"]["path"]
+    assert private == "/var/lib/gpushare/models/private/worker-node-a-gpu0-default"
+    public = cache_of(pod(files, "worker-node-b-gpu0-kai")["spec"])[0]["hostPath"]["path"]
+    assert public == "/var/lib/gpushare/models/public" and not private.startswith(public + "/")

@@ -267,7 +267,8 @@ class ClusterReconciler:
         slots, node_errors = gpu_slots(self.cluster.nodes())
         documents, broken = self.cluster.profile_documents()
         report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
-        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors))
+        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors),
+                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
         """Render and push; the Lease is renewed at the end of each render, right before its commit is

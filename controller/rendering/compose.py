@@ -151,7 +151,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
-    _namespaces(tree)
+    _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
     changes = decision_changes(previous, plan)
     rollouts = (worker_rollouts(previous_workers, tree.files, tree.deployments) if previous_workers is not None
                 else None)
@@ -463,17 +463,28 @@ def model_url(model: ElasticModel, service_port: int) -> str:
 NAMESPACE_SYNC_OPTIONS = "Prune=false,Delete=false"  # Argo CD never deletes a namespace it created for models
 
 
-def _namespaces(tree: _Tree) -> None:
-    """A Namespace object for each namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so Argo CD
-    creates model namespaces before the objects in them (sync wave -1) and never prunes or deletes one."""
+# Model namespaces hold profiler Jobs (no node directory: templates/_pod-cache-volume.j2) and Services: baseline is
+# enforced, restricted audited and warned about. Worker namespaces are the install's (config/namespace.yaml):
+# the tree never renders them, so it never fights their labels.
+MODEL_NAMESPACE_POD_SECURITY = {"pod-security.kubernetes.io/enforce": "baseline",
+                                "pod-security.kubernetes.io/audit": "restricted",
+                                "pod-security.kubernetes.io/warn": "restricted"}
+
+
+def _namespaces(tree: _Tree, install_owned: Collection[str]) -> None:
+    """A Namespace object for each model namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so
+    Argo CD creates it before the objects in it (sync wave -1) and never prunes or deletes it; never one of
+    `install_owned` (the compositions' worker namespaces, which the install creates with its own labels)."""
     inside: dict[str, set[str]] = defaultdict(set)
     for path in tree.files:
         if path.startswith(f"{RENDERED}/"):
             inside[path.split("/")[1]].update(tree.owners[path])
     for namespace, refs in sorted(inside.items()):
+        if namespace in install_owned:
+            continue
         doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpushare"},
+            "labels": {"app.kubernetes.io/managed-by": "gpushare", **MODEL_NAMESPACE_POD_SECURITY},
             "annotations": {"argocd.argoproj.io/sync-options": NAMESPACE_SYNC_OPTIONS,
                             "argocd.argoproj.io/sync-wave": "-1"}}}
         path = _safe_path(sorted(refs)[0] if refs else namespace, RENDERED, namespace, f"namespace-{namespace}.yaml")
