@@ -174,17 +174,18 @@ class Worker:
             self._publish.stop()
 
     # serving
-    def lookup_config(self, name: str) -> ModelConfig:
-        """The configured model `name`, or ModelNotFound."""
+    def lookup_config(self, name: str, allows: Callable[[str, str], bool] | None = None) -> ModelConfig:
+        """The configured model `name`, or ModelNotFound (also when `allows(namespace, name)` denies it: a model
+        the caller may not reach is answered exactly as an unknown one, worker.auth)."""
         model = self.config.model(name)
-        if model is None:
+        if model is None or (allows is not None and not allows(model.namespace, model.name)):
             raise ModelNotFound("ModelNotFound", f"model {name!r} is not served here; GET /v1/models lists "
                                 "the served names (the ElasticModel names)", param="model")
         return model
 
-    def lookup(self, name: str) -> ServedModel:
+    def lookup(self, name: str, allows: Callable[[str, str], bool] | None = None) -> ServedModel:
         """The model `name` ready to serve, or ModelNotFound / ModelUnavailable (refused or loading)."""
-        name = self.lookup_config(name).name  # a spec.servedNames alias serves as the model it names
+        name = self.lookup_config(name, allows).name  # a spec.servedNames alias serves as the model it names
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")
