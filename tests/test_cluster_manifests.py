@@ -45,6 +45,37 @@ APPLICATION_SCHEMA = {
 }
 
 
+_KINDS = {"type": "array", "items": {**_STRICT, "required": ["group", "kind"],
+                                     "properties": {"group": {"type": "string"}, "kind": {"type": "string"}}}}
+# The part of Argo CD's AppProject CRD the install uses, strict.
+APPPROJECT_SCHEMA = {
+    **_STRICT, "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "argoproj.io/v1alpha1"},
+        "kind": {"const": "AppProject"},
+        "metadata": APPLICATION_SCHEMA["properties"]["metadata"],
+        "spec": {**_STRICT, "required": ["sourceRepos", "destinations"], "properties": {
+            "description": {"type": "string"},
+            "sourceRepos": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "destinations": {"type": "array", "items": {**_STRICT, "properties": {
+                "server": {"type": "string"}, "namespace": {"type": "string"}, "name": {"type": "string"}}}},
+            "clusterResourceWhitelist": _KINDS, "namespaceResourceWhitelist": _KINDS}},
+    },
+}
+CUSTOM = {"Application": APPLICATION_SCHEMA, "AppProject": APPPROJECT_SCHEMA}
+
+
+def validate_manifest(doc: dict) -> None:
+    """One install object: Argo CD's kinds against the strict schemas above, ElasticModels against the CRD, the
+    rest with kubernetes-validate (Kubernetes 1.30, strict)."""
+    if doc["kind"] in CUSTOM:
+        jsonschema.Draft202012Validator(CUSTOM[doc["kind"]]).validate(doc)
+    elif doc["kind"] == "ElasticModel":
+        CRD_VALIDATOR.validate(doc)
+    else:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+
+
 def _manifests():
     for path in sorted(CONFIG.rglob("*.yaml")):
         if path.name in NOT_MANIFESTS:
@@ -56,12 +87,7 @@ def _manifests():
 
 @pytest.mark.parametrize("doc", list(_manifests()))
 def test_every_manifest_is_a_valid_object(doc):
-    if doc["kind"] == "Application":
-        jsonschema.Draft202012Validator(APPLICATION_SCHEMA).validate(doc)
-    elif doc["kind"] == "ElasticModel":
-        CRD_VALIDATOR.validate(doc)
-    else:
-        kubernetes_validate.validate(doc, "1.30", strict=True)
+    validate_manifest(doc)
 
 
 @pytest.mark.parametrize("kustomization", ["kustomization.yaml", "argocd/kustomization.yaml"])

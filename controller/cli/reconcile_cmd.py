@@ -125,6 +125,11 @@ def _reconcile(args) -> int:
     except PrometheusUrlInvalid as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 2
+    if args.write_back.review is None and (args.kube or args.interval):
+        logging.getLogger("gpushare.reconcile").warning(
+            "--write-back direct: every pass commits straight to %s, which Argo CD syncs (and prunes) without "
+            "review; the install's default is a review branch (WRITE_BACK in the gpushare-controller ConfigMap, "
+            "docs/guide.md)", args.branch)
     if args.kube:
         from controller.cli.cluster_loop import run_cluster
 
