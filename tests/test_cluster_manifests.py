@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from controller.kube.crd import CRD_PATH
+from controller.rendering.kube_validate import validate_object
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config"
@@ -63,6 +64,12 @@ APPPROJECT_SCHEMA = {
     },
 }
 CUSTOM = {"Application": APPLICATION_SCHEMA, "AppProject": APPPROJECT_SCHEMA}
+PROMETHEUSRULE_SCHEMA = {
+    **_STRICT, "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PrometheusRule"},
+                   "metadata": APPLICATION_SCHEMA["properties"]["metadata"],
+                   "spec": {**_STRICT, "required": ["groups"], "properties": {"groups": {"type": "array"}}}},
+}
 
 
 def validate_manifest(doc: dict) -> None:
@@ -72,6 +79,10 @@ def validate_manifest(doc: dict) -> None:
         jsonschema.Draft202012Validator(CUSTOM[doc["kind"]]).validate(doc)
     elif doc["kind"] == "ElasticModel":
         CRD_VALIDATOR.validate(doc)
+    elif doc["kind"] == "PodMonitor":
+        validate_object(doc)  # the Prometheus Operator's schema the rendered PodMonitors are checked with
+    elif doc["kind"] == "PrometheusRule":
+        jsonschema.Draft202012Validator(PROMETHEUSRULE_SCHEMA).validate(doc)  # promtool checks the rules
     else:
         kubernetes_validate.validate(doc, "1.30", strict=True)
 

@@ -72,6 +72,9 @@ class Worker:
                                                 nvml=_nvml_reader(self.device))
         for model in config.models:
             self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
+            for kind, ms in (("ttft", model.ttft_ms), ("tpot", model.tpot_ms)):
+                if ms is not None:
+                    self.metrics.slo_seconds.labels(model.name, kind).set(ms / 1000)
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
                                    max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock,
                                    stall_s=stall_s)
