@@ -16,6 +16,7 @@ from controller.rendering.compose import compose
 from controller.rendering.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
 from controller.rendering.compositions import CompositionInvalid, load_compositions, shipped_compositions
 from controller.rendering.site import with_install_parameters
+from controller.planning.occupancy import device_bytes
 from controller.rendering.names import service_name
 from controller.types import GpuSlot, Pending, Plan
 from templates import TEMPLATE_DIR
@@ -186,7 +187,8 @@ def test_profiler_job_spec(tree):
     assert container["command"] == ["python", "-m", "profiler_job"]
     assert container["args"] == ["--model", FRESH.model, "--revision", "main", "--gpu-product", "NVIDIA-H200",
                                  "--concurrency", str(FRESH.slo.concurrency), "--context-tokens",
-                                 str(FRESH.slo.context_tokens), "--out", f"configmap:llm/{configmap}", "--require-gpu"]
+                                 str(FRESH.slo.context_tokens), "--out", f"configmap:llm/{configmap}", "--require-gpu",
+                                 "--max-gpu-memory-mib", container["args"][-1]]  # beside the H200's workers
     assert spec["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
     assert spec["serviceAccountName"] == "gpushare-profiler"
     assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (2, 86400)
@@ -208,6 +210,10 @@ def test_with_every_h200_held_the_profiler_runs_beside_the_worker_on_its_gpu(tre
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})  # a whole GPU would wait for ever
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "0"
+    held = device_bytes([d for d in DECISIONS if d.slot == "node-a/gpu0" and d.mode != "refused"])
+    free_mib = (SLOTS[0].memory_bytes - SLOTS[0].reserved_bytes - held) // MIB
+    args = container["args"]
+    assert int(args[args.index("--max-gpu-memory-mib") + 1]) == free_mib  # never more than the workers leave
     assert job["spec"]["template"]["metadata"]["annotations"] == {"gpushare.dev/beside-slot": "node-a/gpu0"}
 
 
@@ -219,6 +225,7 @@ def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
+    assert "--max-gpu-memory-mib" not in container["args"]  # a whole GPU: bounded by what the driver says is free
     assert "annotations" not in job["spec"]["template"]["metadata"]
     assert job["metadata"]["name"] != profiler_pod(compose(MODELS, PLAN, SLOTS, {}).files)[0]["metadata"]["name"]
 
