@@ -209,10 +209,11 @@ def test_the_deployment_args_parse_with_the_cluster_flags():
     deployment = yaml.safe_load((REPO_ROOT / "config/manager/deployment.yaml").read_text())
     pod = deployment["spec"]["template"]["spec"]
     [container] = pod["containers"]
-    env = {"GIT_URL": "https://git.example.com/fleet.git", "GIT_BRANCH": "main", "POD_NAME": "pod-a",
-           "POD_NAMESPACE": "gpushare-system", "ARGOCD_APPLICATION": "argocd/gpushare-rendered"}
+    settings = yaml.safe_load((REPO_ROOT / "config/manager/config.yaml").read_text())["data"]
+    env = {**settings, "POD_NAME": "pod-a", "POD_NAMESPACE": "gpushare-system"}
     args = _parser().parse_args([_substitute(a, env) for a in container["args"]])
     assert args.kube and not args.once and args.interval == 30.0
+    assert str(args.write_back) == "branch:gpushare/review"  # review by default, never straight to the branch
     assert args.argocd_application == [("argocd", "gpushare-rendered")]
     assert (args.identity, args.lease_namespace) == ("pod-a", "gpushare-system")
     assert args.metrics_port == container["ports"][0]["containerPort"]

@@ -217,6 +217,15 @@ def test_with_every_h200_held_the_profiler_runs_beside_the_worker_on_its_gpu(tre
     assert job["spec"]["template"]["metadata"]["annotations"] == {"gpushare.dev/beside-slot": "node-a/gpu0"}
 
 
+def test_beside_a_worker_that_reported_its_gpu_the_profiler_gets_that_gpu_not_an_index():
+    """On a multi-GPU node the device plugin, not the slot's index, decides which GPU the worker has: the worker
+    reports its UUID (verdicts), and the profiler beside it is given that device."""
+    reported = (replace(SLOTS[0], device_uuid="GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f"), *SLOTS[1:])
+    _, spec = profiler_pod(compose(MODELS, PLAN, reported, {}).files)
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f"
+
+
 def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
     free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
     files = compose(MODELS, PLAN, (*SLOTS, free), {}).files

@@ -18,6 +18,7 @@ from typing import Callable
 
 import torch
 
+from contract.gpu_catalog import gpu_uuid
 from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
@@ -402,7 +403,7 @@ class Worker:
     def _publish_verdicts(self) -> None:
         if self._publish is not None:
             ordered = [self.verdicts[m.name] for m in self.config.models]
-            self._publish.submit(render_document(self.config.slot_id, ordered))
+            self._publish.submit(render_document(self.config.slot_id, ordered, _device_uuid(self.device)))
 
 
 def _nvml_reader(device: torch.device) -> PynvmlReader | None:
@@ -411,6 +412,13 @@ def _nvml_reader(device: torch.device) -> PynvmlReader | None:
         return None
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
     return PynvmlReader.open(device.index or 0, f"GPU-{uuid}" if uuid is not None else None)
+
+
+def _device_uuid(device: torch.device) -> str | None:
+    """The UUID of the worker's GPU (published beside its verdicts); None on CPU."""
+    if device.type != "cuda":
+        return None
+    return gpu_uuid(torch.cuda.get_device_properties(device).uuid)
 
 
 def _pick_device(choice: str) -> torch.device:
