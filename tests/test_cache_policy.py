@@ -80,3 +80,20 @@ def test_the_pass_refuses_every_model_of_a_composition_outside_the_root():
 def test_every_shipped_composition_keeps_its_cache_under_the_default_root():
     for name, shipped in shipped_compositions().items():
         assert host_path_problem(shipped.parameters, DEFAULT_HOST_PATH_ROOT) is None, name
+
+
+def test_a_custom_root_moves_the_default_cache_under_it(monkeypatch):
+    """The shipped compositions' default cache lies under the default root; an install with another root renders
+    them under its own (`<root>/models`), and a composition that sets its own cache keeps it."""
+    from controller.cli.common import install_values
+    from controller.rendering.site import with_install_parameters
+
+    monkeypatch.setenv(HOST_PATH_ROOT_SETTING, "/data/gpushare")
+    args = type("Args", (), {"worker_image": None})()
+    values = install_values(args)
+    assert values == {"modelCache": {"hostPath": "/data/gpushare/models"}}
+    compositions = with_install_parameters(shipped_compositions(), values)
+    assert all(host_path_problem(c.parameters, "/data/gpushare") is None for c in compositions.values())
+    assert compositions["default"].parameters["modelCache"] == {"hostPath": "/data/gpushare/models"}
+    monkeypatch.delenv(HOST_PATH_ROOT_SETTING)
+    assert install_values(args) == {}
