@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     app = create_app(worker)
     try:
-        install_auth(app, _authorizer(args))
+        install_auth(app, _authorizer(args), lambda: worker.config.models)
     except Exception as exc:  # kubernetes mode without API credentials: never serve open
         print(f"error: AuthorizationUnavailable: --authorization kubernetes needs the pod's ServiceAccount "
               f"(or a kubeconfig) to review requests ({type(exc).__name__}); or run with --authorization none",

@@ -175,14 +175,24 @@ UNAUTHENTICATED = ("this worker authorises each request for the model's namespac
                    "model's namespace (the Secret its composition's apiKeySecret names)")
 
 
-def install(app, authorizer: Authorizer | None) -> None:
+def install(app, authorizer: Authorizer | None, models: Callable[[], Iterable] = tuple) -> None:
     """Give every request of `app` its `request.state.access` (EVERYTHING without an authorizer); a /v1/ request
-    without a credential gets 401 in OpenAI's error shape."""
+    without a credential gets 401 in OpenAI's error shape. The caller's answers for every served model
+    (`models()`, each with .namespace and .name) are settled on a thread before the request runs, so an API
+    server that answers slowly holds that request only, never the event loop every tenant shares."""
+    import asyncio
+
     from starlette.middleware.base import BaseHTTPMiddleware
     from starlette.responses import JSONResponse
 
+    def settle(access: Access) -> Access:
+        allowed = frozenset((m.namespace, m.name) for m in models() if access.allows(m.namespace, m.name))
+        return Access(check=lambda namespace, name: (namespace, name) in allowed)
+
     async def attach(request, call_next):
         access = EVERYTHING if authorizer is None else authorizer.access(request.headers.get("authorization"))
+        if access.authenticated and access.check is not None:
+            access = await asyncio.to_thread(settle, access)
         if not access.authenticated and request.url.path.startswith("/v1/"):
             return JSONResponse({"error": {"message": UNAUTHENTICATED, "type": "authentication_error",
                                            "param": None, "code": "Unauthenticated"}}, status_code=401)
