@@ -580,16 +580,50 @@ def _baseline_violations(spec: dict) -> list[str]:
     return found
 
 
+_RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                       "projected", "secret"}
+
+
+def _restricted_violations(spec: dict) -> list[str]:
+    """What Pod Security `restricted` adds to baseline's refusals."""
+    found = _baseline_violations(spec)
+    pod = spec.get("securityContext", {})
+    found += [f"volume {v['name']}" for v in spec.get("volumes", []) if not set(v) - {"name"} <= _RESTRICTED_VOLUMES]
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        context = container.get("securityContext", {})
+        if not context.get("runAsNonRoot", pod.get("runAsNonRoot")) or context.get("runAsUser", pod.get("runAsUser")) == 0:
+            found.append(f"{container['name']} may run as root")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{container['name']} allows privilege escalation")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []) or set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{container['name']} capabilities {capabilities}")
+        seccomp = context.get("seccompProfile", pod.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{container['name']} seccomp {seccomp}")
+    return found
+
+
 @pytest.mark.parametrize("composition", ["default", "kai", "hami"])
 def test_with_the_shipped_compositions_model_namespaces_need_no_more_than_baseline(composition, tree):
-    """Every pod the tree puts in a model namespace (profiler Jobs) passes `baseline`; only the install's worker
-    namespace holds the node's cache (hostPath)."""
-    files = compose([replace(m, composition=composition) for m in MODELS], PLAN, SLOTS, {}).files
-    jobs = [p for p in files if "/job-" in p]
-    assert jobs
-    for path in jobs:
+    """Every pod the tree puts in a model namespace (profiler Jobs, whole-GPU and beside a worker) passes
+    `baseline`, and even `restricted`; only the install's worker namespace holds the node's cache (hostPath)."""
+    free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
+    jobs = []
+    for slots in (SLOTS, (*SLOTS, free)):  # beside the workers, then on a whole free GPU
+        files = compose([replace(m, composition=composition) for m in MODELS], PLAN, slots, {}).files
+        jobs += [(path, load(files, path)) for path in files if "/job-" in path]
+    assert len(jobs) >= 2
+    for path, job in jobs:
         assert not path.startswith(f"{WORKERS}/")
-        assert _baseline_violations(load(files, path)["spec"]["template"]["spec"]) == [], path
+        assert _restricted_violations(job["spec"]["template"]["spec"]) == [], path
+
+
+def test_the_pod_security_checks_catch_what_the_worker_namespace_needs(tree):
+    """The checks above can fail: the worker pod (node cache, root init container) breaks both."""
+    spec = pod(tree, "worker-node-a-gpu0-default")["spec"]
+    assert "hostPath volume cache" in _baseline_violations(spec)
+    assert "cache-owner may run as root" in _restricted_violations(spec)
 
 
 def test_weights_fetched_with_a_token_stay_in_a_cache_no_other_composition_mounts(template_copy):
