@@ -256,6 +256,20 @@ def test_direct_write_back_is_an_explicit_choice_warned_about(argv, warned, capl
     assert ("commits straight to main" in caplog.text) is warned
 
 
+@pytest.mark.parametrize("argv, environ, forge, api", [
+    pytest.param([], {"GPUSHARE_FORGE": "gitea", "GPUSHARE_FORGE_API_URL": "https://git.test/api/v1"}, "gitea",
+                 "https://git.test/api/v1", id="install-settings"),
+    pytest.param([], {"GPUSHARE_FORGE": "", "GPUSHARE_FORGE_API_URL": " "}, None, None, id="empty-is-inferred"),
+    pytest.param(["--forge", "gitlab"], {"GPUSHARE_FORGE": "gitea"}, "gitlab", None, id="flag-wins"),
+])
+def test_the_forge_settings_come_from_the_install(argv, environ, forge, api):
+    from controller.cli.common import forge_from_settings
+
+    args = _parser().parse_args(["reconcile", "--kube", "--repo", "x", *argv])
+    forge_from_settings(args, environ)
+    assert (args.forge, args.forge_api_url) == (forge, api)
+
+
 def _substitute(arg: str, env: dict[str, str]) -> str:
     for key, value in env.items():
         arg = arg.replace(f"$({key})", value)

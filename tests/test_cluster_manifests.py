@@ -187,3 +187,28 @@ def test_the_rendered_application_prunes_and_self_heals():
     assert app["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
     [config] = _docs("manager/config.yaml")
     assert config["data"]["ARGOCD_APPLICATION"] == f"{app['metadata']['namespace']}/{app['metadata']['name']}"
+
+
+def test_the_appproject_admits_every_kind_the_tree_and_the_models_hold():
+    """Argo CD refuses to sync a kind its project does not list: every kind any shipped composition renders (with
+    PodMonitors and per-namespace keys on), and ElasticModels, must be whitelisted, and nothing cluster-wide but
+    Namespaces."""
+    from controller.rendering.compose import compose
+    from controller.rendering.compositions import shipped_compositions
+    from controller.rendering.site import with_install_parameters
+    from tests.compose_scenario import MODELS, PLAN, SLOTS
+
+    project = yaml.safe_load((CONFIG / "argocd" / "appproject.yaml").read_text())["spec"]
+    namespaced = {(k["group"], k["kind"]) for k in project["namespaceResourceWhitelist"]}
+    cluster = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"]}
+    compositions = with_install_parameters(shipped_compositions(), {
+        "podMonitor": True, "apiKeySecret": {"name": "llm-api", "key": "key"}})
+    rendered = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
+    kinds = set()
+    for path, text in rendered.files.items():
+        if path.endswith(".yaml") and path.startswith("rendered/"):
+            doc = yaml.safe_load(text)
+            kinds.add((doc["apiVersion"].rpartition("/")[0], doc["kind"]))
+    assert ("", "Namespace") in kinds and cluster == {("", "Namespace")}
+    assert kinds - {("", "Namespace")} <= namespaced, sorted(kinds - namespaced)
+    assert ("gpushare.dev", "ElasticModel") in namespaced

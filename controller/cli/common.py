@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -47,6 +48,18 @@ def from_directory(args) -> None:
         args.git_ssh_key_file = directory / "ssh-privatekey"
         known = directory / "known_hosts"
         args.git_known_hosts_file = args.git_known_hosts_file or (known if known.is_file() else None)
+
+
+FORGE_SETTINGS = {"forge": "GPUSHARE_FORGE", "forge_api_url": "GPUSHARE_FORGE_API_URL"}
+
+
+def forge_from_settings(args, environ=os.environ) -> None:
+    """The install's forge settings (FORGE, FORGE_API_URL in deploy/default/settings.env, which the Deployment
+    passes as GPUSHARE_FORGE and GPUSHARE_FORGE_API_URL) where --forge and --forge-api-url are not given; empty
+    is unset. An unknown forge is refused by gitops.forge (ForgeUnknown) when a pull request is due."""
+    for attribute, variable in FORGE_SETTINGS.items():
+        if getattr(args, attribute, None) is None:
+            setattr(args, attribute, environ.get(variable, "").strip() or None)
 
 
 def default_workdir(repo: str, branch: str) -> Path:

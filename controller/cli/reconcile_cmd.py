@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import (credentials_from, default_workdir, fail, from_directory, install_values,
-                                   outcome_line, reviewers, show)
+from controller.cli.common import (credentials_from, default_workdir, fail, forge_from_settings, from_directory,
+                                   install_values, outcome_line, reviewers, show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
@@ -130,6 +130,7 @@ def warn_direct(args) -> bool:
 
 def _reconcile(args) -> int:
     from_directory(args)  # before anything reads a credential flag (the forge's token too)
+    forge_from_settings(args)
     try:
         install = install_values(args)
     except InstallParameterInvalid as exc:
