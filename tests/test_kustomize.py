@@ -3,6 +3,7 @@ built-in object passes kubernetes-validate, and the repository set once (the gpu
 the controller and both Argo CD Applications and the AppProject. Review is the default write-back."""
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 
@@ -56,3 +57,23 @@ def test_the_repository_is_set_in_one_place(tmp_path):
     (project,) = [d for d in docs if d["kind"] == "AppProject"]
     assert project["spec"]["sourceRepos"] == ["ssh://git@forge.test/team/fleet.git"]
     assert {a["spec"]["project"] for a in apps} == {project["metadata"]["name"]}
+
+
+def test_the_https_token_component_feeds_the_controller_and_argo_cd_from_one_file(tmp_path):
+    for part in ("config", "deploy"):
+        shutil.copytree(REPO_ROOT / part, tmp_path / part)
+    (tmp_path / "deploy" / "components" / "git-https-token" / "token").write_text("s3cret")
+    overlay = tmp_path / "deploy" / "overlays" / "mine"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../../default"], "components": ["../../components/git-https-token"]}))
+    docs = render(overlay)
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    controller, argocd = secrets["gpushare-git"], secrets["gpushare-fleet-repository"]
+    assert controller["metadata"]["namespace"] == "gpushare-system"
+    assert base64.b64decode(controller["data"]["token"]) == base64.b64decode(argocd["data"]["password"]) == b"s3cret"
+    assert argocd["metadata"]["labels"]["argocd.argoproj.io/secret-type"] == "repository"
+    apps = [d for d in docs if d["kind"] == "Application"]
+    assert {a["spec"]["source"]["repoURL"] for a in apps} == {argocd["stringData"]["url"]}
+    for doc in docs:
+        validate_manifest(doc)
