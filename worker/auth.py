@@ -18,6 +18,7 @@ tests). Installed by `python -m worker` on the app worker.api.create_app builds.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -145,8 +146,6 @@ class KubernetesReviews:
     def api_key(self, namespace: str) -> str | None:
         if self.key_secret is None:
             return None
-        import base64
-
         from kubernetes.client.exceptions import ApiException
 
         name, key = self.key_secret
