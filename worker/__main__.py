@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port, addr=args.host, registry=worker.metrics.registry)
-    worker.start()
+    worker.start_in_background()  # /healthz answers while the models are fetched, read and loaded
     watch = ConfigWatch(args.config, worker, interval_s=args.watch_seconds)
     if args.watch_seconds > 0:
         watch.start()
