@@ -10,7 +10,8 @@
 # Each bench runs under `timeout` and writes its output (stdout and stderr) to $OUT:
 #   $OUT/env.txt          date, nvidia-smi, Python, torch, transformers
 #   $OUT/compat.txt       tests/test_profiler_engine.py on that machine's transformers (5.17: `past_key_values=`),
-#                         the worker's and the profiler's forward through the one KV-argument adapter
+#                         the worker's and the profiler's forward through the one KV-argument adapter; and
+#                         tests/test_profiler_gpu_share.py (the profiler's memory cap refuses past it on the GPU)
 #   $OUT/worker_gpu.txt   bench/worker_gpu.py (the worker engine's table; exit 1 = a target missed)
 #   $OUT/profile_gpu.txt  bench/profile_gpu.py (time to profile an 8B, predicted vs measured peak memory)
 # A bench that fails or times out does not stop the next one; the script exits with the first failure.
@@ -66,7 +67,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run one bench under timeout, its out
 
 compat() {  # no pytest plugins beyond pytest's own: the machine has not this project's test extras
   PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 step compat "$COMPAT_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider \
-    tests/test_profiler_engine.py
+    tests/test_profiler_engine.py tests/test_profiler_gpu_share.py
 }
 
 case "${1:-all}" in

@@ -73,3 +73,10 @@ class RequestTooLarge(WorkerError):
 
     status = 413
     error_type = "invalid_request_error"
+
+
+class Unauthenticated(WorkerError):
+    """A request without a credential where the worker authorises each request (worker.auth)."""
+
+    status = 401
+    error_type = "authentication_error"

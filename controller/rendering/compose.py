@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from controller.rendering.compose_errors import (ComposeError, InvalidName, ManifestInvalid, MixedCompositions, OutputConflict,
-                                       RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
+from controller.rendering.cache_policy import host_path_problem, host_path_root
+from controller.rendering.compose_errors import (ComposeError, HostPathOutsideRoot, InvalidName, ManifestInvalid,
+                                                 MixedCompositions, OutputConflict, RenderFailed, ServedNameTaken,
+                                                 UnknownComposition, UnknownSlot)
 from controller.rendering.compositions import Composition, shipped_compositions
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
@@ -148,7 +150,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
-    _namespaces(tree)
+    _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
     changes = decision_changes(previous, plan)
     rollouts = (worker_rollouts(previous_workers, tree.files, tree.deployments) if previous_workers is not None
                 else None)
@@ -334,6 +336,9 @@ def _admit(item: Decision | Pending, by_key: Mapping, compositions: Mapping[str,
         raise UnknownComposition(ref, f"spec.compositionRef.name {model.composition!r} names no composition "
                                  f"(known: {', '.join(sorted(compositions))})",
                                  "use one of the known names or add the composition to templates/compositions/")
+    outside = host_path_problem(composition.parameters, host_path_root())
+    if outside:
+        raise HostPathOutsideRoot(ref, f"composition {composition.name}: {outside[0]}", outside[1])
     return model, composition
 
 
@@ -454,17 +459,28 @@ def model_url(model: ElasticModel, service_port: int) -> str:
 NAMESPACE_SYNC_OPTIONS = "Prune=false,Delete=false"  # Argo CD never deletes a namespace it created for models
 
 
-def _namespaces(tree: _Tree) -> None:
-    """A Namespace object for each namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so Argo CD
-    creates model namespaces before the objects in them (sync wave -1) and never prunes or deletes one."""
+# Model namespaces hold profiler Jobs (no node directory: templates/_pod-cache-volume.j2) and Services: baseline is
+# enforced, restricted audited and warned about. Worker namespaces are the install's (config/namespace.yaml):
+# the tree never renders them, so it never fights their labels.
+MODEL_NAMESPACE_POD_SECURITY = {"pod-security.kubernetes.io/enforce": "baseline",
+                                "pod-security.kubernetes.io/audit": "restricted",
+                                "pod-security.kubernetes.io/warn": "restricted"}
+
+
+def _namespaces(tree: _Tree, install_owned: Collection[str]) -> None:
+    """A Namespace object for each model namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so
+    Argo CD creates it before the objects in it (sync wave -1) and never prunes or deletes it; never one of
+    `install_owned` (the compositions' worker namespaces, which the install creates with its own labels)."""
     inside: dict[str, set[str]] = defaultdict(set)
     for path in tree.files:
         if path.startswith(f"{RENDERED}/"):
             inside[path.split("/")[1]].update(tree.owners[path])
     for namespace, refs in sorted(inside.items()):
+        if namespace in install_owned:
+            continue
         doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpushare"},
+            "labels": {"app.kubernetes.io/managed-by": "gpushare", **MODEL_NAMESPACE_POD_SECURITY},
             "annotations": {"argocd.argoproj.io/sync-options": NAMESPACE_SYNC_OPTIONS,
                             "argocd.argoproj.io/sync-wave": "-1"}}}
         path = _safe_path(sorted(refs)[0] if refs else namespace, RENDERED, namespace, f"namespace-{namespace}.yaml")

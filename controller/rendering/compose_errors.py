@@ -63,3 +63,9 @@ class OutputConflict(ComposeError):
     """Two different objects would be written to the same file."""
 
     reason = "OutputConflict"
+
+
+class HostPathOutsideRoot(ComposeError):
+    """The composition mounts a node directory outside the install's cache root (controller.rendering.cache_policy)."""
+
+    reason = "HostPathOutsideRoot"

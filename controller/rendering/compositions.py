@@ -23,6 +23,8 @@ from jinja2.sandbox import SandboxedEnvironment
 
 import schemas
 from controller.inputs.load import kind_error, schema_errors
+from controller.rendering.cache_policy import REASON as HOST_PATH_REASON
+from controller.rendering.cache_policy import host_path_problem, host_path_root
 from controller.rendering.render import environment
 from controller.types import InputError
 from templates import TEMPLATE_DIR
@@ -126,6 +128,10 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
                                          message=f"{path}[{index}] names template {name!r}, which gpushare does "
                                                  "not ship",
                                          fix=f"use one of: {', '.join(sorted(available))}"))
+    outside = host_path_problem(doc["spec"].get("parameters", {}), host_path_root())
+    if outside:
+        errors.append(InputError(file, document, "spec.parameters.modelCache.hostPath", reason=HOST_PATH_REASON,
+                                 message=outside[0], fix=outside[1]))
     if errors:
         return None, errors
     return Composition(

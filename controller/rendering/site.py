@@ -1,7 +1,7 @@
 """Install-time composition parameters: the values one install sets for every composition.
 
 Owns applying the controller's configuration (`--worker-image`, which the install manifest
-fills from its WORKER_IMAGE) to compositions: a value set here replaces the schema default of
+fills from its WORKER_IMAGE, and the cache root GPUSHARE_HOST_PATH_ROOT) to compositions: a value set here replaces the schema default of
 every composition whose own file leaves that parameter unset; a composition that sets it keeps
 its own. So the worker and profiler image changes with one install setting, never a rebuild.
 Each value is checked against schemas/composition.schema.json. Pure; called by the
@@ -16,6 +16,7 @@ from types import MappingProxyType
 import jsonschema
 
 import schemas
+from controller.rendering.cache_policy import DEFAULT_HOST_PATH_ROOT
 from controller.rendering.compositions import Composition
 
 
@@ -30,9 +31,15 @@ class InstallParameterInvalid(Exception):
         self.message = str(self)
 
 
-def install_parameters(*, worker_image: str | None = None) -> dict[str, object]:
-    """The parameters the controller's flags set (unset flags set nothing)."""
-    return {} if worker_image is None else {"image": worker_image}
+def install_parameters(*, worker_image: str | None = None, host_path_root: str = DEFAULT_HOST_PATH_ROOT
+                       ) -> dict[str, object]:
+    """The parameters the controller's settings set (unset ones set nothing): the image, and with a cache root
+    other than the default, the default model cache moved under it (`<root>/models`), so the shipped
+    compositions stay inside the root the install allows."""
+    values: dict[str, object] = {} if worker_image is None else {"image": worker_image}
+    if host_path_root != DEFAULT_HOST_PATH_ROOT:
+        values["modelCache"] = {"hostPath": f"{host_path_root}/models"}
+    return values
 
 
 def with_install_parameters(compositions: Mapping[str, Composition],
