@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from worker.engine import Generation, ModelEngine
-from worker.sampling import SamplingParams
+from worker.sampling import Choice, SamplingParams
 from worker.errors import BudgetExceeded
 from worker.memory import DeviceLedger
 from worker.residency import decoder_layers, make_residency
@@ -183,9 +183,7 @@ def test_generation_stops(case, stop, eos, finish, text):
     for letter in "abcdef":
         if generation.done:
             break
-        logits = torch.zeros(256)
-        logits[ord(letter)] = 1
-        pieces.append(generation.accept(logits))
+        pieces.append(generation.accept(Choice(ord(letter))))
     assert ("".join(p for p in pieces if p), generation.finish_reason) == (text, finish), case
 
 
@@ -201,8 +199,6 @@ def test_text_is_never_emitted_inside_a_utf8_sequence_and_long_outputs_decode_in
     script = list("é".encode()) + [ord("x")] + [ord("y")] * 297
     pieces = []
     for token in script:
-        logits = torch.zeros(256)
-        logits[token] = 1
-        pieces.append(generation.accept(logits))
+        pieces.append(generation.accept(Choice(token)))
     assert pieces[:3] == ["", "é", "x"] and "".join(pieces) == "éx" + "y" * 297
     assert max(seen) <= 4, "each step decodes a few tokens of context, not the whole output"

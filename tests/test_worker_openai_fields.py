@@ -16,7 +16,8 @@ from transformers import AutoModelForCausalLM
 
 from tinymodels import byte_tokenizer
 from worker.api import create_app
-from worker.sampling import Sampler, SamplingParams
+from worker.engine import Generation
+from worker.sampling import BatchSampler, SamplingParams
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     ServerThread, config_document, model_entry, single_threaded_torch, started_worker, tiny_models,
 )
@@ -72,11 +73,13 @@ def reference(tiny_models):
     @torch.inference_mode()
     def generate(prompt: str, max_tokens: int, **fields) -> tuple[str, list[torch.Tensor]]:
         ids = tokenizer.encode(prompt)
-        sampler, output, rows = Sampler(SamplingParams(max_tokens=max_tokens, **fields)), [], []
+        sampler, rows = BatchSampler(), []
+        sequence = Generation(prompt_ids=ids, params=SamplingParams(max_tokens=max_tokens, **fields),
+                              eos_ids=frozenset(), decode=tokenizer.decode)
         for _ in range(max_tokens):
-            rows.append(model(input_ids=torch.tensor([ids + output])).logits[0, -1].float())
-            output.append(sampler.choose(rows[-1], output).token)
-        return tokenizer.decode(output, skip_special_tokens=True), rows
+            rows.append(model(input_ids=torch.tensor([ids + sequence.output_ids])).logits[0, -1].float())
+            sequence.output_ids.append(sampler.choose(rows[-1][None], [sequence])[0].token)
+        return tokenizer.decode(sequence.output_ids, skip_special_tokens=True), rows
 
     return generate
 

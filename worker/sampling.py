@@ -1,19 +1,41 @@
-"""Sampling: one sequence's next token from one row of logits.
+"""Sampling on the device: the next token of every sequence of a step, for the whole batch at once.
 
-Owns the request's sampling parameters and every rule that turns logits into a
-token: frequency/presence penalties over the tokens produced so far, `logit_bias`,
-then greedy at temperature 0, else temperature, top-k and top-p with a seeded
-generator; and, when asked, the log-probabilities the API reports. The engine
-calls `Sampler.choose` once per sequence per step, with the row of the batch that
-belongs to that sequence and the tokens it produced so far (the history the
-penalties look at). Pure torch; no model, no device of its own.
+Owns the request's sampling parameters and every rule that turns logits into a token:
+repetition, frequency and presence penalties, `logit_bias`, then greedy at temperature 0,
+else temperature, top-k and top-p, and, when asked, the log-probabilities the API reports.
+`BatchSampler.choose` takes the step's logits [B, vocab] (on the model's device) and one
+`SampleRow` per row, runs every rule as one set of batched tensor operations on that
+device, and brings the result to the host with one device-to-host copy per step (the
+chosen tokens, with their log-probabilities when a row asked). Called by the engine
+(engine/batch.py) once per step; pure torch, no model.
+
+Randomness is counter-based: a row's Gumbel noise is a hash of (its seed, its step, the
+token id), so a seeded request gives the same tokens on any device, alone or in any batch,
+and a greedy row ignores the noise. Sampling argmax(logits / T + Gumbel) over the kept
+tokens is exactly sampling from their softmax.
+
+Per-row state that lives across steps (token counts for the penalties, the dense logit bias,
+the seen-token mask of the repetition penalty, the step counters) stays on the device while
+the batch keeps its rows; any change in the batch (a join, a leave, a row that did not take
+its token) rebuilds it from the rows' host-side history.
+
+Hook for constrained decoding: `choose(..., allowed=mask)` takes an optional [B, vocab] bool
+tensor on the logits' device (True: the token may be chosen). It is applied to the logits
+first, before penalties, bias and temperature, so a disallowed token is never sampled, greedy
+or not; reported log-probabilities stay the model's own.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
+
+_MASK32 = 0xFFFFFFFF
+_MIX = 0x45D9F3B  # the multiplier of a well-mixing 32-bit integer hash; products stay below 2**59
+_GOLDEN = 0x9E3779B9
+_TOKEN_STRIDE = 0x85EBCA6B
 
 
 @dataclass(frozen=True)
@@ -21,8 +43,9 @@ class SamplingParams:
     """One request's sampling fields, already checked by worker.protocol (OpenAI semantics).
 
     `top_k` 0 keeps every token; `logit_bias` holds (token id, bias) pairs, ids inside the
-    vocabulary; `logprobs` None reports nothing, k >= 0 reports the chosen token's
-    log-probability and the k most likely alternatives.
+    vocabulary; `repetition_penalty` (vLLM's, 1 is off) divides a positive logit of a token seen
+    in the prompt or the output and multiplies a negative one; `logprobs` None reports nothing,
+    k >= 0 reports the chosen token's log-probability and the k most likely alternatives.
     """
 
     max_tokens: int
@@ -33,6 +56,7 @@ class SamplingParams:
     top_k: int = 0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None
 
@@ -50,69 +74,208 @@ class Choice:
     top: tuple[tuple[int, float], ...] = ()
 
 
-class Sampler:
-    """One sequence's sampler: holds its seeded generator across steps."""
+class SampleRow(Protocol):
+    """What the sampler reads of one sequence: its parameters, its resolved 64-bit seed and history."""
 
-    def __init__(self, params: SamplingParams):
-        self.params = params
-        self._generator: torch.Generator | None = None
+    params: SamplingParams
+    seed: int
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]
 
-    def choose(self, logits: torch.Tensor, history: Sequence[int] = ()) -> Choice:
-        """The next token from `logits` (shape [vocab], any float dtype, any device)."""
+
+def mix32(x):
+    """A 32-bit integer hash (python int or int64 tensor holding values below 2**32)."""
+    x = (((x >> 16) ^ x) * _MIX) & _MASK32
+    x = (((x >> 16) ^ x) * _MIX) & _MASK32
+    return (x >> 16) ^ x
+
+
+def seed_key(seed: int) -> int:
+    """A 64-bit seed (any sign) folded into 32 well-mixed bits."""
+    seed &= (1 << 64) - 1
+    return mix32(seed & _MASK32) ^ mix32((seed >> 32) ^ _GOLDEN)
+
+
+def step_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """The 32-bit key of each row's noise: its folded seed and its step (the tokens it produced so far)."""
+    return mix32((seeds + steps * _GOLDEN) & _MASK32)
+
+
+def gumbel(keys: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Gumbel(0, 1) noise [B, vocab] from per-row keys [B] (int64): a pure function of (key, token id)."""
+    ids = torch.arange(vocab, device=keys.device, dtype=torch.int64) * _TOKEN_STRIDE & _MASK32
+    bits = mix32(keys[:, None] ^ ids)
+    uniform = ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return -torch.log(-torch.log(uniform))
+
+
+@dataclass
+class _Table:
+    """The batch's per-row parameters and history as device tensors (rebuilt when the batch changes)."""
+
+    rows: tuple[object, ...]
+    lengths: list[int]  # each row's output length this table expects at the next step
+    temperature: torch.Tensor  # [B, 1], 1 where greedy (the noise is off there)
+    greedy: torch.Tensor  # [B] bool
+    top_k: torch.Tensor | None  # [B, 1] int64, vocab where off
+    top_p: torch.Tensor | None  # [B, 1]
+    keys: torch.Tensor  # [B] int64: this step's noise keys
+    seeds: torch.Tensor  # [B] int64: each row's folded seed
+    steps: torch.Tensor  # [B] int64
+    counts: torch.Tensor | None  # [B, V] float: output token counts (frequency/presence)
+    frequency: torch.Tensor | None
+    presence: torch.Tensor | None
+    seen: torch.Tensor | None  # [B, V] bool: tokens in the prompt or output (repetition)
+    repetition: torch.Tensor | None
+    bias: torch.Tensor | None  # [B, V]
+    logprobs: int | None  # the most alternatives a row asked for; None: no row asked
+
+
+class BatchSampler:
+    """The sampler of one model's batch; keeps the device-side table between steps."""
+
+    def __init__(self) -> None:
+        self._table: _Table | None = None
+
+    def choose(self, logits: torch.Tensor, rows: Sequence[SampleRow],
+               allowed: torch.Tensor | None = None) -> list[Choice]:
+        """The next token of each row from `logits` [len(rows), vocab] (any float dtype, any device)."""
         raw = logits.float()
-        adjusted = self._adjusted(raw, history)
-        if self.params.temperature == 0:
-            token = int(adjusted.argmax())
+        table = self._prepare(rows, raw.shape[1], raw.device)
+        adjusted = raw if allowed is None else raw.masked_fill(~allowed, float("-inf"))
+        adjusted = _penalised(adjusted, table)
+        greedy_tokens = adjusted.argmax(dim=-1)
+        scaled = adjusted / table.temperature
+        noise = gumbel(table.keys, raw.shape[1])
+        if table.top_k is None and table.top_p is None:
+            sampled = (scaled + noise).argmax(dim=-1)
         else:
-            token = int(torch.multinomial(self._distribution(adjusted), 1, generator=self._seeded()))
-        return self._reported(raw, token)
+            sampled = _filtered_sample(scaled, noise, table)
+        tokens = torch.where(table.greedy, greedy_tokens, sampled)
+        packed = tokens[:, None].to(torch.float64)
+        if table.logprobs is not None:
+            logprobs = torch.log_softmax(raw, dim=-1)
+            chosen = logprobs.gather(1, tokens[:, None]).double()
+            top = logprobs.topk(min(table.logprobs, raw.shape[1]), dim=-1)
+            packed = torch.cat((packed, chosen, top.values.double(), top.indices.double()), dim=1)
+        self._advance(table, tokens)
+        return _choices(download(packed).tolist(), rows)
 
-    def _adjusted(self, logits: torch.Tensor, history: Sequence[int]) -> torch.Tensor:
-        """Penalties (OpenAI: logit - count * frequency - [count > 0] * presence) and logit_bias."""
-        params = self.params
-        penalised = history and (params.presence_penalty or params.frequency_penalty)
-        if not penalised and not params.logit_bias:
-            return logits
-        logits = logits.clone()
-        if penalised:
-            ids = torch.tensor(list(history), dtype=torch.long, device=logits.device)
-            counts = torch.bincount(ids, minlength=logits.shape[0])[: logits.shape[0]].to(logits.dtype)
-            logits -= counts * params.frequency_penalty + (counts > 0).to(logits.dtype) * params.presence_penalty
-        if params.logit_bias:
-            ids = torch.tensor([i for i, _ in params.logit_bias], dtype=torch.long, device=logits.device)
-            bias = torch.tensor([b for _, b in params.logit_bias], dtype=logits.dtype, device=logits.device)
-            logits.index_add_(0, ids, bias)
-        return logits
+    def _prepare(self, rows: Sequence[SampleRow], vocab: int, device: torch.device) -> _Table:
+        table = self._table
+        if table is not None and len(table.rows) == len(rows) and all(a is b for a, b in zip(table.rows, rows)) \
+                and table.lengths == [len(r.output_ids) for r in rows]:
+            table.lengths = [n + 1 for n in table.lengths]
+            return table
+        self._table = table = _build(rows, vocab, device)
+        return table
 
-    def _distribution(self, logits: torch.Tensor) -> torch.Tensor:
-        """Probabilities on the CPU (the seeded generator's device) after temperature, top-k and top-p."""
-        scaled = logits.cpu() / self.params.temperature
-        if 0 < self.params.top_k < scaled.shape[0]:
-            kth = scaled.topk(self.params.top_k).values[-1]
-            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-        probs = torch.softmax(scaled, dim=-1)
-        if self.params.top_p < 1.0:
-            sorted_probs, order = probs.sort(descending=True)
-            outside = sorted_probs.cumsum(0) - sorted_probs > self.params.top_p
-            sorted_probs[outside] = 0
-            probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
-        return probs
+    def _advance(self, table: _Table, tokens: torch.Tensor) -> None:
+        """After a step: each row took `tokens` (device); counts, seen mask and noise keys move on."""
+        table.steps += 1
+        table.keys = step_keys(table.seeds, table.steps)
+        if table.counts is not None:
+            table.counts.scatter_add_(1, tokens[:, None], torch.ones_like(table.counts[:, :1]))
+        if table.seen is not None:
+            table.seen.scatter_(1, tokens[:, None], True)
 
-    def _reported(self, raw: torch.Tensor, token: int) -> Choice:
-        if self.params.logprobs is None:
-            return Choice(token)
-        logprobs = torch.log_softmax(raw, dim=-1)
-        top: tuple[tuple[int, float], ...] = ()
-        if self.params.logprobs > 0:
-            values, ids = logprobs.topk(min(self.params.logprobs, logprobs.shape[0]))
-            top = tuple(zip(ids.tolist(), values.tolist()))
-        return Choice(token, float(logprobs[token]), top)
 
-    def _seeded(self) -> torch.Generator:
-        if self._generator is None:
-            self._generator = torch.Generator()
-            if self.params.seed is not None:
-                self._generator.manual_seed(self.params.seed)
-            else:
-                self._generator.seed()
-        return self._generator
+def _penalised(logits: torch.Tensor, table: _Table) -> torch.Tensor:
+    """Repetition (vLLM), then frequency and presence (OpenAI: logit - count * f - [count > 0] * p), then bias."""
+    if table.seen is not None:
+        scaled = torch.where(logits > 0, logits / table.repetition, logits * table.repetition)
+        logits = torch.where(table.seen, scaled, logits)
+    if table.counts is not None:
+        logits = logits - table.counts * table.frequency - (table.counts > 0).float() * table.presence
+    if table.bias is not None:
+        logits = logits + table.bias
+    return logits
+
+
+def _filtered_sample(scaled: torch.Tensor, noise: torch.Tensor, table: _Table) -> torch.Tensor:
+    """Gumbel-max over the tokens top-k and top-p keep (ranked by the tempered logits)."""
+    ranked, order = scaled.sort(dim=-1, descending=True)
+    drop = torch.zeros_like(ranked, dtype=torch.bool)
+    if table.top_k is not None:
+        drop |= torch.arange(ranked.shape[1], device=ranked.device)[None, :] >= table.top_k
+        ranked = ranked.masked_fill(drop, float("-inf"))
+    if table.top_p is not None:
+        probs = torch.softmax(ranked, dim=-1)
+        drop |= probs.cumsum(dim=-1) - probs > table.top_p
+    picked = (ranked.masked_fill(drop, float("-inf")) + noise.gather(1, order)).argmax(dim=-1, keepdim=True)
+    return order.gather(1, picked)[:, 0]
+
+
+def _build(rows: Sequence[SampleRow], vocab: int, device: torch.device) -> _Table:
+    """The table for `rows` from their host-side parameters and histories (one upload per tensor)."""
+    params = [r.params for r in rows]
+    greedy = [p.temperature == 0 for p in params]
+    lengths = [len(r.output_ids) for r in rows]
+    top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+    sampled_rows = [p for p, g in zip(params, greedy) if not g]
+    any_k = any(0 < p.top_k < vocab for p in sampled_rows)
+    any_p = any(p.top_p < 1.0 for p in sampled_rows)
+    counting = any(p.frequency_penalty or p.presence_penalty for p in params)
+    repeating = any(p.repetition_penalty != 1.0 for p in params)
+    asked = [p.logprobs for p in params if p.logprobs is not None]
+    seeds = upload([seed_key(r.seed) for r in rows], torch.int64, device)
+    steps = upload(lengths, torch.int64, device)
+    column = lambda values, dtype: upload(values, dtype, device)[:, None]  # noqa: E731
+    counts = seen = bias = None
+    if counting:
+        counts = upload([_histogram(r.output_ids, vocab) for r in rows], torch.float32, device)
+    if repeating:
+        seen = upload([_histogram([*r.prompt_ids, *r.output_ids], vocab) for r in rows], torch.float32, device) > 0
+    if any(p.logit_bias for p in params):
+        dense = [[0.0] * vocab for _ in rows]
+        for row, p in zip(dense, params):
+            for token, value in p.logit_bias:
+                row[token] += value
+        bias = upload(dense, torch.float32, device)
+    return _Table(
+        rows=tuple(rows), lengths=[n + 1 for n in lengths],
+        temperature=column([p.temperature or 1.0 for p in params], torch.float32),
+        greedy=upload(greedy, torch.bool, device),
+        top_k=column(top_k, torch.int64) if any_k else None,
+        top_p=column([p.top_p for p in params], torch.float32) if any_p else None,
+        keys=step_keys(seeds, steps), seeds=seeds, steps=steps,
+        counts=counts,
+        frequency=column([p.frequency_penalty for p in params], torch.float32) if counting else None,
+        presence=column([p.presence_penalty for p in params], torch.float32) if counting else None,
+        seen=seen, repetition=column([p.repetition_penalty for p in params], torch.float32) if repeating else None,
+        bias=bias, logprobs=max(asked) if asked else None,
+    )
+
+
+def _histogram(ids: Sequence[int], vocab: int) -> list[float]:
+    counts = [0.0] * vocab
+    for token in ids:
+        if 0 <= token < vocab:
+            counts[token] += 1
+    return counts
+
+
+def _choices(packed: list[list[float]], rows: Sequence[SampleRow]) -> list[Choice]:
+    out = []
+    for values, row in zip(packed, rows):
+        token, asked = int(values[0]), row.params.logprobs
+        if asked is None:
+            out.append(Choice(token))
+            continue
+        k = (len(values) - 2) // 2
+        top = tuple((int(i), v) for v, i in zip(values[2:2 + k], values[2 + k:]))[:asked]
+        out.append(Choice(token, values[1], top))
+    return out
+
+
+def upload(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values onto `device` without a host sync: staged in pinned memory, copied asynchronously."""
+    host = torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def download(tensor: torch.Tensor) -> torch.Tensor:
+    """A device tensor's values on the host: the one device-to-host copy (and host sync) of a step."""
+    return tensor.to("cpu", copy=True)
