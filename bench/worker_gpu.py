@@ -165,9 +165,9 @@ class Bench:
     def add(self, name: str, mode: str, *, budget: int = 1 << 50, resident_layers: int | None = None):
         """A model in `mode`, served by its own ModelEngine (KV slots for the largest concurrency) in the
         executor; the resident one has the priority a model with a latency SLO gets."""
-        from worker.engine import ModelEngine
-        from worker.memory import DeviceLedger
-        from worker.residency import make_residency
+        from engine.batch import ModelEngine
+        from engine.memory import DeviceLedger
+        from engine.residency import make_residency
 
         residency = make_residency(mode, self.skeleton(), DeviceLedger(name, budget, self.device), self.device,
                                    **({} if resident_layers is None else {"resident_layers": resident_layers}))
@@ -223,8 +223,8 @@ class Bench:
     def submit(self, model: str, tokens: int) -> Trace:
         import torch
 
-        from worker.engine import Generation
-        from worker.sampling import SamplingParams
+        from engine.batch import Generation
+        from engine.sampling import SamplingParams
 
         self._seed += 1
         generator = torch.Generator().manual_seed(self._seed)
@@ -326,8 +326,8 @@ class Bench:
 
     def swap_in(self) -> float:
         """Median of 3 warm swap-ins of the whole model (a fourth, cold one first)."""
-        from worker.memory import DeviceLedger
-        from worker.residency import make_residency
+        from engine.memory import DeviceLedger
+        from engine.residency import make_residency
 
         residency = make_residency("swap", self.skeleton(), DeviceLedger("swap", 1 << 50, self.device), self.device)
         residency.load()

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from worker.api import create_app
-from worker.engine import Generation
-from worker.sampling import SamplingParams
+from engine.batch import Generation
+from engine.sampling import SamplingParams
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     REPO_ROOT, MiB, ServerThread, config_document, model_entry, started_worker, single_threaded_torch, tiny_models,
 )

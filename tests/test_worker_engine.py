@@ -11,10 +11,10 @@ from transformers import AutoModelForCausalLM
 
 from worker.admission import need_for
 from worker.config import ModelConfig
-from worker.engine import Generation, ModelEngine
-from worker.memory import DeviceLedger
-from worker.residency import make_residency
-from worker.sampling import SamplingParams
+from engine.batch import Generation, ModelEngine
+from engine.memory import DeviceLedger
+from engine.residency import make_residency
+from engine.sampling import SamplingParams
 from worker.shape import read_shape
 from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
 
@@ -156,7 +156,7 @@ def test_elastic_streams_each_layer_once_per_step_whatever_the_batch(tiny_models
 
 @pytest.mark.parametrize("concurrency,expected", [(1, [1]), (2, [1, 2]), (8, [1, 2, 4, 8]), (12, [1, 2, 4, 8, 12])])
 def test_graph_buckets_are_powers_of_two_up_to_the_concurrency(concurrency, expected):
-    from worker.forward.graphs import buckets
+    from engine.forward.graphs import buckets
 
     assert buckets(concurrency) == expected
 
@@ -186,7 +186,7 @@ def test_graph_replayed_decode_gives_the_eager_tokens_on_cuda(tiny_models, mode)
 
 def graphed_engine(residency, capture, *, concurrency=4):
     """A decoder-path engine whose forward replays per-bucket decode steps through `capture`."""
-    from worker.forward.graphs import GraphedDecoder
+    from engine.forward.graphs import GraphedDecoder
 
     engine = engine_of(residency, concurrency=concurrency)
     engine.forward = GraphedDecoder(engine.forward, capture=capture)
@@ -196,7 +196,7 @@ def graphed_engine(residency, capture, *, concurrency=4):
 def test_bucketed_decode_replays_give_the_eager_tokens_with_joins_and_leaves(tiny_models):
     """The graph path on CPU: static buffers padded to the bucket, rows mapped by slot, the shape-static
     decode step over the whole context (eager_capture runs it without a graph)."""
-    from worker.forward.graphs import eager_capture
+    from engine.forward.graphs import eager_capture
 
     residency = residency_of(tiny_models["qwen2"], "resident", None)
     prompts, lengths = [[72, 105, 33], [1, 2, 3], [9, 8, 7], [4, 4, 4]], [6, 11, 3, 9]
@@ -211,7 +211,7 @@ def test_bucketed_decode_replays_give_the_eager_tokens_with_joins_and_leaves(tin
 
 
 def test_a_failed_capture_decodes_eagerly_and_a_pool_past_the_budget_is_not_kept(tiny_models, caplog):
-    from worker.forward.graphs import eager_capture
+    from engine.forward.graphs import eager_capture
 
     residency = residency_of(tiny_models["llama"], "resident", None)
     expected = [greedy(p) for p in PROMPTS[:2]]

@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from worker.engine import Generation, ModelEngine
-from worker.sampling import Choice, SamplingParams
-from worker.errors import BudgetExceeded
-from worker.memory import DeviceLedger
-from worker.residency import decoder_layers, make_residency
-from worker.residency.elastic import ElasticResidency
-from worker.transfer import Transfer
+from engine.batch import Generation, ModelEngine
+from engine.sampling import Choice, SamplingParams
+from engine.errors import BudgetExceeded
+from engine.memory import DeviceLedger
+from engine.residency import decoder_layers, make_residency
+from engine.residency.elastic import ElasticResidency
+from engine.transfer import Transfer
 from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
 
 CPU = torch.device("cpu")

@@ -16,8 +16,8 @@ from transformers import AutoModelForCausalLM
 
 from tinymodels import byte_tokenizer
 from worker.api import create_app
-from worker.engine import Generation
-from worker.sampling import BatchSampler, SamplingParams
+from engine.batch import Generation
+from engine.sampling import BatchSampler, SamplingParams
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     ServerThread, config_document, model_entry, single_threaded_torch, started_worker, tiny_models,
 )
@@ -65,7 +65,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def reference(tiny_models):
-    """Generates with the saved model and worker.sampling directly (no cache, no server): the tokens the
+    """Generates with the saved model and engine.sampling directly (no cache, no server): the tokens the
     worker must give for the same sampling fields."""
     model = AutoModelForCausalLM.from_pretrained(tiny_models["llama"], local_files_only=True, dtype=torch.float32)
     tokenizer = byte_tokenizer()

@@ -1,4 +1,4 @@
-"""worker.sampling: the batched device sampler. Penalties, logit_bias, top-k, top-p, seeds and reported
+"""engine.sampling: the batched device sampler. Penalties, logit_bias, top-k, top-p, seeds and reported
 log-probabilities on hand-made logits where the right token is known by construction; penalties against a
 reference implementation row by row; the sampled distribution against the softmax with fixed seeds; and
 the table kept on the device between steps against one rebuilt every step."""
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from worker.sampling import BatchSampler, Choice, SamplingParams
+from engine.sampling import BatchSampler, Choice, SamplingParams
 
 
 @dataclass(eq=False)

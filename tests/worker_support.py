@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from worker.engine import Generation
-from worker.sampling import SamplingParams
+from engine.batch import Generation
+from engine.sampling import SamplingParams
 from worker.scheduler import ErrorEvent, FinishEvent
 
 from tinymodels import save_tiny_model

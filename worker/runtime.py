@@ -22,15 +22,15 @@ from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation, ModelEngine
-from .sampling import SamplingParams
+from engine.batch import Generation, ModelEngine
+from engine.sampling import SamplingParams
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
-from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
+from engine.memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
-from .residency import Residency, make_residency
+from engine.residency import Residency, make_residency
 from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop

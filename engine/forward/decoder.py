@@ -4,14 +4,14 @@ One call runs every sequence of a step through the model once: the new tokens of
 rows (one token for a decoding sequence, a chunk for a prefilling one) are flattened
 into one [N, hidden] batch for every projection and MLP, so an elastic model streams
 each layer once per step whatever the batch. Attention reads the static KV slots
-(worker/forward/kv.py): decoding rows together, over the slots' used length, with
+(engine/forward/kv.py): decoding rows together, over the slots' used length, with
 grouped-query heads folded into the query length (no K/V repetition); each prefill
 chunk against its own slot with a causal mask. Weights are the checkpoint's own,
 read from the transformers modules at call time (elastic points them at streaming
 buffers between `enter_layer` and `leave_layer`). Rotary embeddings come from the
 model's rotary module, so rope scaling variants stay the checkpoint's.
 
-Called by worker/engine.py through `DecoderForward.run`, and by worker/forward/graphs.py,
+Called by engine/batch.py through `DecoderForward.run`, and by engine/forward/graphs.py,
 which captures `decode_all` per batch-size bucket on CUDA.
 """
 from __future__ import annotations

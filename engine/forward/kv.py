@@ -4,7 +4,7 @@ The whole cache is allocated through the model's DeviceLedger, so its bytes are 
 the admitted KV reservation (2 x layers x KV heads x head dim x dtype bytes x
 contextTokens x concurrency) and never an allocation outside the ledger. Layout per
 layer: keys and values of shape [slots, kv_heads, context, head_dim], zeroed, so any
-slot row attention may read is finite. Called by worker/forward/decoder.py.
+slot row attention may read is finite. Called by engine/forward/decoder.py.
 """
 from __future__ import annotations
 

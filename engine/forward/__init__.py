@@ -5,7 +5,7 @@ Llama, Qwen2 and Mistral families and transformers' modules (hf.py) for the rest
 on CUDA a resident or swap model's decoder forward replays CUDA graphs for decode-only
 steps (graphs.py). Every forward offers: `allocate`/`release` (KV memory while the
 weights are on the device), `run(rows)` (logits per row), `free(slot)`, `move(src, dst,
-length)` (slot compaction). Called by worker/engine.py; the transformers KV-argument adapter is contract/hf_compat.py,
+length)` (slot compaction). Called by engine/batch.py; the transformers KV-argument adapter is contract/hf_compat.py,
 shared with the profiler.
 """
 from __future__ import annotations

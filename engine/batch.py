@@ -7,11 +7,11 @@ to `concurrency` generations in static KV slots (kept compact: a leaving sequenc
 is refilled by the last one) and runs a step: every decoding sequence feeds one token,
 and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
 sequences in join order, so a long prompt is cut across steps while the running
-sequences keep decoding. Tokens are chosen by worker/sampling.py for every sampling row of the
+sequences keep decoding. Tokens are chosen by engine/sampling.py for every sampling row of the
 step at once, on the device, with one device-to-host copy.
 
 Called by worker/scheduler.py (one executor thread per model), the profiler and the
-benches; the forward passes live in worker/forward/.
+benches; the forward passes live in engine/forward/.
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ class Residency:
                     module._buffers[key] = torch.empty(0, dtype=buf.dtype)
         self.ledger.release_all()
 
-    # Layer gates: a forward that runs the decoder layers itself (worker/forward/decoder.py) calls these
+    # Layer gates: a forward that runs the decoder layers itself (engine/forward/decoder.py) calls these
     # around the pass and each layer; elastic streams layers through them. transformers' modules reach the
     # same gates through forward hooks.
     def start_pass(self) -> None:

@@ -10,9 +10,9 @@ memory pool per model. The pool counts against the model's budget: the footprint
 reservation holds graph pools (contract/footprint.py), and a pool beyond it is charged on top
 ("cuda-graphs"); a capture that would pass the budget is dropped and that bucket stays eager.
 Weights move on a swap-in, so `release` (swap-out) drops the graphs with the KV slots.
-Constructed on CUDA by worker/forward/__init__.py; `eager_capture` keeps the same contract
+Constructed on CUDA by engine/forward/__init__.py; `eager_capture` keeps the same contract
 without a graph, so the CPU tests run this module and the shape-static step it replays.
-Called by worker/engine.py.
+Called by engine/batch.py.
 """
 from __future__ import annotations
 
