@@ -32,6 +32,8 @@ from typing import Protocol
 
 import torch
 
+from .transfer import download, upload
+
 _MASK32 = 0xFFFFFFFF
 _MIX = 0x45D9F3B  # the multiplier of a well-mixing 32-bit integer hash; products stay below 2**59
 _GOLDEN = 0x9E3779B9
@@ -267,15 +269,3 @@ def _choices(packed: list[list[float]], rows: Sequence[SampleRow]) -> list[Choic
         out.append(Choice(token, values[1], top))
     return out
 
-
-def upload(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Host values onto `device` without a host sync: staged in pinned memory, copied asynchronously."""
-    host = torch.tensor(values, dtype=dtype)
-    if device.type != "cuda":
-        return host
-    return host.pin_memory().to(device, non_blocking=True)
-
-
-def download(tensor: torch.Tensor) -> torch.Tensor:
-    """A device tensor's values on the host: the one device-to-host copy (and host sync) of a step."""
-    return tensor.to("cpu", copy=True)

@@ -194,20 +194,40 @@ def graphed_engine(residency, capture, *, concurrency=4):
 
 
 def test_bucketed_decode_replays_give_the_eager_tokens_with_joins_and_leaves(tiny_models):
-    """The graph path on CPU: static buffers padded to the bucket, rows mapped by slot, the shape-static
-    decode step over the whole context (eager_capture runs it without a graph)."""
+    """The graph path on CPU: static buffers padded to the batch bucket, rows mapped by slot, the shape-static
+    decode step over the KV-length bucket of the longest row (eager_capture runs it without a graph)."""
     from engine.forward.graphs import eager_capture
 
     residency = residency_of(tiny_models["qwen2"], "resident", None)
-    prompts, lengths = [[72, 105, 33], [1, 2, 3], [9, 8, 7], [4, 4, 4]], [6, 11, 3, 9]
+    prompts, lengths = [[72, 105, 33], [1, 2, 3], [9, 8, 7], [4, 4, 4]], [6, 40, 3, 9]
     arrivals = lambda batch: {0: batch[:3], 4: [batch[3]]}  # noqa: E731  (3 of 4 slots, then 4)
     eager = [greedy(p, n) for p, n in zip(prompts, lengths)]
     run(engine_of(residency, concurrency=4), arrivals(eager))
     replayed = [greedy(p, n) for p, n in zip(prompts, lengths)]
     engine = graphed_engine(residency, eager_capture)
+    replays = []
+    engine.forward.capture = lambda inner, b, n, prev: _counted(eager_capture(inner, b, n, prev), replays, (b, n))
     run(engine, arrivals(replayed))
     assert [g.output_ids for g in replayed] == [g.output_ids for g in eager]
-    assert sorted(engine.forward.graphs) == [1, 2, 4], "3 and 4 decoding used bucket 4 (3 padded), then 2 and 1"
+    assert {b for b, _ in replays} == {1, 2, 4}, "3 and 4 decoding used bucket 4 (3 padded), then 2 and 1"
+    assert {n for _, n in replays} == {32, 64}, "the KV length follows the longest row: 32 keys, then 64"
+
+
+def _counted(captured, replays, pair):
+    replay = captured.replay
+    captured.replay = lambda: (replays.append(pair), replay())
+    return captured
+
+
+def test_every_graph_is_captured_before_the_model_serves(tiny_models):
+    from engine.forward.graphs import GraphedDecoder, eager_capture
+
+    residency = residency_of(tiny_models["llama"], "resident", None)
+    engine = engine_of(residency, concurrency=4)
+    forward = GraphedDecoder(engine.forward, capture=eager_capture)
+    forward.release()
+    forward.allocate()
+    assert sorted(forward.graphs) == [(b, n) for b in (1, 2, 4) for n in (32, 64, 96)]
 
 
 def test_a_failed_capture_decodes_eagerly_and_a_pool_past_the_budget_is_not_kept(tiny_models, caplog):
@@ -217,18 +237,18 @@ def test_a_failed_capture_decodes_eagerly_and_a_pool_past_the_budget_is_not_kept
     expected = [greedy(p) for p in PROMPTS[:2]]
     run(engine_of(residency, concurrency=4), {0: expected})
 
-    def broken(inner, bucket, previous):
+    def broken(inner, bucket, length, previous):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     failed = graphed_engine(residency, broken)
     batch = [greedy(p) for p in PROMPTS[:2]]
     run(failed, {0: batch})
     assert [g.output_ids for g in batch] == [g.output_ids for g in expected]
-    assert not failed.forward.graphs and set(failed.forward.eager_buckets) == {1, 2, 4}
+    assert not failed.forward.graphs and {b for b, _ in failed.forward.eager} == {1, 2, 4}
     assert "decoding eagerly" in caplog.text
 
-    def huge_pool(inner, bucket, previous):
-        captured = eager_capture(inner, bucket, previous)
+    def huge_pool(inner, bucket, length, previous):
+        captured = eager_capture(inner, bucket, length, previous)
         captured.pool_bytes = residency.ledger.budget_bytes
         return captured
 

@@ -1,18 +1,28 @@
-"""The worker's own batched forward for the Llama, Qwen2 and Mistral families.
+"""The engine's own batched forward for the Llama, Qwen2, Qwen3 and Mistral families.
 
 One call runs every sequence of a step through the model once: the new tokens of all
 rows (one token for a decoding sequence, a chunk for a prefilling one) are flattened
 into one [N, hidden] batch for every projection and MLP, so an elastic model streams
-each layer once per step whatever the batch. Attention reads the static KV slots
-(engine/forward/kv.py): decoding rows together, over the slots' used length, with
-grouped-query heads folded into the query length (no K/V repetition); each prefill
-chunk against its own slot with a causal mask. Weights are the checkpoint's own,
-read from the transformers modules at call time (elastic points them at streaming
-buffers between `enter_layer` and `leave_layer`). Rotary embeddings come from the
-model's rotary module, so rope scaling variants stay the checkpoint's.
+each layer once per step whatever the batch.
 
-Called by engine/batch.py through `DecoderForward.run`, and by engine/forward/graphs.py,
-which captures `decode_all` per batch-size bucket on CUDA.
+A decoder layer is nine operators (fused.py): residual add with RMSNorm, the merged q/k/v
+projection, rotary on the query and key heads together, the KV write, attention, the output
+projection, residual add with RMSNorm, the merged gate/up projection, silu-times-up and the down
+projection (Qwen3 adds its q and k norms). q, k and v (and gate and up) are one projection because
+the residency packs each layer's parameters side by side (engine/residency `pack_order`): the
+merged weight is a view of the packed bytes, no copy; unpacked weights are concatenated per call.
+Weights are the checkpoint's own, read from the transformers modules at call time (elastic points
+them at streaming buffers between `enter_layer` and `leave_layer`); rotary embeddings come from
+the model's rotary module, so rope scaling variants stay the checkpoint's.
+
+Attention reads the static KV slots (kv.py) over the used length, never the configured context:
+a decode-only step (every seated sequence decodes one token, the steady state) attends over the
+smallest KV-length bucket (`kv_buckets`: powers of two up to the context) that holds the longest
+sequence, with an additive mask for the shorter rows and for sliding-window layers; grouped-query
+heads are folded into the query length, so K/V are read as stored. `decode_step` is that step,
+shape-static per (batch, KV-length bucket): graphs.py captures it on CUDA. A step with a prefill
+chunk runs `run`'s eager path: decoding rows batched, each chunk against its own slot with a
+causal (and windowed) mask. Called by engine/batch.py through `run`, and by graphs.py.
 """
 from __future__ import annotations
 
@@ -21,14 +31,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..residency import Residency
+from ..transfer import upload
+from .fused import add_rms_norm, kv_write, rms_norm, rotary, silu_mul
 from .kv import KVSlots
 from .rows import Row
 
-FAMILIES = ("llama", "qwen2", "mistral")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+SMALLEST_KV_BUCKET = 32
 
 
-def unsupported_reason(model: nn.Module, context_tokens: int) -> str | None:
-    """Why `model` cannot take this path (None when it can): family, module layout, sliding window."""
+def unsupported_reason(model: nn.Module) -> str | None:
+    """Why `model` cannot take this path (None when it can): family, module layout."""
     config = model.config
     if config.model_type not in FAMILIES:
         return f"model_type {config.model_type!r} is not one of {list(FAMILIES)}"
@@ -36,13 +49,42 @@ def unsupported_reason(model: nn.Module, context_tokens: int) -> str | None:
     needed = ("embed_tokens", "layers", "norm", "rotary_emb")
     if core is None or not all(hasattr(core, n) for n in needed) or not hasattr(model, "lm_head"):
         return f"{type(model).__name__} lacks the expected model.{{{', '.join(needed)}}} and lm_head modules"
-    for layer in core.layers:
-        window = getattr(layer.self_attn, "sliding_window", None)
-        if config.model_type == "mistral":
-            window = getattr(config, "sliding_window", None)
-        if window is not None and window < context_tokens:
-            return f"a sliding attention window of {window} tokens is shorter than the context ({context_tokens})"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"the MLP activation {config.hidden_act!r} is not silu"
     return None
+
+
+def kv_buckets(context: int) -> list[int]:
+    """The KV lengths a decode step attends over: powers of two from SMALLEST_KV_BUCKET, and the context."""
+    sizes, size = [], SMALLEST_KV_BUCKET
+    while size < context:
+        sizes.append(size)
+        size *= 2
+    return sizes + [context]
+
+
+def kv_bucket(context: int, longest: int) -> int:
+    """The smallest KV-length bucket holding `longest` keys."""
+    return next(b for b in kv_buckets(context) if b >= longest)
+
+
+def joined(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """`tensors` stacked along dim 0: a view when they lie side by side in one storage, else a copy."""
+    first = tensors[0]
+    at, storage = first.data_ptr(), first.untyped_storage().data_ptr()
+    for t in tensors:
+        if t.dtype != first.dtype or t.shape[1:] != first.shape[1:] or not t.is_contiguous() or t.data_ptr() != at \
+                or t.untyped_storage().data_ptr() != storage:
+            return torch.cat(tensors)
+        at += t.numel() * t.element_size()
+    return first.as_strided((sum(t.shape[0] for t in tensors), *first.shape[1:]), first.stride())
+
+
+def _window(model: nn.Module, layer: nn.Module) -> int | None:
+    """The layer's sliding attention window (keys after position - window), None for full attention."""
+    if model.config.model_type == "mistral":
+        return getattr(model.config, "sliding_window", None)
+    return getattr(layer.self_attn, "sliding_window", None)
 
 
 class DecoderForward:
@@ -60,6 +102,10 @@ class DecoderForward:
         self.kv_heads = config.num_key_value_heads or self.heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.group = self.heads // self.kv_heads
+        self.eps = config.rms_norm_eps
+        self.windows = [w if w is not None and w < context_tokens else None for w in
+                        (_window(model, layer) for layer in self.layers)]
+        self.qk_norm = config.model_type == "qwen3"
         self.slots, self.context = slots, context_tokens
         self.dtype = self.core.embed_tokens.weight.dtype
         self.kv: KVSlots | None = None
@@ -87,54 +133,71 @@ class DecoderForward:
     def run(self, rows: list[Row]) -> torch.Tensor:
         """Float logits [len(rows), vocab] for the last new token of each row."""
         device = self.device
-        tokens = torch.tensor([t for r in rows for t in r.tokens], dtype=torch.long, device=device)
-        positions = torch.tensor([r.start + i for r in rows for i in range(len(r.tokens))], dtype=torch.long,
-                                 device=device)
-        token_slots = torch.tensor([r.slot for r in rows for _ in r.tokens], dtype=torch.long, device=device)
-        ends = torch.tensor(_cumulative_ends(rows), dtype=torch.long, device=device)
-        plan = _EagerAttention(rows, device, self.group)
+        if all(len(r.tokens) == 1 for r in rows) and [r.slot for r in rows] == list(range(len(rows))):
+            tokens = upload([r.tokens[0] for r in rows], torch.long, device)
+            positions = upload([r.start for r in rows], torch.long, device)
+            return self.decode_step(tokens, positions, kv_bucket(self.context, max(r.start for r in rows) + 1))
+        tokens = upload([t for r in rows for t in r.tokens], torch.long, device)
+        positions = upload([r.start + i for r in rows for i in range(len(r.tokens))], torch.long, device)
+        token_slots = upload([r.slot for r in rows for _ in r.tokens], torch.long, device)
+        ends = upload(_cumulative_ends(rows), torch.long, device)
+        plan = _EagerAttention(rows, device, self.group, self.windows, self.dtype)
         hidden = self.layers_pass(tokens, positions, token_slots, plan)
         return self.logits(hidden[ends])
 
-    def decode_all(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Decode one token in each of slots 0..b-1 (b = len(tokens)), attending over the whole context.
-        Shape-static: this is the step the CUDA graphs capture. Rows past the live batch write position
-        context-1 of a free slot, which no live sequence reads."""
+    def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+        """Decode one token in each of slots 0..b-1 (b = len(tokens)) attending over the first `length`
+        positions of each slot (every position < length). Shape-static per (b, length): the step the CUDA
+        graphs capture. Padding rows of a graph write and read a position no live sequence reads."""
         slots = torch.arange(tokens.shape[0], device=tokens.device)
-        hidden = self.layers_pass(tokens, positions, slots, _StaticDecodeAttention(positions, self.context, self.group))
-        return self.logits(hidden)
+        attention = _DecodeAttention(positions, length, self.group, self.windows, self.dtype)
+        return self.logits(self.layers_pass(tokens, positions, slots, attention))
 
     def layers_pass(self, tokens, positions, token_slots, attention) -> torch.Tensor:
         """Every decoder layer once over the flattened tokens; returns the final hidden states [N, hidden]."""
         residency, kv = self.residency, self.kv
         residency.start_pass()
-        hidden = self.core.embed_tokens(tokens)[None]  # [1, N, hidden]: norms and MLPs see one long sequence
-        cos, sin = self.core.rotary_emb(hidden, positions[None])
+        hidden = self.core.embed_tokens(tokens)
+        cos, sin = self.core.rotary_emb(hidden[None], positions[None])
         cos, sin = cos[0, :, None, :], sin[0, :, None, :]
-        n = tokens.shape[0]
+        n, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
+        q_end, k_end = heads * dim, (heads + kv_heads) * dim
+        residual = None
         for index, layer in enumerate(self.layers):
             residency.enter_layer(index)
-            attn = layer.self_attn
-            x = layer.input_layernorm(hidden)
-            q = _rotate(attn.q_proj(x).view(n, self.heads, self.head_dim), cos, sin)
-            k = _rotate(attn.k_proj(x).view(n, self.kv_heads, self.head_dim), cos, sin)
-            v = attn.v_proj(x).view(n, self.kv_heads, self.head_dim)
-            kv.write(index, token_slots, positions, k, v)
-            out = attention(q, kv.keys[index], kv.values[index])
-            hidden = hidden + attn.o_proj(out[None])
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+            attn, mlp = layer.self_attn, layer.mlp
+            if residual is None:
+                residual, x = hidden, rms_norm(hidden, layer.input_layernorm.weight, self.eps)
+            else:
+                x, residual = add_rms_norm(hidden, residual, layer.input_layernorm.weight, self.eps)
+            qkv = _linear(x, [attn.q_proj, attn.k_proj, attn.v_proj])
+            if self.qk_norm:
+                q = rms_norm(qkv[:, :q_end].view(n, heads, dim), attn.q_norm.weight, self.eps)
+                k = rms_norm(qkv[:, q_end:k_end].view(n, kv_heads, dim), attn.k_norm.weight, self.eps)
+                q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+            else:
+                qk = rotary(qkv[:, :k_end].view(n, heads + kv_heads, dim), cos, sin)
+                q, k = qk[:, :heads], qk[:, heads:]
+            kv_write(kv.keys[index], kv.values[index], token_slots, positions, k,
+                     qkv[:, k_end:].view(n, kv_heads, dim))
+            out = attention(q, kv.keys[index], kv.values[index], index)
+            hidden = _linear(out, [attn.o_proj])
+            x, residual = add_rms_norm(hidden, residual, layer.post_attention_layernorm.weight, self.eps)
+            hidden = _linear(silu_mul(_linear(x, [mlp.gate_proj, mlp.up_proj])), [mlp.down_proj])
             residency.leave_layer(index)
-        return hidden[0]
+        return hidden if residual is None else hidden + residual
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(self.core.norm(hidden)).float()
+        return self.head(rms_norm(hidden, self.core.norm.weight, self.eps)).float()
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding (the rotate-half form of the Llama family)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _linear(x: torch.Tensor, modules: list[nn.Linear]) -> torch.Tensor:
+    """x through `modules` as one merged projection (their outputs side by side)."""
+    weight = joined([m.weight for m in modules])
+    biases = [m.bias for m in modules]
+    if biases[0] is None:
+        return x @ weight.t()
+    return torch.addmm(joined(biases), x, weight.t())
 
 
 def _cumulative_ends(rows: list[Row]) -> list[int]:
@@ -145,21 +208,55 @@ def _cumulative_ends(rows: list[Row]) -> list[int]:
     return ends
 
 
+def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """0 where attended, -inf elsewhere: the mask SDPA adds to the scores as is."""
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
+
+
+def _decode_masks(lengths: torch.Tensor, width: int, windows: list[int | None], dtype: torch.dtype) -> dict:
+    """Per window (None: full attention), the additive [S, 1, 1, width] mask of slots whose query sits at
+    position lengths - 1."""
+    keys = torch.arange(width, device=lengths.device)[None, :]
+    masks = {}
+    for window in set(windows):
+        allowed = keys < lengths[:, None]
+        if window is not None:
+            allowed &= keys >= lengths[:, None] - window
+        masks[window] = _additive(allowed, dtype)[:, None, None, :]
+    return masks
+
+
 def _grouped_decode(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
                     group: int) -> torch.Tensor:
-    """One query token per slot: q [S, heads, D] against keys/values [S, kv_heads, L, D] under mask [S, L].
+    """One query token per slot: q [S, heads, D] against keys/values [S, kv_heads, L, D] under mask.
     The `group` query heads sharing a KV head become that head's query rows, so K/V are read as stored."""
     slots, heads, dim = q.shape
-    q = q.view(slots, heads // group, group, dim)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None, None, :])
+    q = q.reshape(slots, heads // group, group, dim)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
     return out.reshape(slots, heads * dim)
 
 
-class _EagerAttention:
-    """Attention for an eager step: decoding rows batched over the used length, prefill chunks one by one."""
+class _DecodeAttention:
+    """Attention for `decode_step`: slot i decodes one token at positions[i] over the first `length` keys."""
 
-    def __init__(self, rows: list[Row], device: torch.device, group: int):
-        self.group = group
+    def __init__(self, positions: torch.Tensor, length: int, group: int, windows: list[int | None],
+                 dtype: torch.dtype):
+        self.length, self.group, self.windows = length, group, windows
+        self.masks = _decode_masks(positions + 1, length, windows, dtype)
+
+    def __call__(self, q, keys, values, layer: int):
+        width, length = q.shape[0], self.length
+        return _grouped_decode(q, keys[:width, :, :length], values[:width, :, :length],
+                               self.masks[self.windows[layer]], self.group)
+
+
+class _EagerAttention:
+    """Attention for a step with a prefill chunk: decoding rows batched over the used length, prefill
+    chunks one by one against their own slot."""
+
+    def __init__(self, rows: list[Row], device: torch.device, group: int, windows: list[int | None],
+                 dtype: torch.dtype):
+        self.group, self.windows = group, windows
         self.decode: list[tuple[int, int]] = []  # (token index, slot)
         self.prefill: list[tuple[int, Row]] = []  # (first token index, row)
         lengths: dict[int, int] = {}  # decoding slot -> keys it attends to
@@ -176,44 +273,39 @@ class _EagerAttention:
             # every slot below the widest decoding one takes part (slots are compact); the others attend
             # to one key and their rows are dropped
             self.width = max(lengths) + 1
-            per_slot = torch.tensor([lengths.get(s, 1) for s in range(self.width)], device=device)
+            per_slot = upload([lengths.get(s, 1) for s in range(self.width)], torch.long, device)
             self.used = int(max(lengths.values()))
-            self.decode_mask = torch.arange(self.used, device=device)[None, :] < per_slot[:, None]
-            self.decode_index = torch.tensor([i for i, _ in self.decode], device=device)
-            self.decode_slots = torch.tensor([s for _, s in self.decode], device=device)
-        self.prefill_masks = [_causal(row.start, len(row.tokens), device).repeat(group, 1) for _, row in self.prefill]
+            self.decode_masks = _decode_masks(per_slot, self.used, windows, dtype)
+            self.decode_index = upload([i for i, _ in self.decode], torch.long, device)
+            self.decode_slots = upload([s for _, s in self.decode], torch.long, device)
+        self.prefill_masks = [{w: _causal(row.start, len(row.tokens), w, device).repeat(group, 1)
+                               for w in set(windows)} for _, row in self.prefill]
 
-    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: int) -> torch.Tensor:
         heads, dim = q.shape[1], q.shape[2]
+        window = self.windows[layer]
         out = q.new_empty(self.total, heads * dim)
         if self.decode:
             full = q.new_zeros(self.width, heads, dim)
             full[self.decode_slots] = q[self.decode_index]
             attended = _grouped_decode(full, keys[: self.width, :, : self.used], values[: self.width, :, : self.used],
-                                       self.decode_mask, self.group)
+                                       self.decode_masks[window], self.group)
             out[self.decode_index] = attended[self.decode_slots]
-        for (at, row), mask in zip(self.prefill, self.prefill_masks):
+        for (at, row), masks in zip(self.prefill, self.prefill_masks):
             n, end = len(row.tokens), row.start + len(row.tokens)
             kv_heads = keys.shape[1]
             rows_q = q[at: at + n].transpose(0, 1).reshape(kv_heads, self.group * n, dim)[None]
             attended = F.scaled_dot_product_attention(rows_q, keys[row.slot: row.slot + 1, :, :end],
-                                                      values[row.slot: row.slot + 1, :, :end], attn_mask=mask)
+                                                      values[row.slot: row.slot + 1, :, :end], attn_mask=masks[window])
             out[at: at + n] = attended[0].reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)
         return out
 
 
-class _StaticDecodeAttention:
-    """Attention for `decode_all`: every slot 0..b-1 decodes one token over the whole context (graph-safe)."""
-
-    def __init__(self, positions: torch.Tensor, context: int, group: int):
-        self.mask = torch.arange(context, device=positions.device)[None, :] <= positions[:, None]
-        self.group = group
-
-    def __call__(self, q, keys, values):
-        width = q.shape[0]
-        return _grouped_decode(q, keys[:width], values[:width], self.mask, self.group)
-
-
-def _causal(start: int, n: int, device: torch.device) -> torch.Tensor:
-    """[n, start + n] bool: query i (at position start + i) sees keys 0..start + i."""
-    return torch.arange(start + n, device=device)[None, :] <= (start + torch.arange(n, device=device))[:, None]
+def _causal(start: int, n: int, window: int | None, device: torch.device) -> torch.Tensor:
+    """[n, start + n] bool: query i (at position start + i) sees keys 0..start + i (the last `window` of them)."""
+    keys = torch.arange(start + n, device=device)[None, :]
+    queries = (start + torch.arange(n, device=device))[:, None]
+    allowed = keys <= queries
+    if window is not None:
+        allowed &= keys > queries - window
+    return allowed

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..transfer import Transfer
-from . import Residency, decoder_layers, place_all
+from . import Residency, decoder_layers, pack_order, packed_offsets, place_all, views_at
 
 
 @dataclass
@@ -57,7 +57,7 @@ class ElasticResidency(Residency):
         for event in self._freed:
             self.transfer.compute_marks(event)
         for layer in packed:
-            layer.device_views = [_views_at(buf, layer.params, layer.offsets) for buf in self.buffers]
+            layer.device_views = [views_at(buf, layer.params, layer.offsets) for buf in self.buffers]
         self.streamed = packed
         self.model.register_forward_pre_hook(lambda module, args: self.start_pass())
         for j, module in enumerate(streamed_modules):
@@ -81,17 +81,13 @@ class ElasticResidency(Residency):
             self._leave(index - self.resident_layers)
 
     def _pack(self, index: int, module: nn.Module) -> _StreamedLayer:
-        """One layer's parameters packed densely, largest element size first: every offset is then a
-        multiple of its tensor's element size with no padding, so the packed layer is exactly its weight
+        """One layer's parameters packed densely in `pack_order`: the packed layer is exactly its weight
         bytes, the streaming buffer the footprint arithmetic (contract.footprint) planned."""
-        params = sorted(module.parameters(), key=lambda p: -p.element_size())
-        offsets, total = [], 0
-        for p in params:
-            offsets.append(total)
-            total += p.numel() * p.element_size()
+        params = pack_order(module)
+        offsets, total = packed_offsets(params)
         host = torch.empty(total, dtype=torch.uint8, pin_memory=self.pin)
         layer = _StreamedLayer(index=index, params=params, host=host, offsets=offsets,
-                               host_views=_views_at(host, params, offsets), device_views=[])
+                               host_views=views_at(host, params, offsets), device_views=[])
         for p, view in zip(params, layer.host_views):
             view.copy_(p.data)
             p.data = view
@@ -119,8 +115,3 @@ class ElasticResidency(Residency):
         for p, view in zip(layer.params, layer.host_views):
             p.data = view
 
-
-def _views_at(flat: torch.Tensor, params: list[nn.Parameter], offsets: list[int]) -> list[torch.Tensor]:
-    """Views of the byte tensor `flat` shaped and typed like `params`, starting at `offsets`."""
-    return [flat[off: off + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
-            for p, off in zip(params, offsets)]

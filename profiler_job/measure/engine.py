@@ -61,8 +61,10 @@ class _WorkerEngineSession:
         from engine.sampling import SamplingParams
 
         where = torch.device("cuda", torch.cuda.current_device()) if device.is_cuda else torch.device("cpu")
-        # The weights already lie where the profiler loaded them: the residency wraps them, it loads nothing.
+        # The weights already lie where the profiler loaded them; the residency packs each decoder layer as the
+        # worker's does (one allocation per layer: the merged projections the engine reads), layer by layer.
         residency = ResidentResidency(model, DeviceLedger("profiler", UNBOUNDED_BYTES, where), where, pin=False)
+        residency.load()
         self._engine = ModelEngine(residency, concurrency=slots, context_tokens=context_tokens, kv_bytes=0,
                                    prefill_chunk=prefill_chunk_tokens)
         self._new = lambda prompt: Generation(prompt_ids=list(prompt), eos_ids=frozenset(), decode=_no_text,
