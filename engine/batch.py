@@ -127,6 +127,11 @@ class ModelEngine:
         return self.forward.path
 
     @property
+    def fallback(self) -> str | None:
+        """None, or why this model runs transformers' forward one sequence at a time (no batched forward)."""
+        return self.forward.fallback
+
+    @property
     def free_slots(self) -> int:
         return self.concurrency - len(self.seated)
 

@@ -271,6 +271,8 @@ class Worker:
             )
             if served:
                 entry["forward"] = served.engine.path
+                if served.engine.fallback:
+                    entry["fallback"] = f"runs one sequence at a time (no batched forward): {served.engine.fallback}"
                 entry["running"] = len(served.engine.seated)
             if served and model.mode == "elastic":
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())

@@ -5,7 +5,8 @@ Llama, Qwen2, Qwen3 and Mistral families (sliding windows included) and transfor
 modules (hf.py) for the rest; on CUDA a resident or swap model's decoder forward replays
 CUDA graphs, captured before the model serves, for decode-only steps (graphs.py). Every forward offers: `allocate`/`release` (KV memory while the
 weights are on the device), `run(rows)` (logits per row), `free(slot)`, `move(src, dst,
-length)` (slot compaction). Called by engine/batch.py; the transformers KV-argument adapter is contract/hf_compat.py,
+length)` (slot compaction), and `fallback`: None, or why the model takes the non-batching
+transformers forward (shown on the worker's /status). Called by engine/batch.py; the transformers KV-argument adapter is contract/hf_compat.py,
 shared with the profiler.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ def make_forward(residency: Residency, *, slots: int, context_tokens: int, kv_by
     path, reason = forward_path(residency)
     if path == "transformers":
         log.info("%s: transformers forward (%s)", residency.ledger.model, reason)
-        return TransformersForward(residency, slots=slots, context_tokens=context_tokens, kv_bytes=kv_bytes)
+        return TransformersForward(residency, kv_bytes=kv_bytes, fallback=reason)
     forward = DecoderForward(residency, slots=slots, context_tokens=context_tokens)
     if graphs and residency.device.type == "cuda" and residency.mode in ("resident", "swap"):
         from .graphs import GraphedDecoder

@@ -91,6 +91,7 @@ class DecoderForward:
     """Batched forward of one Llama-family model over static KV slots."""
 
     path = "decoder"
+    fallback = None
 
     def __init__(self, residency: Residency, *, slots: int, context_tokens: int):
         model = residency.model

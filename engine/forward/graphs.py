@@ -96,6 +96,7 @@ def _static_inputs(inner: DecoderForward, bucket: int, length: int) -> tuple[tor
 
 class GraphedDecoder:
     path = "decoder"
+    fallback = None
 
     def __init__(self, inner: DecoderForward, capture: Capture = cuda_capture):
         self.inner = inner

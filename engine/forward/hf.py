@@ -21,8 +21,9 @@ from .rows import Row
 class TransformersForward:
     path = "transformers"
 
-    def __init__(self, residency: Residency, *, slots: int, context_tokens: int, kv_bytes: int):
+    def __init__(self, residency: Residency, *, kv_bytes: int, fallback: str):
         self.residency = residency
+        self.fallback = fallback  # why the batching decoder forward does not apply
         self.model = residency.model
         self.kv_bytes = kv_bytes
         self.caches: dict[int, DynamicCache] = {}
