@@ -110,6 +110,7 @@ class DecoderForward:
         self.slots, self.context = slots, context_tokens
         self.dtype = self.core.embed_tokens.weight.dtype
         self.kv: KVSlots | None = None
+        self.merged = _Merged()
 
     @property
     def device(self) -> torch.device:
@@ -122,7 +123,9 @@ class DecoderForward:
                               kv_heads=self.kv_heads, context=self.context, head_dim=self.head_dim, dtype=self.dtype)
 
     def release(self) -> None:
+        """Swap-out: drop the KV slots and the merged views (they would keep the device weights alive)."""
         self.kv = None
+        self.merged = _Merged()
 
     def free(self, slot: int) -> None:
         """Nothing to clear: a slot's stale positions are never read (attention stops at its length)."""
@@ -163,7 +166,7 @@ class DecoderForward:
         cos, sin = cos[0, :, None, :], sin[0, :, None, :]
         n, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
         q_end, k_end = heads * dim, (heads + kv_heads) * dim
-        residual = None
+        residual, linear = None, self.merged.linear
         for index, layer in enumerate(self.layers):
             residency.enter_layer(index)
             attn, mlp = layer.self_attn, layer.mlp
@@ -171,7 +174,7 @@ class DecoderForward:
                 residual, x = hidden, rms_norm(hidden, layer.input_layernorm.weight, self.eps)
             else:
                 x, residual = add_rms_norm(hidden, residual, layer.input_layernorm.weight, self.eps)
-            qkv = _linear(x, [attn.q_proj, attn.k_proj, attn.v_proj])
+            qkv = linear(x, [attn.q_proj, attn.k_proj, attn.v_proj])
             if self.qk_norm:
                 q = rms_norm(qkv[:, :q_end].view(n, heads, dim), attn.q_norm.weight, self.eps)
                 k = rms_norm(qkv[:, q_end:k_end].view(n, kv_heads, dim), attn.k_norm.weight, self.eps)
@@ -182,9 +185,9 @@ class DecoderForward:
             kv_write(kv.keys[index], kv.values[index], token_slots, positions, k,
                      qkv[:, k_end:].view(n, kv_heads, dim))
             out = attention(q, kv.keys[index], kv.values[index], index)
-            hidden = _linear(out, [attn.o_proj])
+            hidden = linear(out, [attn.o_proj])
             x, residual = add_rms_norm(hidden, residual, layer.post_attention_layernorm.weight, self.eps)
-            hidden = _linear(silu_mul(_linear(x, [mlp.gate_proj, mlp.up_proj])), [mlp.down_proj])
+            hidden = linear(silu_mul(linear(x, [mlp.gate_proj, mlp.up_proj])), [mlp.down_proj])
             residency.leave_layer(index)
         return hidden if residual is None else hidden + residual
 
@@ -192,13 +195,30 @@ class DecoderForward:
         return self.head(rms_norm(hidden, self.core.norm.weight, self.eps)).float()
 
 
-def _linear(x: torch.Tensor, modules: list[nn.Linear]) -> torch.Tensor:
-    """x through `modules` as one merged projection (their outputs side by side)."""
-    weight = joined([m.weight for m in modules])
-    biases = [m.bias for m in modules]
-    if biases[0] is None:
-        return x @ weight.t()
-    return torch.addmm(joined(biases), x, weight.t())
+class _Merged:
+    """The merged projections of the layers, as views of the packed weights, kept while the weights stay
+    where they are (checked by the first tensor's address, which moves when a layer's bytes move)."""
+
+    def __init__(self):
+        self.views: dict[tuple[int, ...], tuple[int, torch.Tensor]] = {}
+
+    def __call__(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        key = tuple(id(t) for t in tensors)
+        at = tensors[0].data_ptr()
+        cached = self.views.get(key)
+        if cached is not None and cached[0] == at:
+            return cached[1]
+        merged = joined(tensors)
+        if merged.untyped_storage().data_ptr() == tensors[0].untyped_storage().data_ptr():  # a view: keep it
+            self.views[key] = (at, merged)
+        return merged
+
+    def linear(self, x: torch.Tensor, modules: list[nn.Linear]) -> torch.Tensor:
+        """x through `modules` as one merged projection (their outputs side by side)."""
+        weight = self([m.weight for m in modules])
+        if modules[0].bias is None:
+            return x @ weight.t()
+        return torch.addmm(self([m.bias for m in modules]), x, weight.t())
 
 
 def _cumulative_ends(rows: list[Row]) -> list[int]:
