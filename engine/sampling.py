@@ -119,6 +119,7 @@ class _Table:
     lengths: list[int]  # each row's output length this table expects at the next step
     temperature: torch.Tensor  # [B, 1], 1 where greedy (the noise is off there)
     greedy: torch.Tensor  # [B] bool
+    all_greedy: bool  # no row samples: no noise, no filtering
     top_k: torch.Tensor | None  # [B, 1] int64, vocab where off
     top_p: torch.Tensor | None  # [B, 1]
     keys: torch.Tensor  # [B] int64: this step's noise keys
@@ -146,14 +147,15 @@ class BatchSampler:
         table = self._prepare(rows, raw.shape[1], raw.device)
         adjusted = raw if allowed is None else raw.masked_fill(~allowed, float("-inf"))
         adjusted = _penalised(adjusted, table)
-        greedy_tokens = adjusted.argmax(dim=-1)
-        scaled = adjusted / table.temperature
-        noise = gumbel(table.keys, raw.shape[1])
-        if table.top_k is None and table.top_p is None:
-            sampled = (scaled + noise).argmax(dim=-1)
-        else:
-            sampled = _filtered_sample(scaled, noise, table)
-        tokens = torch.where(table.greedy, greedy_tokens, sampled)
+        tokens = adjusted.argmax(dim=-1)
+        if not table.all_greedy:
+            scaled = adjusted / table.temperature
+            noise = gumbel(table.keys, raw.shape[1])
+            if table.top_k is None and table.top_p is None:
+                sampled = (scaled + noise).argmax(dim=-1)
+            else:
+                sampled = _filtered_sample(scaled, noise, table)
+            tokens = torch.where(table.greedy, tokens, sampled)
         packed = tokens[:, None].to(torch.float64)
         if table.logprobs is not None:
             logprobs = torch.log_softmax(raw, dim=-1)
@@ -237,7 +239,7 @@ def _build(rows: Sequence[SampleRow], vocab: int, device: torch.device) -> _Tabl
     return _Table(
         rows=tuple(rows), lengths=[n + 1 for n in lengths],
         temperature=column([p.temperature or 1.0 for p in params], torch.float32),
-        greedy=upload(greedy, torch.bool, device),
+        greedy=upload(greedy, torch.bool, device), all_greedy=all(greedy),
         top_k=column(top_k, torch.int64) if any_k else None,
         top_p=column([p.top_p for p in params], torch.float32) if any_p else None,
         keys=step_keys(seeds, steps), seeds=seeds, steps=steps,
