@@ -89,6 +89,26 @@ def test_sequences_joining_and_leaving_mid_batch_get_their_tokens_alone(tiny_mod
     assert moves, "a sequence left from below the last slot: compaction moved the last one into its slot"
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_prompts_of_different_lengths_prefill_together_in_one_step(tiny_models, family):
+    """A chunk large enough for every prompt: one step prefills all four rows (padded to the longest, each
+    against its own slot), and each gets its tokens alone."""
+    residency = residency_of(tiny_models[family], "resident", None)
+    alone = []
+    for prompt in PROMPTS:
+        generation = greedy(prompt)
+        run(engine_of(residency, concurrency=1, chunk=80), {0: [generation]})
+        alone.append(generation.output_ids)
+    batch = [greedy(p) for p in PROMPTS]
+    engine = engine_of(residency, concurrency=len(PROMPTS), chunk=80)
+    for generation in batch:
+        engine.join(generation)
+    engine.step()
+    assert all(g.output_ids for g in batch), "every prompt was prefilled in the first step"
+    run(engine, {})
+    assert [g.output_ids for g in batch] == alone
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_running_sequences_decode(tiny_models):
     residency = residency_of(tiny_models["llama"], "resident", None)
     engine = engine_of(residency, concurrency=2, chunk=8)

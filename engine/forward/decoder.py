@@ -21,8 +21,9 @@ smallest KV-length bucket (`kv_buckets`: powers of two up to the context) that h
 sequence, with an additive mask for the shorter rows and for sliding-window layers; grouped-query
 heads are folded into the query length, so K/V are read as stored. `decode_step` is that step,
 shape-static per (batch, KV-length bucket): graphs.py captures it on CUDA. A step with a prefill
-chunk runs `run`'s eager path: decoding rows batched, each chunk against its own slot with a
-causal (and windowed) mask. Called by engine/batch.py through `run`, and by graphs.py.
+chunk runs `run`'s eager path: decoding rows batched, and the prefill chunks batched in one
+attention call too (padded to the longest chunk), each against its own slot with a causal (and
+windowed) mask. Called by engine/batch.py through `run`, and by graphs.py.
 """
 from __future__ import annotations
 
@@ -272,61 +273,75 @@ class _DecodeAttention:
 
 
 class _EagerAttention:
-    """Attention for a step with a prefill chunk: decoding rows batched over the used length, prefill
-    chunks one by one against their own slot."""
+    """Attention for a step with a prefill chunk: decoding rows batched over the used length, and the
+    prefill chunks batched too, each against its own slot, padded to the longest chunk."""
 
     def __init__(self, rows: list[Row], device: torch.device, group: int, windows: list[int | None],
                  dtype: torch.dtype):
         self.group, self.windows = group, windows
-        self.decode: list[tuple[int, int]] = []  # (token index, slot)
-        self.prefill: list[tuple[int, Row]] = []  # (first token index, row)
+        decode: list[tuple[int, int]] = []  # (token index, slot)
+        prefill: list[tuple[int, Row]] = []  # (first token index, row)
         lengths: dict[int, int] = {}  # decoding slot -> keys it attends to
         at = 0
         for row in rows:
             if len(row.tokens) == 1:
-                self.decode.append((at, row.slot))
+                decode.append((at, row.slot))
                 lengths[row.slot] = row.start + 1
             else:
-                self.prefill.append((at, row))
+                prefill.append((at, row))
             at += len(row.tokens)
-        self.total = at
-        if self.decode:
+        self.total, self.decoding, self.prefilling = at, bool(decode), bool(prefill)
+        if decode:
             # every slot below the widest decoding one takes part (slots are compact); the others attend
             # to one key and their rows are dropped
             self.width = max(lengths) + 1
             per_slot = upload([lengths.get(s, 1) for s in range(self.width)], torch.long, device)
             self.used = int(max(lengths.values()))
             self.decode_masks = _decode_masks(per_slot, self.used, windows, dtype)
-            self.decode_index = upload([i for i, _ in self.decode], torch.long, device)
-            self.decode_slots = upload([s for _, s in self.decode], torch.long, device)
-        self.prefill_masks = [{w: _causal(row.start, len(row.tokens), w, device).repeat(group, 1)
-                               for w in set(windows)} for _, row in self.prefill]
+            self.decode_index = upload([i for i, _ in decode], torch.long, device)
+            self.decode_slots = upload([s for _, s in decode], torch.long, device)
+        if prefill:
+            self.chunk = max(len(row.tokens) for _, row in prefill)  # queries per row, padded
+            self.end = max(row.start + len(row.tokens) for _, row in prefill)  # keys per row
+            # padding queries repeat the row's last token: they are computed and dropped
+            self.prefill_index = upload([[at + min(i, len(row.tokens) - 1) for i in range(self.chunk)]
+                                         for at, row in prefill], torch.long, device)
+            self.prefill_kept = upload([r * self.chunk + i for r, (_, row) in enumerate(prefill)
+                                        for i in range(len(row.tokens))], torch.long, device)
+            self.prefill_out = upload([at + i for at, row in prefill for i in range(len(row.tokens))], torch.long,
+                                      device)
+            self.prefill_slots = upload([row.slot for _, row in prefill], torch.long, device)
+            self.prefill_masks = {w: torch.stack([_additive(_causal(row.start, len(row.tokens), w, device, self.chunk,
+                                                                    self.end), dtype) for _, row in prefill])
+                                  .repeat(1, group, 1)[:, None] for w in set(windows)}
 
     def __call__(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, layer: int) -> torch.Tensor:
         heads, dim = q.shape[1], q.shape[2]
         window = self.windows[layer]
         out = q.new_empty(self.total, heads * dim)
-        if self.decode:
+        if self.decoding:
             full = q.new_zeros(self.width, heads, dim)
             full[self.decode_slots] = q[self.decode_index]
             attended = _grouped_decode(full, keys[: self.width, :, : self.used], values[: self.width, :, : self.used],
                                        self.decode_masks[window], self.group)
             out[self.decode_index] = attended[self.decode_slots]
-        for (at, row), masks in zip(self.prefill, self.prefill_masks):
-            n, end = len(row.tokens), row.start + len(row.tokens)
-            kv_heads = keys.shape[1]
-            rows_q = q[at: at + n].transpose(0, 1).reshape(kv_heads, self.group * n, dim)[None]
-            attended = F.scaled_dot_product_attention(rows_q, keys[row.slot: row.slot + 1, :, :end],
-                                                      values[row.slot: row.slot + 1, :, :end], attn_mask=masks[window])
-            out[at: at + n] = attended[0].reshape(heads, n, dim).transpose(0, 1).reshape(n, heads * dim)
+        if self.prefilling:
+            rows, chunk, kv_heads = self.prefill_index.shape[0], self.chunk, keys.shape[1]
+            rows_q = q[self.prefill_index].view(rows, chunk, kv_heads, self.group, dim).permute(0, 2, 3, 1, 4)
+            attended = F.scaled_dot_product_attention(
+                rows_q.reshape(rows, kv_heads, self.group * chunk, dim), keys[self.prefill_slots, :, : self.end],
+                values[self.prefill_slots, :, : self.end], attn_mask=self.prefill_masks[window])
+            attended = attended.view(rows, kv_heads, self.group, chunk, dim).permute(0, 3, 1, 2, 4)
+            out[self.prefill_out] = attended.reshape(rows * chunk, heads * dim)[self.prefill_kept]
         return out
 
 
-def _causal(start: int, n: int, window: int | None, device: torch.device) -> torch.Tensor:
-    """[n, start + n] bool: query i (at position start + i) sees keys 0..start + i (the last `window` of them)."""
-    keys = torch.arange(start + n, device=device)[None, :]
-    queries = (start + torch.arange(n, device=device))[:, None]
-    allowed = keys <= queries
+def _causal(start: int, n: int, window: int | None, device: torch.device, queries: int, keys: int) -> torch.Tensor:
+    """[queries, keys] bool: query i (at position start + i) sees keys 0..start + i (the last `window` of
+    them), in a [queries, keys] frame; padding queries (i >= n) see what the last one sees."""
+    key = torch.arange(keys, device=device)[None, :]
+    query = (start + torch.arange(queries, device=device).clamp(max=n - 1))[:, None]
+    allowed = key <= query
     if window is not None:
-        allowed &= keys > queries - window
+        allowed &= key > query - window
     return allowed
