@@ -70,3 +70,50 @@ def test_the_new_families_take_the_batching_forward(family):
     model = model_of(family, layers=1)
     residency = make_residency("resident", model, DeviceLedger("m", 64 * MiB, CPU), CPU)
     assert forward_path(residency) == ("decoder", None)
+
+
+@pytest.mark.gpu
+def test_seeded_sampling_gives_the_same_tokens_on_cuda_as_on_cpu():
+    """The noise is an integer hash of (seed, step, token): a seeded row samples the same token on any device."""
+    from engine.sampling import BatchSampler
+
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(64, 1000, generator=generator) * 3
+    fields = [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9), dict(temperature=1.2, top_k=20)]
+
+    def tokens(device):
+        rows = [Generation(prompt_ids=[1], params=SamplingParams(max_tokens=4, seed=i, **fields[i % 3]),
+                           eos_ids=frozenset(), decode=lambda ids: "") for i in range(64)]
+        return [c.token for c in BatchSampler().choose(logits.to(device), rows)]
+
+    assert tokens(torch.device("cuda")) == tokens(CPU)
+
+
+@pytest.mark.gpu
+def test_graphs_are_captured_at_load_without_a_device_wide_sync(monkeypatch):
+    """Capture before ready: the model's graphs exist once its engine is built, and no capture synchronized
+    the device or emptied the allocator's cache (other models keep serving meanwhile)."""
+    cuda = torch.device("cuda")
+    model = model_of("qwen3")
+    residency = make_residency("resident", model, DeviceLedger("m", 256 * MiB, cuda), cuda)
+    residency.load()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a device-wide synchronize or cache flush during capture")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
+    monkeypatch.setattr(torch.cuda, "empty_cache", forbidden)
+    engine = ModelEngine(residency, concurrency=2, context_tokens=64, kv_bytes=0, prefill_chunk=8)
+    assert sorted(engine.forward.graphs) == [(b, n) for b in (1, 2) for n in (32, 64)]
+    monkeypatch.undo()
+
+    def decoded(engine) -> list[int]:
+        generation = Generation(prompt_ids=PROMPTS[0], params=SamplingParams(max_tokens=10, temperature=0),
+                                eos_ids=frozenset(), decode=lambda ids: "")
+        engine.join(generation)
+        while engine.seated:
+            engine.step()
+        return generation.output_ids
+
+    eager = ModelEngine(residency, concurrency=2, context_tokens=64, kv_bytes=0, prefill_chunk=8, graphs=False)
+    assert decoded(engine) == decoded(eager)
