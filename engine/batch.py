@@ -2,7 +2,8 @@
 and interleaved with decode, and each step is one forward pass for the whole batch.
 
 `Generation` is one request's state: prompt, sampled tokens, stop conditions (end-of-text
-tokens, stop strings, max_tokens) and incremental detokenisation. `ModelEngine` seats up
+tokens, stop_token_ids, stop strings, max_tokens, a complete grammar), its grammar's
+constraint when it has one, and incremental detokenisation. `ModelEngine` seats up
 to `concurrency` generations in static KV slots (kept compact: a leaving sequence's slot
 is refilled by the last one) and runs a step: every decoding sequence feeds one token,
 and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
@@ -25,7 +26,7 @@ from contract.footprint import PREFILL_CHUNK_TOKENS
 
 from .forward import Row, make_forward
 from .residency import Residency
-from .sampling import BatchSampler, Choice, SamplingParams
+from .sampling import BatchSampler, Choice, SamplingParams, TokenConstraint
 from .transfer import swap_allocations
 
 _join_order = count()
@@ -37,6 +38,7 @@ class Generation:
     params: SamplingParams
     eos_ids: frozenset[int]
     decode: Callable[[list[int]], str]
+    constraint: TokenConstraint | None = None  # response_format / tools: the grammar the answer follows
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     cached: int = 0  # tokens of this sequence in its KV slot
@@ -66,18 +68,34 @@ class Generation:
             return tuple(self.prompt_ids[self.cached: self.cached + budget])
         return (self.output_ids[-1],)
 
+    @property
+    def stops(self) -> frozenset[int]:
+        """The tokens that end the answer (not part of it): stop_token_ids, and end-of-text unless ignore_eos."""
+        params = self.params
+        return frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
+
+    @property
+    def banned(self) -> tuple[int, ...]:
+        """The tokens the sampler must not choose now: the stop tokens while min_tokens is not reached."""
+        return tuple(sorted(self.stops)) if len(self.output_ids) < self.params.min_tokens else ()
+
     def accept(self, choice: Choice) -> str:
         """Take the sampled token; returns the text that became final ("" while it is held back)."""
-        if self.params.logprobs is not None:
+        params = self.params
+        if params.logprobs is not None:
             self._reported.append(choice)
         token = choice.token
         self.output_ids.append(token)
-        if token in self.eos_ids:
+        if self.constraint is not None:
+            self.constraint.advance(token)
+        if token in self.stops:
             self.output_ids.pop()
             if self._reported:
-                self._reported.pop()  # the end-of-text token is not part of the answer
+                self._reported.pop()  # the end-of-text (or stop) token is not part of the answer
             self.finish_reason = "stop"
-        elif len(self.output_ids) >= self.params.max_tokens:
+        elif self.constraint is not None and self.constraint.finished:
+            self.finish_reason = "stop"  # the structure is complete: nothing but end-of-text could follow
+        elif len(self.output_ids) >= params.max_tokens:
             self.finish_reason = "length"
         return self._text_delta()
 

@@ -19,10 +19,12 @@ the seen-token mask of the repetition penalty, the step counters) stays on the d
 the batch keeps its rows; any change in the batch (a join, a leave, a row that did not take
 its token) rebuilds it from the rows' host-side history.
 
-Hook for constrained decoding: `choose(..., allowed=mask)` takes an optional [B, vocab] bool
-tensor on the logits' device (True: the token may be chosen). It is applied to the logits
-first, before penalties, bias and temperature, so a disallowed token is never sampled, greedy
-or not; reported log-probabilities stay the model's own.
+Constrained decoding: a row's grammar (`constraint`, worker/grammar.py) gives the bitmask of the
+tokens allowed next, and `banned` the tokens min_tokens forbids; `allowed_tokens` turns the
+batch's bitmasks and bans into one [B, vocab] mask on the logits' device (one upload), applied
+first, before penalties, bias and temperature, so a forbidden token is never sampled, greedy or
+not; reported log-probabilities stay the model's own. `mask_logits` is the same rule for one
+bitmask and one ban list (the grammar tests and bench/grammar_masks.py).
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ class SamplingParams:
     vocabulary; `repetition_penalty` (vLLM's, 1 is off) divides a positive logit of a token seen
     in the prompt or the output and multiplies a negative one; `logprobs` None reports nothing,
     k >= 0 reports the chosen token's log-probability and the k most likely alternatives.
+    vLLM's extras: `ignore_eos` does not stop at end-of-text, `min_tokens` forbids end-of-text and
+    `stop_token_ids` before that many tokens, and a token of `stop_token_ids` ends the answer like
+    end-of-text (not part of it).
     """
 
     max_tokens: int
@@ -61,6 +66,21 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+
+
+class TokenConstraint(Protocol):
+    """A grammar that one sequence's tokens must follow (worker/grammar.py implements it): the bitmask of
+    the tokens allowed next (int32 words, host memory), then the chosen token; `finished` once the
+    grammar admits nothing more, which ends the answer."""
+
+    finished: bool
+
+    def bitmask(self) -> torch.Tensor: ...
+
+    def advance(self, token: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,12 +97,15 @@ class Choice:
 
 
 class SampleRow(Protocol):
-    """What the sampler reads of one sequence: its parameters, its resolved 64-bit seed and history."""
+    """What the sampler reads of one sequence: its parameters, its resolved 64-bit seed, its history, its
+    grammar (None: any token) and the tokens it must not choose now (engine/batch.py's Generation)."""
 
     params: SamplingParams
     seed: int
     prompt_ids: Sequence[int]
     output_ids: Sequence[int]
+    constraint: TokenConstraint | None
+    banned: tuple[int, ...]
 
 
 def mix32(x):
@@ -140,11 +163,11 @@ class BatchSampler:
     def __init__(self) -> None:
         self._table: _Table | None = None
 
-    def choose(self, logits: torch.Tensor, rows: Sequence[SampleRow],
-               allowed: torch.Tensor | None = None) -> list[Choice]:
+    def choose(self, logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[Choice]:
         """The next token of each row from `logits` [len(rows), vocab] (any float dtype, any device)."""
         raw = logits.float()
         table = self._prepare(rows, raw.shape[1], raw.device)
+        allowed = allowed_tokens(rows, raw.shape[1], raw.device)
         adjusted = raw if allowed is None else raw.masked_fill(~allowed, float("-inf"))
         adjusted = _penalised(adjusted, table)
         tokens = adjusted.argmax(dim=-1)
@@ -271,3 +294,58 @@ def _choices(packed: list[list[float]], rows: Sequence[SampleRow]) -> list[Choic
         out.append(Choice(token, values[1], top))
     return out
 
+
+def unpack_bitmask(words: torch.Tensor, vocab: int, device: torch.device) -> torch.Tensor:
+    """bool [..., vocab] from int32 words [..., words]: bit b of word w allows token 32*w + b (the grammar
+    library's layout); tokens past the mask's bits are forbidden."""
+    words = words.to(device, non_blocking=True)
+    bits = torch.arange(32, dtype=torch.int32, device=device)
+    unpacked = ((words.unsqueeze(-1) >> bits) & 1).bool().flatten(-2)[..., :vocab]
+    return torch.nn.functional.pad(unpacked, (0, vocab - unpacked.shape[-1]), value=False)
+
+
+def without(allowed: torch.Tensor, rows: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """`allowed` [B, vocab] less the (row, token) pairs, except in a row they would leave empty (a grammar
+    that allows only end-of-text while min_tokens bans it): there the grammar's last word wins."""
+    kept = allowed.clone()
+    kept[rows, tokens] = False
+    return torch.where(kept.any(-1, keepdim=True), kept, allowed)
+
+
+def allowed_tokens(rows: Sequence[SampleRow], vocab: int, device: torch.device) -> torch.Tensor | None:
+    """[len(rows), vocab] bool of the tokens each row may choose (its grammar's bitmask less its bans), on
+    `device`; None when no row is constrained."""
+    masks = [None if r.constraint is None else r.constraint.bitmask() for r in rows]
+    bans = [(i, token) for i, r in enumerate(rows) for token in r.banned if 0 <= token < vocab]
+    if all(m is None for m in masks) and not bans:
+        return None
+    allowed = torch.ones(len(rows), vocab, dtype=torch.bool, device=device)
+    constrained = [i for i, m in enumerate(masks) if m is not None]
+    if constrained:
+        width = max(masks[i].shape[-1] for i in constrained)
+        words = torch.zeros(len(constrained), width, dtype=torch.int32)
+        for at, i in enumerate(constrained):  # a host copy: the grammar reuses its bitmask buffer next step
+            words[at, : masks[i].shape[-1]] = masks[i]
+        allowed[upload(constrained, torch.long, device)] = unpack_bitmask(upload(words, torch.int32, device), vocab,
+                                                                          device)
+    if bans:
+        allowed = without(allowed, upload([i for i, _ in bans], torch.long, device),
+                          upload([t for _, t in bans], torch.long, device))
+    return allowed
+
+
+def mask_logits(logits: torch.Tensor, bitmask: torch.Tensor | None, banned: Sequence[int] = ()) -> torch.Tensor:
+    """`logits` ([vocab] or [batch, vocab]) with -inf wherever `bitmask` ([words] or [batch, words], one row
+    per logits row) forbids a token or the token is in `banned`, computed on the logits' device."""
+    if bitmask is None and not banned:
+        return logits
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    allowed = torch.ones(flat.shape, dtype=torch.bool, device=logits.device)
+    if bitmask is not None:
+        allowed = unpack_bitmask(bitmask, vocab, logits.device).reshape(flat.shape).clone()
+    if banned:
+        tokens = torch.tensor(list(banned), dtype=torch.long, device=logits.device)
+        rows = torch.arange(flat.shape[0], device=logits.device).repeat_interleave(len(tokens))
+        allowed = without(allowed, rows, tokens.repeat(flat.shape[0]))
+    return logits.masked_fill(~allowed.reshape(logits.shape), float("-inf"))

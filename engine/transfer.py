@@ -74,8 +74,9 @@ class Transfer:
 
 
 def upload(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Host values onto `device` without a host sync: staged in pinned memory, copied asynchronously."""
-    host = torch.tensor(values, dtype=dtype)
+    """Host values (a list or a host tensor) onto `device` without a host sync: staged in pinned memory,
+    copied asynchronously."""
+    host = values.to(dtype) if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
     if device.type != "cuda":
         return host
     return host.pin_memory().to(device, non_blocking=True)

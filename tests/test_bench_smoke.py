@@ -59,3 +59,10 @@ def test_engine_ops_bench_counts_within_its_targets():
     assert any(line.startswith("operators per decoder layer per decode step: ") for line in lines)
     assert any(line.startswith("host syncs per decode step (temperature 1, top-p, penalties): 1 ") for line in lines)
     assert lines[-1] == '{"missed": []}'
+
+
+def test_grammar_mask_bench_prints_a_row_per_vocabulary():
+    done = run(str(REPO_ROOT / "bench" / "grammar_masks.py"), "--vocab", "258", "--steps", "20", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    header, _, row = done.stdout.splitlines()[-3:]
+    assert header.startswith("| vocab | tokenizer view ms") and row.startswith("| 258 | ") and row.count("|") == 8

@@ -20,6 +20,25 @@ class Row:
     seed: int = 0
     prompt_ids: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
+    constraint: object = None
+    banned: tuple[int, ...] = ()
+
+
+class Only:
+    """A grammar that allows the same tokens at every step (its bitmask in the library's bit layout)."""
+
+    finished = False
+
+    def __init__(self, vocab: int, tokens: set[int]):
+        self.words = torch.zeros((vocab + 31) // 32, dtype=torch.int32)
+        for token in tokens:
+            self.words[token // 32] |= 1 << (token % 32)
+
+    def bitmask(self) -> torch.Tensor:
+        return self.words
+
+    def advance(self, token: int) -> None:
+        pass
 
 
 def params(**fields) -> SamplingParams:
@@ -165,14 +184,24 @@ def test_the_table_kept_on_the_device_gives_the_tokens_of_one_rebuilt_every_step
     assert run(rebuild=False) == run(rebuild=True)
 
 
-def test_the_allowed_mask_is_never_left_greedy_or_sampled():
-    rows = [Row(params(temperature=0)), Row(params(temperature=1.0), 7), Row(params(temperature=1.0, top_p=0.5), 8)]
-    allowed = torch.tensor([[False, True, True, False]] * 3)
-    for _ in range(50):
-        values = torch.randn(3, 4)
-        assert all(c.token in (1, 2) for c in BatchSampler().choose(values, rows, allowed))
+def test_a_grammar_and_bans_hold_for_each_row_greedy_or_sampled():
+    """Row 0 and 1 follow grammars ({1, 2}; {1, 2, 3} less the banned 3), row 2 is free but bans 0, row 3 is
+    free: one mask for the batch, each row its own."""
+    rows = [Row(params(temperature=0), constraint=Only(40, {1, 2})),
+            Row(params(temperature=1.0), 7, constraint=Only(40, {1, 2, 3}), banned=(3,)),
+            Row(params(temperature=1.0, top_p=0.5), 8, banned=(0,)), Row(params(temperature=1.0), 9)]
+    seen = [set() for _ in rows]
+    for _ in range(60):
+        for row, choice in zip(rows, BatchSampler().choose(torch.randn(4, 40) * 4, rows)):
+            seen[rows.index(row)].add(choice.token)
         for row in rows:
-            row.seed += 3
+            row.seed += 5
+    assert seen[0] <= {1, 2} and seen[1] <= {1, 2} and 0 not in seen[2] and len(seen[3]) > 5
+
+
+def test_a_ban_that_would_leave_a_row_nothing_keeps_what_the_grammar_allows():
+    row = Row(params(temperature=0), constraint=Only(8, {5}), banned=(5,))
+    assert BatchSampler().choose(torch.zeros(1, 8), [row])[0].token == 5
 
 
 @pytest.mark.parametrize("seed", [-(1 << 63), (1 << 64) - 1, 0])
