@@ -23,8 +23,6 @@ import argparse
 import json
 import os
 import platform
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -151,58 +149,31 @@ def kv_read_vs_held() -> tuple[int, int]:
     return count.kv_read, held_tokens * per_token
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http_ratio(requests: int, tokens: int, threads: int) -> tuple[float, float]:
+def http_ratio(requests: int, tokens: int, omp_threads: int) -> tuple[float, float]:
     """(tokens/s of one request alone, aggregate tokens/s of `requests` at once) through python -m worker."""
     import httpx
-    import yaml
 
-    from tests.tinymodels import save_tiny_model
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tinymodels import save_tiny_model
+    from worker_support import WorkerProcess, config_document, model_entry
 
     with tempfile.TemporaryDirectory() as tmp:
         model = save_tiny_model(Path(tmp) / "llama", "llama")
-        config = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "WorkerConfig",
-                  "slot": {"id": "bench/cpu", "product": "cpu", "capacityBytes": 8 << 30}, "device": "cpu",
-                  "server": {"maxQueuedRequests": 64, "minResidencyMs": 0},
-                  "models": [{"name": "m", "namespace": "bench", "model": str(model), "mode": "resident",
-                              "budgetBytes": 512 << 20, "contextTokens": 256, "concurrency": requests}]}
-        (Path(tmp) / "worker.yaml").write_text(yaml.safe_dump(config))
-        port = free_port()
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "OMP_NUM_THREADS": str(threads)}
-        process = subprocess.Popen([sys.executable, "-m", "worker", "--config", str(Path(tmp) / "worker.yaml"),
-                                    "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
-        base = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(base + "/readyz", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.3)
-            else:
-                raise SystemExit("the worker did not become ready in 120 s")
+        document = config_document([model_entry("m", model, "resident", budget=512 << 20, concurrency=requests)])
+        with WorkerProcess(Path(tmp), document, env={"OMP_NUM_THREADS": str(omp_threads)}) as worker:
 
             def complete(out: list) -> None:
                 body = {"model": "m", "prompt": "Once upon a time", "max_tokens": tokens, "temperature": 0}
-                reply = httpx.post(base + "/v1/completions", json=body, timeout=300).json()
+                reply = httpx.post(worker.base_url + "/v1/completions", json=body, timeout=300).json()
                 out.append(reply["usage"]["completion_tokens"])
 
             def rate(n: int) -> float:
                 done: list[int] = []
-                threads = [threading.Thread(target=complete, args=(done,)) for _ in range(n)]
+                clients = [threading.Thread(target=complete, args=(done,)) for _ in range(n)]
                 started = time.perf_counter()
-                for thread in threads:
+                for thread in clients:
                     thread.start()
-                for thread in threads:
+                for thread in clients:
                     thread.join()
                 return sum(done) / (time.perf_counter() - started)
 
@@ -210,9 +181,6 @@ def http_ratio(requests: int, tokens: int, threads: int) -> tuple[float, float]:
             alone = max(rate(1) for _ in range(3))
             together = max(rate(requests) for _ in range(3))
             return alone, together
-        finally:
-            process.terminate()
-            process.wait(timeout=30)
 
 
 def main(argv: list[str] | None = None) -> int:
