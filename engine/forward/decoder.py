@@ -152,8 +152,8 @@ class DecoderForward:
 
     def decode_step(self, tokens: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
         """Decode one token in each of slots 0..b-1 (b = len(tokens)) attending over the first `length`
-        positions of each slot (every position < length). Shape-static per (b, length): the step the CUDA
-        graphs capture. Padding rows of a graph write and read a position no live sequence reads."""
+        positions of each slot (every live position < length). Shape-static per (b, length): the step the
+        CUDA graphs capture. A graph's padding rows write the context's last position (graphs.py)."""
         slots = torch.arange(tokens.shape[0], device=tokens.device)
         attention = _DecodeAttention(positions, length, self.group, self.windows, self.dtype)
         return self.logits(self.layers_pass(tokens, positions, slots, attention))

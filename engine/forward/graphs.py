@@ -88,9 +88,10 @@ def eager_capture(inner: DecoderForward, bucket: int, length: int, previous: Cap
 
 
 def _static_inputs(inner: DecoderForward, bucket: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padding rows decode at the bucket's last position of their own free slot, which no live row reads."""
+    """Padding rows decode at the context's last position, which no step attends to before a sequence
+    writes it itself (they attend over the bucket's keys, all of them)."""
     tokens = torch.zeros(bucket, dtype=torch.long, device=inner.device)
-    positions = torch.full((bucket,), length - 1, dtype=torch.long, device=inner.device)
+    positions = torch.full((bucket,), inner.context - 1, dtype=torch.long, device=inner.device)
     return tokens, positions
 
 
@@ -139,7 +140,7 @@ class GraphedDecoder:
         captured = self.graphs.get((bucket, length)) or self._capture(bucket, length)
         if captured is None:
             return self.inner.run(rows)
-        padding = [0] * (bucket - size), [length - 1] * (bucket - size)
+        padding = [0] * (bucket - size), [self.inner.context - 1] * (bucket - size)
         device = self.inner.device
         captured.tokens.copy_(upload([r.tokens[0] for r in rows] + padding[0], torch.long, device))
         captured.positions.copy_(upload([r.start for r in rows] + padding[1], torch.long, device))
