@@ -114,7 +114,13 @@ def test_elastic_prefetches_one_layer_ahead_into_alternating_buffers(tiny_models
         ("wait", "copied:1"), ("copy", "copied:2 after free:init"), ("mark", "free:1"),
         ("wait", "copied:2"), ("copy", "copied:3 after free:1"), ("mark", "free:2"),  # buffer 1 reused after 1
         ("wait", "copied:3"), ("mark", "free:3"),
+        ("copy", "copied:1 after free:3"),  # the next pass's first layer, as soon as buffer 0 is free
     ]
+    transfer.log.clear()
+    with torch.inference_mode():
+        residency.model(input_ids=torch.tensor([PROMPT[:4]]))
+    assert transfer.log[:2] == [("wait", "copied:1"), ("copy", "copied:2 after free:2")], \
+        "the second pass starts on the layer copied ahead, with no copy of its own at its start"
 
 
 def test_elastic_streams_every_non_resident_layer_once_per_forward_pass(tiny_models):
@@ -123,7 +129,7 @@ def test_elastic_streams_every_non_resident_layer_once_per_forward_pass(tiny_mod
     residency.on_streamed_bytes = streamed.append
     greedy(residency, max_tokens=2, prefill_chunk=64)  # one prefill pass + one decode pass
     per_pass = [layer.host.numel() for layer in residency.streamed]
-    assert streamed == per_pass * 2
+    assert streamed == per_pass * 2 + per_pass[:1], "each pass once, and the next pass's first layer ahead"
 
 
 @pytest.mark.parametrize("mode,resident_layers", [("resident", None), ("swap", None), ("elastic", 1)])

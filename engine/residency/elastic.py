@@ -5,8 +5,11 @@ TWO device buffers on a side stream, one layer ahead of compute, ordered by even
 Mechanics: the layer gates (`start_pass`, `enter_layer`, `leave_layer`, called by the worker's own
 forward; forward hooks on the transformers modules call the same code) wait for the layer's copy, point its
 parameters at views of the buffer, and start copying the next streamed layer into the other
-buffer once the layer that last used it has finished (its "free" event). The start of a pass
-starts the first copy, so it overlaps embeddings and resident layers. After a
+buffer once the layer that last used it has finished (its "free" event). The first layer's copy
+for the next pass starts as soon as its buffer is free, when the last layer of this pass on that
+buffer has been issued, so it overlaps the end of this pass, the sampling and the host work
+between steps (the first pass starts it at its start, overlapping embeddings and resident
+layers). After a
 streamed layer runs, its parameters point back at host memory. On CPU the Transfer makes the
 same calls synchronous, so tests exercise this path.
 """
@@ -42,6 +45,7 @@ class ElasticResidency(Residency):
         self.streamed: list[_StreamedLayer] = []
         self.buffers: list[torch.Tensor] = []
         self._freed: list[object] = []  # per buffer: compute finished with its last layer
+        self._ahead = False  # the next pass's first streamed layer is already being copied
 
     def load(self) -> None:
         layers = decoder_layers(self.model)
@@ -69,8 +73,9 @@ class ElasticResidency(Residency):
         super().unload()
 
     def start_pass(self) -> None:
-        if self.streamed:
+        if self.streamed and not self._ahead:
             self._prefetch(0)
+        self._ahead = False
 
     def enter_layer(self, index: int) -> None:
         if index >= self.resident_layers:
@@ -114,4 +119,7 @@ class ElasticResidency(Residency):
         self.transfer.compute_marks(self._freed[j % 2])
         for p, view in zip(layer.params, layer.host_views):
             p.data = view
+        if j == (len(self.streamed) - 1) // 2 * 2:  # the pass's last layer on buffer 0: the next pass's first
+            self._prefetch(0)
+            self._ahead = True
 
