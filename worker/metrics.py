@@ -32,7 +32,7 @@ PREFIX = "gpushare_worker_"
 
 
 class Ledger(Protocol):
-    """What the metrics read of a model's device ledger (worker.memory.DeviceLedger)."""
+    """What the metrics read of a model's device ledger (engine.memory.DeviceLedger)."""
 
     placed_bytes: int
     total_bytes: int

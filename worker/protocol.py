@@ -36,7 +36,7 @@ _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "ref
 
 @dataclass(frozen=True)
 class Sampling:
-    """A request's completion limit (None: the model's default) and its worker.sampling.SamplingParams fields."""
+    """A request's completion limit (None: the model's default) and its engine.sampling.SamplingParams fields."""
 
     max_tokens: int | None
     fields: dict

@@ -24,16 +24,16 @@ from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation, ModelEngine
+from engine.batch import Generation, ModelEngine
+from engine.sampling import SamplingParams, TokenConstraint
 from .grammar import Grammars
-from .sampling import SamplingParams, TokenConstraint
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable
 from .loader import load, resolve
-from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
+from engine.memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
-from .residency import Residency, make_residency
+from engine.residency import Residency, make_residency
 from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
@@ -305,6 +305,8 @@ class Worker:
             )
             if served:
                 entry["forward"] = served.engine.path
+                if served.engine.fallback:
+                    entry["fallback"] = f"runs one sequence at a time (no batched forward): {served.engine.fallback}"
                 entry["running"] = len(served.engine.seated)
             if served and model.mode == "elastic":
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())

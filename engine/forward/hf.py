@@ -1,11 +1,11 @@
 """The fallback forward: transformers' own modules, one forward per sequence, a DynamicCache per slot.
 
-Serves every architecture the decoder path (worker/forward/decoder.py) does not take,
+Serves every architecture the decoder path (engine/forward/decoder.py) does not take,
 GPT-2 among them. A step still batches at the scheduling level (sequences join and
 leave at step boundaries, prefill is chunked), but each sequence runs its own forward,
 so an elastic model on this path streams its layers once per sequence per step. Its KV
 cache grows inside transformers, so the admitted KV bytes are held as a reservation on
-the model's ledger instead of a ledger allocation. Called by worker/engine.py.
+the model's ledger instead of a ledger allocation. Called by engine/batch.py.
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from .rows import Row
 class TransformersForward:
     path = "transformers"
 
-    def __init__(self, residency: Residency, *, slots: int, context_tokens: int, kv_bytes: int):
+    def __init__(self, residency: Residency, *, kv_bytes: int, fallback: str):
         self.residency = residency
+        self.fallback = fallback  # why the batching decoder forward does not apply
         self.model = residency.model
         self.kv_bytes = kv_bytes
         self.caches: dict[int, DynamicCache] = {}

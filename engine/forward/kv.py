@@ -4,7 +4,8 @@ The whole cache is allocated through the model's DeviceLedger, so its bytes are 
 the admitted KV reservation (2 x layers x KV heads x head dim x dtype bytes x
 contextTokens x concurrency) and never an allocation outside the ledger. Layout per
 layer: keys and values of shape [slots, kv_heads, context, head_dim], zeroed, so any
-slot row attention may read is finite. Called by worker/forward/decoder.py.
+slot row attention may read is finite. The decoder writes them with the fused kv_write
+operator (engine/forward/fused.py). Called by engine/forward/decoder.py.
 """
 from __future__ import annotations
 
@@ -27,12 +28,6 @@ class KVSlots:
         self.keys = list(shaped[0].unbind(0))
         self.values = list(shaped[1].unbind(0))
         self.nbytes = flat.numel() * element
-
-    def write(self, layer: int, slots: torch.Tensor, positions: torch.Tensor, k: torch.Tensor,
-              v: torch.Tensor) -> None:
-        """Store one key/value ([N, kv_heads, head_dim]) per token at (slot, position)."""
-        self.keys[layer][slots, :, positions] = k
-        self.values[layer][slots, :, positions] = v
 
     def move(self, src: int, dst: int, length: int) -> None:
         """Copy the first `length` positions of slot `src` into slot `dst` (compaction after a leave)."""

@@ -8,24 +8,25 @@ to `concurrency` generations in static KV slots (kept compact: a leaving sequenc
 is refilled by the last one) and runs a step: every decoding sequence feeds one token,
 and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
 sequences in join order, so a long prompt is cut across steps while the running
-sequences keep decoding. Tokens are chosen by worker/sampling.py, one row per sequence.
+sequences keep decoding. Tokens are chosen by engine/sampling.py for every sampling row of the
+step at once, on the device, with one device-to-host copy.
 
 Called by worker/scheduler.py (one executor thread per model), the profiler and the
-benches; the forward passes live in worker/forward/.
+benches; the forward passes live in engine/forward/.
 """
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Callable
 
-import torch
 
 from contract.footprint import PREFILL_CHUNK_TOKENS
 
 from .forward import Row, make_forward
 from .residency import Residency
-from .sampling import Choice, Sampler, SamplingParams, TokenConstraint
+from .sampling import BatchSampler, Choice, SamplingParams, TokenConstraint
 from .transfer import swap_allocations
 
 _join_order = count()
@@ -47,8 +48,11 @@ class Generation:
     _text: str = ""  # the output detokenised so far
     _prefix: int = 0  # incremental detokenisation: context tokens start here
     _read: int = 0  # ... and the tokens up to here are in _text
-    _sampler: Sampler | None = None
+    seed: int = -1  # the request's seed, else one drawn at random (set in __post_init__)
     _reported: list[Choice] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.seed = self.params.seed if self.params.seed is not None else secrets.randbits(64)
 
     @property
     def done(self) -> bool:
@@ -64,23 +68,27 @@ class Generation:
             return tuple(self.prompt_ids[self.cached: self.cached + budget])
         return (self.output_ids[-1],)
 
-    def accept(self, logits: torch.Tensor) -> str:
-        """Choose the next token from this sequence's row of logits; returns the text that became final
-        ("" while it is held back)."""
+    @property
+    def stops(self) -> frozenset[int]:
+        """The tokens that end the answer (not part of it): stop_token_ids, and end-of-text unless ignore_eos."""
         params = self.params
-        if self._sampler is None:
-            self._sampler = Sampler(params)
-        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
-        banned = sorted(stops) if len(self.output_ids) < params.min_tokens else ()
-        bitmask = None if self.constraint is None else self.constraint.bitmask()
-        choice = self._sampler.choose(logits, self.output_ids, bitmask, banned)
+        return frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
+
+    @property
+    def banned(self) -> tuple[int, ...]:
+        """The tokens the sampler must not choose now: the stop tokens while min_tokens is not reached."""
+        return tuple(sorted(self.stops)) if len(self.output_ids) < self.params.min_tokens else ()
+
+    def accept(self, choice: Choice) -> str:
+        """Take the sampled token; returns the text that became final ("" while it is held back)."""
+        params = self.params
         if params.logprobs is not None:
             self._reported.append(choice)
         token = choice.token
         self.output_ids.append(token)
         if self.constraint is not None:
             self.constraint.advance(token)
-        if token in stops:
+        if token in self.stops:
             self.output_ids.pop()
             if self._reported:
                 self._reported.pop()  # the end-of-text (or stop) token is not part of the answer
@@ -127,6 +135,7 @@ class ModelEngine:
         self.forward = make_forward(residency, slots=concurrency, context_tokens=context_tokens,
                                     kv_bytes=kv_bytes, graphs=graphs)
         self.seated: list[Generation] = []  # index = KV slot
+        self.sampler = BatchSampler()
         self.steps = 0
         if residency.on_device:
             self.forward.allocate()
@@ -134,6 +143,11 @@ class ModelEngine:
     @property
     def path(self) -> str:
         return self.forward.path
+
+    @property
+    def fallback(self) -> str | None:
+        """None, or why this model runs transformers' forward one sequence at a time (no batched forward)."""
+        return self.forward.fallback
 
     @property
     def free_slots(self) -> int:
@@ -190,10 +204,14 @@ class ModelEngine:
             return []
         logits = self.forward.run([Row(g.slot, g.cached, tokens) for g, tokens in plan])
         self.steps += 1
-        results: list[tuple[Generation, str | None]] = []
-        for (generation, tokens), row in zip(plan, logits):
+        for generation, tokens in plan:
             generation.cached += len(tokens)
-            results.append((generation, None if generation.prefilling else generation.accept(row)))
+        # the rows that sample are a prefix of the plan: decoding rows, then prompts that finished (only the
+        # last prefill of a step can be cut short)
+        sampling = [g for g, _ in plan if not g.prefilling]
+        choices = self.sampler.choose(logits[: len(sampling)], sampling) if sampling else []
+        results: list[tuple[Generation, str | None]] = [(g, g.accept(c)) for g, c in zip(sampling, choices)]
+        results += [(g, None) for g, _ in plan[len(sampling):]]
         for generation, _ in results:
             if generation.done:
                 self.leave(generation)

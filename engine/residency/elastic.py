@@ -5,8 +5,11 @@ TWO device buffers on a side stream, one layer ahead of compute, ordered by even
 Mechanics: the layer gates (`start_pass`, `enter_layer`, `leave_layer`, called by the worker's own
 forward; forward hooks on the transformers modules call the same code) wait for the layer's copy, point its
 parameters at views of the buffer, and start copying the next streamed layer into the other
-buffer once the layer that last used it has finished (its "free" event). The start of a pass
-starts the first copy, so it overlaps embeddings and resident layers. After a
+buffer once the layer that last used it has finished (its "free" event). The first layer's copy
+for the next pass starts as soon as its buffer is free, when the last layer of this pass on that
+buffer has been issued, so it overlaps the end of this pass, the sampling and the host work
+between steps (the first pass starts it at its start, overlapping embeddings and resident
+layers). After a
 streamed layer runs, its parameters point back at host memory. On CPU the Transfer makes the
 same calls synchronous, so tests exercise this path.
 """
@@ -18,7 +21,7 @@ import torch
 from torch import nn
 
 from ..transfer import Transfer
-from . import Residency, decoder_layers, place_all
+from . import Residency, decoder_layers, pack_order, packed_offsets, place_all, views_at
 
 
 @dataclass
@@ -42,6 +45,7 @@ class ElasticResidency(Residency):
         self.streamed: list[_StreamedLayer] = []
         self.buffers: list[torch.Tensor] = []
         self._freed: list[object] = []  # per buffer: compute finished with its last layer
+        self._ahead = False  # the next pass's first streamed layer is already being copied
 
     def load(self) -> None:
         layers = decoder_layers(self.model)
@@ -57,7 +61,7 @@ class ElasticResidency(Residency):
         for event in self._freed:
             self.transfer.compute_marks(event)
         for layer in packed:
-            layer.device_views = [_views_at(buf, layer.params, layer.offsets) for buf in self.buffers]
+            layer.device_views = [views_at(buf, layer.params, layer.offsets) for buf in self.buffers]
         self.streamed = packed
         self.model.register_forward_pre_hook(lambda module, args: self.start_pass())
         for j, module in enumerate(streamed_modules):
@@ -69,8 +73,9 @@ class ElasticResidency(Residency):
         super().unload()
 
     def start_pass(self) -> None:
-        if self.streamed:
+        if self.streamed and not self._ahead:
             self._prefetch(0)
+        self._ahead = False
 
     def enter_layer(self, index: int) -> None:
         if index >= self.resident_layers:
@@ -81,17 +86,13 @@ class ElasticResidency(Residency):
             self._leave(index - self.resident_layers)
 
     def _pack(self, index: int, module: nn.Module) -> _StreamedLayer:
-        """One layer's parameters packed densely, largest element size first: every offset is then a
-        multiple of its tensor's element size with no padding, so the packed layer is exactly its weight
+        """One layer's parameters packed densely in `pack_order`: the packed layer is exactly its weight
         bytes, the streaming buffer the footprint arithmetic (contract.footprint) planned."""
-        params = sorted(module.parameters(), key=lambda p: -p.element_size())
-        offsets, total = [], 0
-        for p in params:
-            offsets.append(total)
-            total += p.numel() * p.element_size()
+        params = pack_order(module)
+        offsets, total = packed_offsets(params)
         host = torch.empty(total, dtype=torch.uint8, pin_memory=self.pin)
         layer = _StreamedLayer(index=index, params=params, host=host, offsets=offsets,
-                               host_views=_views_at(host, params, offsets), device_views=[])
+                               host_views=views_at(host, params, offsets), device_views=[])
         for p, view in zip(params, layer.host_views):
             view.copy_(p.data)
             p.data = view
@@ -118,9 +119,7 @@ class ElasticResidency(Residency):
         self.transfer.compute_marks(self._freed[j % 2])
         for p, view in zip(layer.params, layer.host_views):
             p.data = view
+        if j == (len(self.streamed) - 1) // 2 * 2:  # the pass's last layer on buffer 0: the next pass's first
+            self._prefetch(0)
+            self._ahead = True
 
-
-def _views_at(flat: torch.Tensor, params: list[nn.Parameter], offsets: list[int]) -> list[torch.Tensor]:
-    """Views of the byte tensor `flat` shaped and typed like `params`, starting at `offsets`."""
-    return [flat[off: off + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
-            for p, off in zip(params, offsets)]

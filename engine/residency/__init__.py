@@ -51,7 +51,7 @@ class Residency:
                     module._buffers[key] = torch.empty(0, dtype=buf.dtype)
         self.ledger.release_all()
 
-    # Layer gates: a forward that runs the decoder layers itself (worker/forward/decoder.py) calls these
+    # Layer gates: a forward that runs the decoder layers itself (engine/forward/decoder.py) calls these
     # around the pass and each layer; elastic streams layers through them. transformers' modules reach the
     # same gates through forward hooks.
     def start_pass(self) -> None:
@@ -78,11 +78,45 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     raise ValueError(f"{type(model).__name__} has no ModuleList of {count} decoder layers")
 
 
+def pack_order(module: nn.Module) -> list[nn.Parameter]:
+    """A layer's parameters in the order they are packed: largest element size first (every offset is then
+    a multiple of its tensor's element size, with no padding), matrices before vectors, else the order the
+    module registered them. So q, k and v (and gate and up, and the q, k, v biases) lie side by side and the
+    decoder forward reads each group as one merged projection (engine/forward/decoder.py)."""
+    return sorted(module.parameters(), key=lambda p: (-p.element_size(), -p.dim()))
+
+
+def views_at(flat: torch.Tensor, params: list[nn.Parameter], offsets: list[int]) -> list[torch.Tensor]:
+    """Views of the byte tensor `flat` shaped and typed like `params`, starting at `offsets`."""
+    return [flat[off: off + p.numel() * p.element_size()].view(p.dtype).view(p.shape)
+            for p, off in zip(params, offsets)]
+
+
+def packed_offsets(params: list[nn.Parameter]) -> tuple[list[int], int]:
+    """Each parameter's byte offset when packed densely in this order, and the total bytes."""
+    offsets, total = [], 0
+    for p in params:
+        offsets.append(total)
+        total += p.numel() * p.element_size()
+    return offsets, total
+
+
 def place_all(model: nn.Module, ledger: DeviceLedger, *, non_blocking: bool = False,
               skip: set[int] = frozenset()) -> None:
-    """Point every parameter and buffer (except those whose id is in `skip`) at a ledger-placed device copy."""
+    """Point every parameter and buffer (except those whose id is in `skip`) at a ledger-placed device copy.
+    Each decoder layer placed whole lands in one allocation, packed in `pack_order`."""
+    packed: set[int] = set()
+    for layer in decoder_layers(model):
+        params = pack_order(layer)
+        if params and not any(id(p) in skip for p in params):
+            offsets, total = packed_offsets(params)
+            flat = ledger.empty(total, what="weights")
+            for p, view in zip(params, views_at(flat, params, offsets)):
+                view.copy_(p.data, non_blocking=non_blocking)
+                p.data = view
+            packed.update(id(p) for p in params)
     for param in model.parameters():
-        if id(param) not in skip:
+        if id(param) not in skip and id(param) not in packed:
             param.data = ledger.place(param.data, non_blocking=non_blocking)
     for module in model.modules():
         for key, buf in module._buffers.items():

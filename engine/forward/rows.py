@@ -1,7 +1,7 @@
 """A step's unit of work for one sequence: the new tokens to run and where they go in the KV cache.
 
-Built by worker/engine.py for each seated sequence every step; consumed by the forwards
-(worker/forward/decoder.py and hf.py).
+Built by engine/batch.py for each seated sequence every step; consumed by the forwards
+(engine/forward/decoder.py and hf.py).
 """
 from __future__ import annotations
 

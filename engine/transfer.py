@@ -3,7 +3,8 @@
 Owns the worker's CUDA stream/event plumbing for copies. Elastic residency issues its
 layer prefetches through a `Transfer`, so the CPU test suite runs the exact code
 path a GPU runs (events and streams become no-ops; copies are synchronous memcpy).
-`swap_allocations` is the one stream every swap-in allocates on, so the caching
+`upload` and `download` are the engine's per-step host<->device copies: an upload never makes
+the host wait, a download is a step's one host sync. `swap_allocations` is the one stream every swap-in allocates on, so the caching
 allocator reuses an evicted model's blocks for the next one (blocks are reused only
 on the stream that allocated them). Called by residency and the engine.
 """
@@ -70,3 +71,17 @@ class Transfer:
         """Record `event` on the compute stream (a buffer is free once the work so far is done)."""
         if self.cuda:
             event.record(torch.cuda.current_stream(self.device))
+
+
+def upload(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values (a list or a host tensor) onto `device` without a host sync: staged in pinned memory,
+    copied asynchronously."""
+    host = values.to(dtype) if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def download(tensor: torch.Tensor) -> torch.Tensor:
+    """A device tensor's values on the host: the one device-to-host copy (and host sync) of a step."""
+    return tensor.to("cpu", copy=True)

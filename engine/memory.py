@@ -86,10 +86,10 @@ class DeviceLedger:
             self._charge(nbytes - self._reserved.get(label, 0), label)
             self._reserved[label] = nbytes
 
-    def empty(self, nbytes: int, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-        """A new uninitialised flat device tensor of `nbytes`, charged to this model."""
+    def empty(self, nbytes: int, dtype: torch.dtype = torch.uint8, *, what: str = "buffer") -> torch.Tensor:
+        """A new uninitialised flat device tensor of `nbytes`, charged to this model (`what`: for the message)."""
         with self._lock:
-            self._charge(nbytes, "buffer")
+            self._charge(nbytes, what)
             t = torch.empty(nbytes // torch.empty((), dtype=dtype).element_size(), dtype=dtype, device=self.device)
             self._record(t)
             return t
