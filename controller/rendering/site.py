@@ -16,7 +16,7 @@ from types import MappingProxyType
 import jsonschema
 
 import schemas
-from controller.rendering.compositions import Composition
+from controller.rendering.compositions import Composition, parameter_problems
 
 
 class InstallParameterInvalid(Exception):
@@ -47,6 +47,9 @@ def with_install_parameters(compositions: Mapping[str, Composition],
         error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(value))
         if error is not None:
             raise InstallParameterInvalid(name, f"{value!r}: {error.message}")
+        problems = parameter_problems({name: value})
+        if problems:
+            raise InstallParameterInvalid(name, f"{value!r}: {problems[0].message} [{problems[0].reason}]")
     return {
         key: dataclasses.replace(composition, parameters=MappingProxyType(
             {**composition.parameters, **{k: v for k, v in values.items() if k not in composition.explicit}}))
