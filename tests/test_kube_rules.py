@@ -282,11 +282,11 @@ def test_an_install_parameter_is_checked_like_the_field_it_fills():
 def test_validate_and_the_pass_refuse_it_and_nothing_of_it_is_rendered(edit, reason, needle, tmp_path, capsys):
     root = tmp_path / "fleet"
     shutil.copytree(FLEET, root)
+    team = copy.deepcopy(COMPOSITION)
+    team["spec"]["parameters"] = {"workerNamespace": "llm-workers"}
     (root / "compositions").mkdir()
-    (root / "compositions" / "team.yaml").write_text(
-        (Path(__file__).resolve().parent / "fixtures" / "load" / "compositions" / "vllm-like.yaml").read_text()
-        .replace("name: vllm-like", "name: team"))
-    chat = root / "models" / "llm" / "chat.yaml"
+    (root / "compositions" / "team.yaml").write_text(yaml.safe_dump(team, sort_keys=False))
+    chat = root / "models" / "llm" / "chat.yaml"  # its second model, summarizer, takes the team's composition
     chat.write_text(chat.read_text().replace("product: NVIDIA-L4", "product: NVIDIA-L4\n  compositionRef: {name: team}"))
     path, old, new = edit
     (root / path).write_text((root / path).read_text().replace(old, new))

@@ -42,31 +42,29 @@ def _length(text: str, limit: int) -> list[str]:
     return [f"must be no more than {limit} characters"] if len(text) > limit else []
 
 
+def _matching(text: str, limit: int, pattern: re.Pattern, rule: str) -> list[str]:
+    return _length(text, limit) + ([] if pattern.match(text) else [rule])
+
+
 def dns1123_label(text: str) -> list[str]:
     """A DNS-1123 label: lower-case alphanumerics and '-', alphanumeric ends, at most 63 characters."""
-    problems = _length(text, MAX_LABEL)
-    if not _DNS1123_LABEL.match(text):
-        problems.append("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
-                        "must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')")
-    return problems
+    return _matching(text, MAX_LABEL, _DNS1123_LABEL, "a lowercase RFC 1123 label must consist of lower case "
+                     "alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. "
+                     "'my-name' or '123-abc')")
 
 
 def dns1123_subdomain(text: str) -> list[str]:
     """A DNS-1123 subdomain: labels joined by '.', at most 253 characters."""
-    problems = _length(text, MAX_SUBDOMAIN)
-    if not _DNS1123_SUBDOMAIN.match(text):
-        problems.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
-                        "'.', and must start and end with an alphanumeric character (e.g. 'example.com')")
-    return problems
+    return _matching(text, MAX_SUBDOMAIN, _DNS1123_SUBDOMAIN, "a lowercase RFC 1123 subdomain must consist of lower "
+                     "case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+                     "(e.g. 'example.com')")
 
 
 def dns1035_label(text: str) -> list[str]:
     """A DNS-1035 label (a Service name): a DNS-1123 label that starts with a letter."""
-    problems = _length(text, MAX_LABEL)
-    if not _DNS1035_LABEL.match(text):
-        problems.append("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with a "
-                        "letter and end with an alphanumeric character (e.g. 'my-name' or 'abc-123')")
-    return problems
+    return _matching(text, MAX_LABEL, _DNS1035_LABEL, "a DNS-1035 label must consist of lower case alphanumeric "
+                     "characters or '-', start with a letter and end with an alphanumeric character (e.g. 'my-name' "
+                     "or 'abc-123')")
 
 
 def path_segment_name(text: str) -> list[str]:
@@ -96,11 +94,9 @@ def qualified_name(text: str) -> list[str]:
 
 def label_value(text: str) -> list[str]:
     """A label value: empty, or at most 63 characters, alphanumeric ends, '-', '_' and '.' inside."""
-    problems = _length(text, MAX_LABEL)
-    if not _LABEL_VALUE.match(text):
-        problems.append("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
-                        "'.', and must start and end with an alphanumeric character (e.g. 'MyValue' or 'my_value')")
-    return problems
+    return _matching(text, MAX_LABEL, _LABEL_VALUE, "a valid label must be an empty string or consist of alphanumeric "
+                     "characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
+                     "'MyValue' or 'my_value')")
 
 
 def quantity(text: str) -> list[str]:
