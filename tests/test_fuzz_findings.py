@@ -59,3 +59,14 @@ def test_an_empty_inventory_is_an_error_and_its_last_good_copy_is_read(text, tmp
 
     assert [(e.file, e.reason) for e in second.inputs.errors] == [("gpus.yaml", "EmptyInventory")]
     assert second.held == ("gpus.yaml",) and second.inputs.slots == first.inputs.slots
+
+
+def test_a_number_beyond_64_bits_does_not_hide_another_nodes_error():
+    """A number error once returned before the schema ran: the node beside it, never checked, crashed the pass."""
+    node = {"product": "NVIDIA-L4", "memory": "23034Mi"}
+    doc = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "GPUInventory",
+           "nodes": [{**node, "name": "a", "count": 2**70}, {**node, "name": "b", "count": None},
+                     {**node, "name": "c", "count": 1}]}
+    found, errors = parse_inventory(doc, "gpus.yaml")
+    assert [(e.path, e.reason) for e in errors] == [("nodes[0].count", "InvalidNumber"), ("nodes[1].count", "InvalidType")]
+    assert [s.node for s in found] == ["c"]

@@ -112,15 +112,13 @@ def _show(value: Any) -> str:
 
 
 def schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
-    """One InputError per offending JSON path (the most relevant violation there), in path order; numbers
-    that are not finite or beyond 64 bits first (the schema cannot see them)."""
-    numbers = _number_errors(doc, file, document, obj)
-    if numbers:
-        return numbers
+    """One InputError per offending JSON path (the most relevant violation there), in path order; at a number
+    that is not finite or beyond 64 bits, that (the schema cannot see it). Every path is checked, so a caller
+    that skips the parts with an error (a GPU inventory's bad nodes) never reads an unchecked one."""
+    best = {e.path: e for e in _number_errors(doc, file, document, obj)}
     _whole_floats_to_ints(doc)
-    if schemas.is_valid(schema)(doc):
+    if not best and schemas.is_valid(schema)(doc):
         return []
-    best: dict[str, InputError] = {}
     for err in sorted(schemas.validator(schema).iter_errors(doc), key=relevance, reverse=True):
         for path, reason, message, fix in _explain(err, schema):
             best.setdefault(path, InputError(file=file, document=document, path=path, message=message, fix=fix,
