@@ -244,7 +244,8 @@ def object_problems(doc: dict) -> list[Problem]:
         found += [Problem("InvalidName", "metadata.name", name, m) for m in name_rule(str(doc.get("kind")))(name)]
     if isinstance(namespace, str):
         found += [Problem("InvalidName", "metadata.namespace", namespace, m) for m in dns1123_label(namespace)]
-    for where, key, value in _fields(doc, ""):
+    for at, key, value in _fields(doc, ()):
+        where = _path(at, key)
         if key == "metadata" and isinstance(value, dict):
             found += labels(value.get("labels", {}), f"{where}.labels")
             found += annotations(value.get("annotations", {}), f"{where}.annotations")
@@ -271,14 +272,27 @@ def _expressions(items: list, where: str) -> list[Problem]:
     return found
 
 
-def _fields(node: object, at: str) -> Iterator[tuple[str, str, object]]:
-    """(path, key, value) of every mapping entry under `node`, depth first."""
+_CHECKED = frozenset({"metadata", "matchLabels", "nodeSelector", "selector", "matchExpressions", "tolerations",
+                      "resources"})
+
+
+def _fields(node: object, at: tuple) -> Iterator[tuple[tuple, str, object]]:
+    """(path of the mapping, key, value) of every mapping entry a rule checks, depth first."""
     if isinstance(node, dict):
         for key, value in node.items():
-            where = f"{at}.{key}" if at else str(key)
-            yield where, str(key), value
+            if key in _CHECKED:
+                yield at, key, value
             if isinstance(value, dict | list) and key not in _OPAQUE:
-                yield from _fields(value, where)
+                yield from _fields(value, (*at, key))
     elif isinstance(node, list):
         for i, item in enumerate(node):
-            yield from _fields(item, f"{at}[{i}]")
+            if isinstance(item, dict | list):
+                yield from _fields(item, (*at, i))
+
+
+def _path(at: tuple, key: str) -> str:
+    """metadata.labels, spec.template.spec.containers[0].resources: the JSON path of `key` under `at`."""
+    text = ""
+    for part in (*at, key):
+        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
+    return text
