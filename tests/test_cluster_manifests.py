@@ -91,9 +91,10 @@ CONTROLLER_GRANTS = {
         ("gpushare.dev", "elasticmodels/status", ()): {"patch"},  # Cluster.patch_status
         ("", "nodes", ()): {"list"},  # Cluster.nodes
         ("", "configmaps", ()): {"list"},  # Cluster.profile_documents, Cluster.verdicts
-        ("", "pods", ()): {"list"},  # Cluster.profiler_job (a failed Job's pods)
+        ("", "pods", ()): {"list"},  # Cluster.profiler_job (a failed Job's pods), Cluster.worker_pods
+        ("", "pods/resize", ()): {"patch"},  # Cluster.resize_pod
         ("batch", "jobs", ()): {"get"},  # Cluster.profiler_job
-        ("apps", "deployments", ()): {"get"},  # Cluster.workload
+        ("apps", "deployments", ()): {"get"},  # Cluster.workload, Cluster.deployment
         ("argoproj.io", "applications", ()): {"get"},  # Cluster.application
     },
     "rbac/leader-election-role.yaml": {

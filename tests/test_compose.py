@@ -3,7 +3,6 @@ model is reported alone while the others render."""
 from __future__ import annotations
 
 import hashlib
-import math
 import shutil
 from dataclasses import replace
 
@@ -59,10 +58,10 @@ def template_copy(tmp_path):
 @pytest.mark.parametrize("worker, scheduler, gpu_limits, annotations, labels", [
     pytest.param("worker-node-a-gpu0-default", None, {"nvidia.com/gpu": "1"}, {}, {}, id="default-whole-gpu"),
     pytest.param("worker-node-b-gpu0-kai", "kai-scheduler", {},
-                 {"gpu-memory": str(math.ceil((20 * 1024 + 1024) * MIB / MIB))},  # footprint 20Gi + reserved 1Gi
+                 {"gpu-memory": str(24 * 1024)},  # the slot's GPU, whatever its models: a model change rolls no pod
                  {"kai.scheduler/queue": "default-queue"}, id="kai-gpu-memory-annotation"),
-    pytest.param("worker-node-b-gpu1-hami", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}, {}, {},
-                 id="hami-gpumem-limit"),
+    pytest.param("worker-node-b-gpu1-hami", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(24 * 1024)}, {},
+                 {}, id="hami-gpumem-limit"),
 ])
 def test_composition_shapes_the_worker_pod(tree, worker, scheduler, gpu_limits, annotations, labels):
     template = pod(tree, worker)
@@ -112,6 +111,28 @@ def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
     key = "gpushare.dev/config-checksum"
     assert load(files, path)["metadata"]["annotations"][key] != load(tree, path)["metadata"]["annotations"][key]
     assert pod(files, "worker-node-a-gpu0-default") == pod(tree, "worker-node-a-gpu0-default")
+
+
+def test_a_slot_capacity_change_rolls_the_pod_since_the_worker_cannot_apply_it_in_place(tree):
+    """worker/reconfigure.py refuses a changed slot capacity in place: the pod template carries it, so it rolls."""
+    smaller = (replace(SLOTS[0], reserved_bytes=SLOTS[0].reserved_bytes * 2),) + SLOTS[1:]
+    files = compose(MODELS, PLAN, smaller, PREVIOUS).files
+    annotations = pod(files, "worker-node-a-gpu0-default")["metadata"]["annotations"]
+    assert annotations["gpushare.dev/slot-capacity-bytes"] == str(smaller[0].usable_bytes)
+    assert pod(files, "worker-node-a-gpu0-default") != pod(tree, "worker-node-a-gpu0-default")
+    assert pod(files, "worker-node-b-gpu0-kai") == pod(tree, "worker-node-b-gpu0-kai")
+
+
+@pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
+def test_the_pod_requests_the_fixed_base_and_the_deployment_carries_the_host_memory_need(tree, worker):
+    """The pinned host copies of swap and elastic models go to the Deployment's annotation (the controller resizes
+    the running pod to it), never to the pod template, where they would roll the pod on every model change."""
+    slot = next(s for s in SLOTS if worker.startswith(f"worker-{s.node}-gpu{s.index}-"))
+    pinned = sum(d.need_bytes for d in PLAN.decisions if d.slot == slot.id and d.mode in ("swap", "elastic"))
+    base = 4 << 30  # workerBaseMemoryBytes' default
+    deployment = load(tree, f"{WORKERS}/deployment-{worker}.yaml")
+    assert deployment["metadata"]["annotations"]["gpushare.dev/host-memory"] == f"{-(-(base + pinned) // MIB)}Mi"
+    assert pod(tree, worker)["spec"]["containers"][0]["resources"]["requests"]["memory"] == f"{base // MIB}Mi"
 
 
 @pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])

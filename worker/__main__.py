@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     app = create_app(worker)
     require_api_key(app, api_key_from_env())  # GPUSHARE_API_KEY: the composition's apiKeySecret
-    worker.start()
+    worker.start_in_background()  # /healthz answers while the models are fetched, read and loaded
     watch = ConfigWatch(args.config, worker, interval_s=args.watch_seconds)
     if args.watch_seconds > 0:
         watch.start()

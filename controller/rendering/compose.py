@@ -33,7 +33,6 @@ from controller.rendering.kube_validate import warm as warm_validators
 from controller.rendering.kube_rules import Problem, is_dns_label, is_label_value, object_problems
 from controller.rendering.names import (dns_label, profile_configmap_name, profiler_job_name, service_name,
                                         worker_name)
-from controller.planning.occupancy import device_bytes
 from controller.rendering.profiling_place import Beside, profiling_place
 from controller.rendering.planmd import Change, LastPlan, created_jobs, decision_changes, plan_markdown
 from controller.rendering.rollouts import Rollouts, worker_rollouts
@@ -47,9 +46,9 @@ RENDERED = "rendered"
 DECISIONS = "decisions"
 PLAN_FILE = f"{RENDERED}/PLAN.md"
 MIB = 1 << 20
-STARTUP_BASE_S = 120  # python, torch and CUDA start, admission: before the first byte of weights loads
-STARTUP_LOAD_BYTES_PER_S = 200 * 10**6  # a slow network volume; local NVMe reads several times faster
+STARTUP_BASE_S = 120  # python and torch start until /healthz answers (models are fetched and load after)
 STARTUP_PROBE_PERIOD_S = 10  # templates/worker-deployment.yaml.j2 startupProbe.periodSeconds
+STARTUP_FAILURE_THRESHOLD = math.ceil(STARTUP_BASE_S / STARTUP_PROBE_PERIOD_S)
 _PATH_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -437,8 +436,8 @@ def _worker_context(slot: GpuSlot, composition: Composition, members: list[_Serv
         raise ManifestInvalid(ref, f"worker.yaml for slot {slot.id} breaks schemas/worker-config.schema.json: "
                               f"{exc.message}", "fix the GPU inventory entry of that slot") from exc
     decisions = [m.decision for m in members]
-    host_bytes = int(composition.parameters["workerBaseMemoryBytes"]) + sum(
-        d.need_bytes for d in decisions if d.mode in ("swap", "elastic"))
+    base_bytes = int(composition.parameters["workerBaseMemoryBytes"])
+    host_bytes = base_bytes + sum(d.need_bytes for d in decisions if d.mode in ("swap", "elastic"))
     return {
         "params": composition.parameters,
         "worker": {
@@ -447,21 +446,18 @@ def _worker_context(slot: GpuSlot, composition: Composition, members: list[_Serv
             "node": slot.node,
             "product": slot.product,
             "slot": slot.id,
+            "capacity_bytes": slot.usable_bytes,  # worker.yaml's slot.capacityBytes: a change of it rolls the pod
             "config": config,
             "checksum": hashlib.sha256(config.encode()).hexdigest(),
-            "gpu_memory_mib": math.ceil(min(slot.memory_bytes, device_bytes(decisions) + slot.reserved_bytes) / MIB),
-            "host_memory": f"{math.ceil(host_bytes / MIB)}Mi",
-            "startup_failure_threshold": startup_failure_threshold(sum(d.need_bytes for d in decisions)),
+            # the pod template takes nothing from the slot's models, so a model change never rolls the pod:
+            "gpu_memory_mib": math.ceil(slot.memory_bytes / MIB),  # the slot's GPU share (the planner fills it)
+            "host_memory": f"{math.ceil(base_bytes / MIB)}Mi",  # the fixed request the pod starts with
+            "host_memory_need": f"{math.ceil(host_bytes / MIB)}Mi",  # resized in place (controller.kube.resize)
+            "startup_failure_threshold": STARTUP_FAILURE_THRESHOLD,
             "verdicts": verdicts,
             "namespaces": sorted({m.model.namespace for m in members}),  # whose pods the NetworkPolicy admits
         },
     }
-
-
-def startup_failure_threshold(load_bytes: int) -> int:
-    """The worker's startup probe failures allowed: its start plus the bytes its models load (their full
-    need, an upper bound of their weights) at a slow volume's read rate, in probe periods."""
-    return math.ceil((STARTUP_BASE_S + load_bytes / STARTUP_LOAD_BYTES_PER_S) / STARTUP_PROBE_PERIOD_S)
 
 
 def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[_File]:
