@@ -5,7 +5,8 @@ composition's profiling objects; per (GPU slot, composition) a worker (ConfigMap
 with worker.yaml, Deployment, its RBAC); per placed ElasticModel a Service; per
 decision `decisions/<namespace>/<name>.yaml`; and rendered/PLAN.md. Every object
 is rendered in the sandbox (controller.rendering.render), validated against Kubernetes'
-schemas (controller.rendering.kube_validate) and written with sorted keys to a path built
+schemas (controller.rendering.kube_validate) and the API server's rules beyond them
+(controller.rendering.kube_rules) and written with sorted keys to a path built
 only from DNS-1123 names. One bad model is reported in `errors` and never blocks
 the others. Pure: no I/O besides reading the template files when no compositions
 are passed in. Called by the reconcile pass; gitops writes `files`.

@@ -3,8 +3,9 @@
 Owns reading `compositions/*.yaml` beside the templates (the shipped ones), parsing a
 repository's composition documents (`parse_composition`; controller.inputs.reader reads
 the files), validating each against schemas/composition.schema.json, filling unset
-parameters from the schema's defaults, and compiling the templates once into a sandboxed
-environment. A repository composition adds a name or replaces the shipped composition of
+parameters from the schema's defaults, checking each parameter against the Kubernetes rule of the
+field it fills (`parameter_problems`, controller.rendering.kube_rules), and compiling the templates once
+into a sandboxed environment. A repository composition adds a name or replaces the shipped composition of
 the same name; it names shipped templates only, so the repository configures (image,
 model cache, worker namespace, scheduling parameters) but never injects template code.
 Called by controller.rendering.compose and controller.inputs.reader.
@@ -154,20 +155,18 @@ def _with_defaults(given: Mapping[str, object]) -> dict[str, object]:
     return {name: given.get(name, spec["default"]) for name, spec in sorted(declared.items())}
 
 
-def _scalar(rule):
+def _scalar(rule, reason: str):
     """A parameter that fills one field of that rule: its problems as Problems at `parameters.NAME`."""
-    reason = {kube_rules.quantity: "InvalidQuantity", kube_rules.label_value: "InvalidLabel",
-              kube_rules.container_image: "InvalidImage"}[rule]
     return lambda value, at: [Problem(reason, at, value, m) for m in rule(str(value))]
 
 
 # Each parameter checked against the rule of the Kubernetes field it fills (the JSON schema checks types).
 PARAMETER_RULES = {
-    "workerCpu": _scalar(kube_rules.quantity),  # resources.requests.cpu of the worker
-    "profilerCpu": _scalar(kube_rules.quantity),  # resources.requests.cpu of the profiler
-    "profilerMemory": _scalar(kube_rules.quantity),  # resources.requests.memory of the profiler
-    "kaiQueue": _scalar(kube_rules.label_value),  # the kai.scheduler/queue label
-    "image": _scalar(kube_rules.container_image),  # containers[].image
+    "workerCpu": _scalar(kube_rules.quantity, "InvalidQuantity"),  # resources.requests.cpu of the worker
+    "profilerCpu": _scalar(kube_rules.quantity, "InvalidQuantity"),  # resources.requests.cpu of the profiler
+    "profilerMemory": _scalar(kube_rules.quantity, "InvalidQuantity"),  # resources.requests.memory of the profiler
+    "kaiQueue": _scalar(kube_rules.label_value, "InvalidLabel"),  # the kai.scheduler/queue label
+    "image": _scalar(kube_rules.container_image, "InvalidImage"),  # containers[].image
     "nodeSelector": kube_rules.labels,  # spec.nodeSelector
     "tolerations": kube_rules.tolerations,  # spec.tolerations
 }

@@ -4,7 +4,8 @@ Owns applying the controller's configuration (`--worker-image`, which the instal
 fills from its WORKER_IMAGE) to compositions: a value set here replaces the schema default of
 every composition whose own file leaves that parameter unset; a composition that sets it keeps
 its own. So the worker and profiler image changes with one install setting, never a rebuild.
-Each value is checked against schemas/composition.schema.json. Pure; called by the
+Each value is checked against schemas/composition.schema.json and the Kubernetes rule of the
+field it fills (controller.rendering.compositions.parameter_problems). Pure; called by the
 `gpushare reconcile` shell (controller.reconcile_cli, controller.cluster_loop).
 """
 from __future__ import annotations
