@@ -30,7 +30,7 @@ GOOD_PRODUCT, OTHER_PRODUCT = "NVIDIA-H200", "NVIDIA-L4"
 GOOD = "llm/good"
 PASCAL = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 # CI runs a fixed, derandomised sample; GPUSHARE_FUZZ_EXAMPLES=2000 explores further with random seeds.
-EXAMPLES = int(os.environ.get("GPUSHARE_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("GPUSHARE_FUZZ_EXAMPLES", "60"))
 DERANDOMIZE = "GPUSHARE_FUZZ_EXAMPLES" not in os.environ
 
 INVENTORY = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "GPUInventory", "nodes": [

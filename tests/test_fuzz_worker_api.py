@@ -28,7 +28,7 @@ from worker.protocol import _CHAT_FIELDS, _COMPLETION_FIELDS
 from worker_support import ServerThread, config_document, model_entry, single_threaded_torch, started_worker  # noqa: F401
 from worker_support import tiny_models  # noqa: F401
 
-EXAMPLES = int(os.environ.get("GPUSHARE_FUZZ_EXAMPLES", "12"))
+EXAMPLES = int(os.environ.get("GPUSHARE_FUZZ_EXAMPLES", "30"))
 DERANDOMIZE = "GPUSHARE_FUZZ_EXAMPLES" not in os.environ  # CI: a fixed sample; set, random seeds explore further
 REQUEST_TIMEOUT_S = 20  # a request that takes longer is a hang: every generation ends within CONTEXT tokens
 CONTEXT = 48
