@@ -16,7 +16,8 @@ from controller.rendering.compose import compose
 from controller.rendering.compositions import CompositionInvalid, load_compositions, shipped_compositions
 from controller.rendering.site import with_install_parameters
 from controller.rendering.kube_validate import CUSTOM_KINDS, NoSchema, validate_object
-from controller.rendering.names import dns_label, is_dns_label, profiler_job_name, service_name
+from controller.rendering.kube_rules import is_dns_label
+from controller.rendering.names import dns_label, profiler_job_name, service_name
 from controller.planning.occupancy import device_bytes
 from controller.rendering.planmd import decision_changes, plan_markdown
 from controller.rendering.render import RenderError, environment, render_documents

@@ -1,5 +1,6 @@
 """The HTTP API: OpenAI-compatible completions and chat (with SSE streaming), model listing,
-health, readiness, status and Prometheus metrics.
+health, readiness, status, Prometheus metrics, and its OpenAPI description
+(schemas/worker-api.openapi.json at /openapi.json).
 
 Thin shell over worker.runtime.Worker: bound the body (BodyLimit), decode JSON and
 tokenise in a worker thread (never on the event loop), parse (protocol.py), compile a
@@ -21,6 +22,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import schemas
 
 from .auth import access_of as _access
 from .auth import require_all, visible_health, visible_readiness, visible_status
@@ -63,7 +66,7 @@ def create_app(worker: Worker) -> FastAPI:
         reason = _HTTP_REASONS.get(exc.status_code, "HTTPError")
         path = request.url.path[:200]
         message = {404: f"no route {path}; the worker serves /v1/models, /v1/completions, /v1/chat/completions, "
-                        "/healthz, /readyz, /status and /metrics",
+                        "/healthz, /readyz, /status, /metrics and /openapi.json",
                    405: f"{request.method} is not allowed on {path}"}.get(exc.status_code, exc.detail)
         error = WorkerError(reason, message)
         error.status, error.error_type = exc.status_code, "invalid_request_error"
@@ -95,6 +98,10 @@ def create_app(worker: Worker) -> FastAPI:
     @app.get("/status")
     async def status(request: Request) -> dict:
         return visible_status(worker.status(), _access(request))
+
+    @app.get("/openapi.json")
+    async def openapi() -> JSONResponse:
+        return JSONResponse(schemas.document("worker-api.openapi.json"))
 
     @app.get("/metrics")
     async def metrics(request: Request) -> Response:
