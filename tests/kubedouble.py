@@ -58,6 +58,7 @@ KNOWN_RESOURCES: frozenset[tuple[str, str, str]] = frozenset({
     ("", "v1", "nodes"),
     ("", "v1", "configmaps"),
     ("", "v1", "pods"),
+    ("", "v1", "secrets"),
     ("", "v1", "events"),
     ("apps", "v1", "deployments"),
     ("batch", "v1", "jobs"),

@@ -20,8 +20,8 @@ import pytest
 import torch
 import yaml
 
-from worker.engine import Generation
-from worker.sampling import SamplingParams
+from engine.batch import Generation
+from engine.sampling import SamplingParams
 from worker.scheduler import ErrorEvent, FinishEvent
 
 from tinymodels import save_tiny_model

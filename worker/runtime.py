@@ -19,20 +19,21 @@ from typing import Callable
 
 import torch
 
+from contract.gpu_catalog import gpu_uuid
 from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation, ModelEngine
+from engine.batch import Generation, ModelEngine
+from engine.sampling import SamplingParams, TokenConstraint
 from .grammar import Grammars
-from .sampling import SamplingParams, TokenConstraint
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable
 from .loader import load, resolve
-from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
+from engine.memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
-from .residency import Residency, make_residency
+from engine.residency import Residency, make_residency
 from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
@@ -76,6 +77,9 @@ class Worker:
                                                 nvml=_nvml_reader(self.device))
         for model in config.models:
             self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
+            for kind, ms in (("ttft", model.ttft_ms), ("tpot", model.tpot_ms)):
+                if ms is not None:
+                    self.metrics.slo_seconds.labels(model.name, kind).set(ms / 1000)
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
                                    max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock,
                                    stall_s=stall_s)
@@ -201,17 +205,18 @@ class Worker:
             self._publish.stop()
 
     # serving
-    def lookup_config(self, name: str) -> ModelConfig:
-        """The configured model `name`, or ModelNotFound."""
+    def lookup_config(self, name: str, allows: Callable[[str, str], bool] | None = None) -> ModelConfig:
+        """The configured model `name`, or ModelNotFound (also when `allows(namespace, name)` denies it: a model
+        the caller may not reach is answered exactly as an unknown one, worker.auth)."""
         model = self.config.model(name)
-        if model is None:
+        if model is None or (allows is not None and not allows(model.namespace, model.name)):
             raise ModelNotFound("ModelNotFound", f"model {name!r} is not served here; GET /v1/models lists "
                                 "the served names (the ElasticModel names)", param="model")
         return model
 
-    def lookup(self, name: str) -> ServedModel:
+    def lookup(self, name: str, allows: Callable[[str, str], bool] | None = None) -> ServedModel:
         """The model `name` ready to serve, or ModelNotFound / ModelUnavailable (refused or loading)."""
-        name = self.lookup_config(name).name  # a spec.servedNames alias serves as the model it names
+        name = self.lookup_config(name, allows).name  # a spec.servedNames alias serves as the model it names
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")
@@ -300,6 +305,8 @@ class Worker:
             )
             if served:
                 entry["forward"] = served.engine.path
+                if served.engine.fallback:
+                    entry["fallback"] = f"runs one sequence at a time (no batched forward): {served.engine.fallback}"
                 entry["running"] = len(served.engine.seated)
             if served and model.mode == "elastic":
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())
@@ -432,7 +439,7 @@ class Worker:
     def _publish_verdicts(self) -> None:
         if self._publish is not None:
             ordered = [self.verdicts[m.name] for m in self.config.models]
-            self._publish.submit(render_document(self.config.slot_id, ordered))
+            self._publish.submit(render_document(self.config.slot_id, ordered, _device_uuid(self.device)))
 
 
 def _nvml_reader(device: torch.device) -> PynvmlReader | None:
@@ -441,6 +448,13 @@ def _nvml_reader(device: torch.device) -> PynvmlReader | None:
         return None
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
     return PynvmlReader.open(device.index or 0, f"GPU-{uuid}" if uuid is not None else None)
+
+
+def _device_uuid(device: torch.device) -> str | None:
+    """The UUID of the worker's GPU (published beside its verdicts); None on CPU."""
+    if device.type != "cuda":
+        return None
+    return gpu_uuid(torch.cuda.get_device_properties(device).uuid)
 
 
 def _pick_device(choice: str) -> torch.device:

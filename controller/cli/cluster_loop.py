@@ -150,6 +150,7 @@ class ClusterReconciler:
         self.rightsizing = rightsizing  # --prometheus: the right-sizing pass, on its own cadence
         self.resizer = WorkerResizer(cluster)  # each worker pod's host memory request, in place
         self._last: _Last | None = None
+        self._devices: dict[str, str] = {}  # slot id -> the GPU UUID its worker reported (profilers beside it)
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str, tuple[str, ...]], bool] = {}
 
@@ -224,6 +225,7 @@ class ClusterReconciler:
         self._count_modes(report.output)
         report.warnings += self.resizer.resize()
         verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered))
+        self._devices = {v.slot: v.device_uuid for v in verdicts.values() if v.device_uuid}  # for the next pass
         report.warnings += [(problem.reason, problem.message) for problem in broken]
         views = model_views(report.output)
         revision = report.published.heads.get(report.published.branch) or report.published.upstream
@@ -268,9 +270,11 @@ class ClusterReconciler:
 
     def _facts(self, report: PassReport) -> ClusterFacts:
         slots, node_errors = gpu_slots(self.cluster.nodes())
+        slots = tuple(replace(slot, device_uuid=self._devices.get(slot.id)) for slot in slots)
         documents, broken = self.cluster.profile_documents()
         report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
-        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors))
+        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors),
+                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
         """Render and push; the Lease is renewed at the end of each render, right before its commit is

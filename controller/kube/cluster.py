@@ -54,6 +54,12 @@ class Cluster:
             label_selector=GPU_PRODUCT_LABEL, _request_timeout=self.timeout))
         return [self._plain(n) for n in result.items]
 
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group`/`version` (API discovery; a missing group is a 404)."""
+        found = _get(f"discover {group}/{version}", lambda: self.custom.get_api_resources(
+            group, version, _request_timeout=self.timeout))
+        return found is not None and any(r.name == plural for r in found.resources or ())
+
     def profile_documents(self) -> tuple[list[ProfileDocument], list[ClusterError]]:
         """Profile ConfigMaps in every namespace; broken ones are reported apart. Which of them the pass
         accepts (only those the controller's profiler Jobs write) is decided by controller.passes.cluster_pass."""
