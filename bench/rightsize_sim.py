@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from controller.rightsizing.policy import Rightsizing  # noqa: E402
+from controller.policy import Rightsizing  # noqa: E402
 from controller.rightsizing.recommender import Change, Recommender, Slo  # noqa: E402
 from controller.rightsizing.usage import Sample  # noqa: E402
 

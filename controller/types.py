@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Literal
 
 from contract.footprint import Terms
-from controller.rightsizing.policy import OFF, Rightsizing
+from controller.policy import OFF, Rightsizing
 
 Mode = Literal["resident", "swap", "elastic", "refused"]
 DEFAULT_COMPOSITION = "default"

@@ -134,7 +134,7 @@ def replan(fleet: Path, name: str, budget: str) -> str:
         path.write_text(yaml.safe_dump_all(docs))
     snapshot = read_repo(fleet)
     inputs, _ = snapshot.planned()
-    return next(d.mode for d in plan(inputs, snapshot.previous).decisions if d.name == name)
+    return next(d.mode for d in plan(inputs, snapshot.last.previous).decisions if d.name == name)
 
 
 def test_a_pasted_minimum_budget_is_enough_because_it_is_rounded_up(capsys, fleet):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from jinja2 import DictLoader
 
-from controller.rendering.compositions import CompositionInvalid, load_compositions
+from controller.inputs.compositions import CompositionInvalid, load_compositions
 from controller.rendering.kube_validate import CUSTOM_KINDS, NoSchema, validate_object
 from controller.rendering.names import dns_label, is_dns_label, profiler_job_name, service_name
 from controller.planning.occupancy import device_bytes
@@ -233,9 +233,9 @@ def test_parallel_render_is_byte_identical_to_one_process(monkeypatch):
 
     inputs = load_repo(REPO_ROOT / "examples" / "fleet")
     result = make_plan(inputs)
-    serial = compose_module.compose(inputs.models, result, inputs.slots, {})
+    serial = compose_module.compose(inputs.models, result, inputs.slots)
     monkeypatch.setattr(compose_module, "PARALLEL_MIN_DECISIONS", 1)
-    parallel = compose_module.compose(inputs.models, result, inputs.slots, {}, processes=2)
+    parallel = compose_module.compose(inputs.models, result, inputs.slots, processes=2)
     assert parallel.files == serial.files and parallel.owners == serial.owners
     assert (parallel.objects, parallel.verdict_sources) == (serial.objects, serial.verdict_sources)
     error = pickle.loads(pickle.dumps(UnknownComposition("llm/a", "no such composition", "fix it")))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.inputs.reader import load_decision_records, load_repo
+from controller.inputs.reader import read_repo
 from controller.passes.reconcile import PassOutput, run_pass
 from tests.conftest import REPO_ROOT
 
@@ -16,9 +16,7 @@ FLEET = REPO_ROOT / "examples" / "fleet"
 
 def reconcile_into(root: Path) -> PassOutput:
     """A pass over `root`, its generated tree written back into `root` (as a commit would)."""
-    plan_md = root / "rendered" / "PLAN.md"
-    out = run_pass(load_repo(root), load_decision_records(root),
-                   last_plan_md=plan_md.read_text() if plan_md.exists() else None)
+    out = run_pass(read_repo(root))
     for sub in ("rendered", "decisions"):
         shutil.rmtree(root / sub, ignore_errors=True)
     for path, text in out.rendered.files.items():
@@ -76,7 +74,7 @@ def test_deleted_model_is_removed_from_the_generated_tree(repo):
     out = reconcile_into(repo)
     assert out.revived == ()
     assert "decisions/llm/assistant-8b.yaml" not in generated(repo)
-    assert out.message == "llm/assistant-8b: resident on gpu-node-1/gpu0 → removed\n"
+    assert out.message.splitlines()[0] == "llm/assistant-8b: resident on gpu-node-1/gpu0 → removed"
 
 
 def test_second_pass_with_nothing_new_generates_identical_bytes(repo):

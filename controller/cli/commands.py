@@ -125,9 +125,9 @@ def _validate(args) -> int:
 
 def _plan(args) -> int:
     _require_dir(args.path)
-    snapshot = read_repo(args.path)
-    inputs, revived = snapshot.planned()  # as a reconcile pass plans
-    result = plan(inputs, snapshot.previous)
+    tree = read_repo(args.path)
+    inputs, revived = tree.planned()  # as a reconcile pass plans
+    result = plan(inputs, tree.last.previous)
     render = {"table": lambda: report.as_table(result, inputs.slots, inputs.errors, revived),
               "wide": lambda: report.as_table(result, inputs.slots, inputs.errors, revived, profiles=inputs.profiles),
               "json": lambda: report.as_json(result, inputs.errors),
@@ -137,7 +137,7 @@ def _plan(args) -> int:
         print(f"gpushare: {len(inputs.errors)} input error(s): the plan leaves those models out (or keeps their last "
               "good spec); `gpushare validate` lists them with their fixes", file=sys.stderr)
         return 1
-    changes = decision_changes(snapshot.previous, result)
+    changes = decision_changes(tree.last.previous, result)
     return 2 if args.detailed_exitcode and changes else 0
 
 
@@ -148,10 +148,10 @@ def _explain(args) -> int:
         print(f"gpushare: [InvalidName] {exc}", file=sys.stderr)
         return 2
     _require_dir(args.repo)
-    snapshot = read_repo(args.repo)
-    inputs, _ = snapshot.planned()  # exactly what `plan` and a reconcile pass plan
+    tree = read_repo(args.repo)
+    inputs, _ = tree.planned()  # exactly what `plan` and a reconcile pass plan
     try:
-        sys.stdout.write(explain(inputs, plan(inputs, snapshot.previous), name, namespace))
+        sys.stdout.write(explain(inputs, plan(inputs, tree.last.previous), name, namespace))
     except ModelNotFound as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from controller.cli import report
 from controller.cli.offline import OfflineResult
 from controller.cli.review import open_proposal, open_review
-from controller.rendering.compositions import shipped_compositions
+from controller.inputs.compositions import shipped_compositions
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
 from gitops.forge import PullRequest, forge_for

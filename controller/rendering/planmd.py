@@ -113,11 +113,13 @@ def review_summary(plan_md: str, commit: str, base: str) -> str:
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
                   last: LastPlan | None = None, sources: Mapping[tuple[str, str], str] | None = None, *,
-                  jobs_created: int | None = None, rollouts: Rollouts | None = None) -> str:
+                  jobs_created: int | None = None, rollouts: Rollouts | None = None,
+                  sections: Sequence[str] = ()) -> str:
     """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product)'s profile source
     (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
     None when the previous tree is not known: then every profiler Job the plan runs counts; `rollouts`: which
-    workers this tree restarts and which reconfigure in place (None when the previous tree is not known)."""
+    workers this tree restarts and which reconfigure in place (None when the previous tree is not known);
+    `sections`: further lines (the open right-sizing recommendations), placed before the changes."""
     by_key = {m.key: m for m in models}
     last = last or LastPlan()
     sources = sources or {}
@@ -166,7 +168,7 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     lines += _section("Not rendered", ("model", "reason", "what failed"),
                       [(e.ref, e.reason, f"{e.message}; fix: {e.fix}")
                        for e in sorted(errors, key=lambda e: (e.ref, e.reason, e.message))])
-    lines += ["", CHANGES_HEADING, ""]
+    lines += [*sections, "", CHANGES_HEADING, ""]
     lines += [f"- {_cell(c.summary)}" for c in changes] or list(last.changes) or ["None yet."]
     return "\n".join(lines) + "\n"
 

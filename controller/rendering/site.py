@@ -16,7 +16,7 @@ from types import MappingProxyType
 import jsonschema
 
 import schemas
-from controller.rendering.compositions import Composition
+from controller.inputs.compositions import Composition
 
 
 class InstallParameterInvalid(Exception):

@@ -21,14 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from controller.inputs.reader import load_decision_records, load_repo
+from controller.inputs.reader import read_repo
 from contract.quantity import format_bytes
 from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, publish
 
 from .edit import set_memory_budget
-from .prices import read_prices
 from .prometheus import UsageUnavailable
-from .records import RECORDS_BRANCH, RECORDS_DIR, Record, read_records, records_from
+from controller.inputs.rightsizing_records import RECORDS_BRANCH, RECORDS_DIR, Record, records_from
 from .step import Proposal, StepResult, step
 from .usage import Sample, by_model
 
@@ -51,18 +50,19 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     review = parse_target(records_target).review
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
-    inputs = load_repo(root)
+    tree = read_repo(root)  # models, records, prices and inventory, through the one reader and its limits
+    inputs = tree.inputs
     usage_error = None
     try:
         usage = by_model(read_usage(now - window_s, now))
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
-    records = read_records(root)
+    records = dict(tree.rightsizing)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
         records = {**records, **_records_at(copy, heads[review])}
-    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots,
-                  records, usage, now, read_prices(root), inputs.profiles)
+    result = step(inputs.models, tuple(tree.last.previous.values()), inputs.slots,
+                  records, usage, now, tree.prices, inputs.profiles)
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 

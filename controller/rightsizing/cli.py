@@ -18,10 +18,10 @@ from pathlib import Path
 from controller.inputs.reader import load_repo
 from contract.quantity import format_bytes
 
-from .policy import PolicyError, parse_duration
+from controller.policy import PolicyError, parse_duration
 from .prometheus import UsageUnavailable, read_usage
 from .recommender import Change, Slo, replay
-from .records import RECORDS_BRANCH
+from controller.inputs.rightsizing_records import RECORDS_BRANCH
 from .usage import UsageFormatError, by_model, dump_lines, format_time, read_samples
 
 

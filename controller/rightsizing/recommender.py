@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Iterable, Literal
 
 from .histogram import DecayingHistogram
-from .policy import DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, PERCENTILE, Rightsizing
+from controller.policy import DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, PERCENTILE, Rightsizing
 from .usage import Sample
 
 MIB = 1 << 20

@@ -7,12 +7,12 @@ the KV-cache reservation it recommends, and the loop's conditions (UsageAvailabl
 NeedsCapacity, AtMaxBudget; the status writes them into status.conditions). Auto never edits
 a user file: the next pass plans the model with the effective budget while the user's
 spec.memoryBudget is the one the record started from (a budget the user changes wins).
-Called by the right-sizing step (writes), the loader (reads) and PLAN.md's section.
+Read by controller.inputs.reader (`records_from` over the texts it read within its limits), written by
+the right-sizing step (controller.rightsizing), listed by PLAN.md's section.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Iterable, Mapping
 
 import yaml
@@ -118,20 +118,6 @@ def parse_record(doc) -> Record | None:
             conditions=tuple(Condition(**c) for c in doc.get("conditions") or ()))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
-
-
-def read_records(root: Path) -> dict[tuple[str, str], Record]:
-    """The records of a checked-out tree (regular files only: a symlink is not followed)."""
-    base = Path(root) / RECORDS_DIR
-    texts = {}
-    for path in sorted(base.glob("*/*.yaml")) if base.is_dir() else ():
-        if path.is_symlink() or not path.is_file():
-            continue
-        try:
-            texts[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-    return records_from(texts)
 
 
 def records_from(texts: Mapping[str, str]) -> dict[tuple[str, str], Record]:
