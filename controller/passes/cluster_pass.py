@@ -114,21 +114,13 @@ def _errors_by_key(output: PassOutput, models: Mapping[tuple[str, str], ElasticM
     for model in models.values():
         if model.source is not None:
             by_file[model.source.file].append(model.key)
-    for error in output.inputs.errors:
+    for error in output.errors:  # the inputs' errors, then what kept a model's objects from being rendered
         if error.object and "/" in error.object and not error.object.startswith(("Node/", "ConfigMap/")):
             namespace, name = error.object.split("/", 1)
             found.setdefault((namespace, name), error)
         elif not error.object:
             for key in by_file.get(error.file, ()):
                 found.setdefault(key, error)
-    for problem in output.rendered.errors:
-        namespace, _, name = problem.ref.partition("/")
-        model = models.get((namespace, name))
-        where = model.source.file if model is not None and model.source is not None else "models/"
-        found.setdefault((namespace, name), InputError(
-            file=where, document=model.source.document if model and model.source else None, path="spec",
-            message=f"its objects could not be rendered: {problem.message}", fix=problem.fix,
-            reason=problem.reason, object=problem.ref))
     return found
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from contract.quantity import format_bytes as fb
 from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR, RIGHTSIZING_DIR
@@ -62,8 +62,27 @@ class PassOutput:
         return {path: text.encode() for path, text in sorted(files.items())}
 
     @property
-    def errors(self) -> tuple[InputError | ComposeError, ...]:
-        return (*self.inputs.errors, *self.rendered.errors)
+    def shown_plan(self) -> Plan:
+        """The plan as reported: a model whose objects could not be rendered is never shown as placed (its error
+        says why)."""
+        failed = {error.ref for error in self.rendered.errors}
+        return replace(self.plan, decisions=tuple(d for d in self.plan.decisions
+                                                  if f"{d.namespace}/{d.name}" not in failed))
+
+    @property
+    def errors(self) -> tuple[InputError, ...]:
+        """Every error of the pass, as `gpushare validate`, `plan` and the status report it: the inputs', then
+        each model whose objects could not be rendered, against its model's file."""
+        models = {m.ref: m for m in self.inputs.models}
+        return (*self.inputs.errors, *(render_error(e, models.get(e.ref)) for e in self.rendered.errors))
+
+
+def render_error(problem: ComposeError, model: ElasticModel | None) -> InputError:
+    """A model's render-time error as an InputError against the file (and document) that defines it."""
+    source = model.source if model is not None else None
+    return InputError(file=source.file if source else "models/", document=source.document if source else None,
+                      path="spec", message=f"its objects could not be rendered: {problem.message}", fix=problem.fix,
+                      reason=problem.reason, object=problem.ref)
 
 
 def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[str, object] | None = None,

@@ -148,7 +148,8 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
     else:
         tree, errors = _objects(models, plan, slots, compositions)
     _namespaces(tree)
-    changes = decision_changes(last.previous, plan)
+    failed = {error.ref for error in errors}  # never reported as new or placed: their objects are not rendered
+    changes = tuple(c for c in decision_changes(last.previous, plan) if c.ref not in failed)
     rollouts = worker_rollouts(last.workers, tree.files, tree.deployments) if last.workers is not None else None
     tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_change_lines(last.plan_md),
                                           profile_sources, jobs_created=None if last.paths is None

@@ -124,7 +124,8 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     last = last or LastPlan()
     sources = sources or {}
     decisions = sorted(plan.decisions, key=lambda d: d.key)
-    placed = [d for d in decisions if d.mode != "refused"]
+    failed = {e.ref for e in errors}  # not rendered: listed as such, never as placed
+    placed = [d for d in decisions if d.mode != "refused" and f"{d.namespace}/{d.name}" not in failed]
     refused = [d for d in decisions if d.mode == "refused"]
     on_slot: dict[str | None, list[Decision]] = {}
     for d in placed:
