@@ -112,8 +112,9 @@ def test_detailed_exitcode_is_2_with_changes_and_0_without(capsys, fleet, tmp_pa
 def test_plan_wide_shows_footprint_latencies_and_the_profile_source(capsys):
     code, out, _ = run(capsys, "plan", str(FLEET), "-o", "wide")
     header = next(line for line in out.splitlines() if line.strip().startswith("NAME"))
-    assert code == 0 and header.split() == ["NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT",
-                                            "TPOT", "SWAP-IN", "SLO", "PROFILE"]
+    assert code == 0 and header.split() == ["NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS",
+                                            "TTFT(ALONE/ALL-BUSY)", "TPOT(ALONE/ALL-BUSY)", "SWAP-IN",
+                                            "SLO(ALL-BUSY)", "PROFILE"]
     row = next(line for line in out.splitlines() if line.strip().startswith("llm/coder-32b"))
     assert row.split()[-1] == "estimated" and row.split()[4] == "66.0Gi"
 

@@ -200,19 +200,27 @@ def available_processes() -> int:
 def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...], *,
                    quiet: tuple[str, ...] = (), held: tuple[str, ...] = ()) -> str:
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
-    a count and one line per change otherwise; with no decision moved, the `quiet` spec changes. Used only
-    when the generated tree changed."""
-    moved = [c for c in changes if c.before is not None and c.after is not None]
+    a count and one line per change otherwise, each model whose predictions or SLO verdict changed included
+    (`llm/summarizer: TPOT 8.1 → 139.0 ms (all busy); SLO newly missed (all busy)`); with no decision moved,
+    the `quiet` spec changes. Used only when the generated tree changed."""
+    placed = [c for c in changes if c.moved]
+    affected = [c for c in changes if not c.moved]  # only its predictions or SLO verdict changed
+    moved = [c for c in placed if c.before is not None and c.after is not None]
     own = moved[0].ref if len(moved) == 1 else None  # the moved model's own change explains it first
     causes = [cause for ref, cause in sorted(_causes(changes), key=lambda rc: rc[0] != own)]
     shown = causes[:3] + ([f"{len(causes) - 3} more"] if len(causes) > 3 else [])
     why = f" ({', '.join(shown)})" if causes else ""
+    also = f"; {len(affected)} more model{'s' * (len(affected) != 1)} affected" if placed and affected else ""
     if len(moved) == 1:
-        subject = moved[0].summary + why
-    elif len(changes) == 1:
-        subject = changes[0].summary
-    elif changes:
-        subject = f"gpushare: {len(changes)} decisions changed{why}"
+        subject = moved[0].placement + why + "".join(f"; {e}" for e in moved[0].effects) + also
+    elif len(placed) == 1:
+        subject = placed[0].summary + also
+    elif placed:
+        subject = f"gpushare: {len(placed)} decisions changed{why}{also}"
+    elif len(affected) == 1:
+        subject = f"gpushare: {affected[0].summary}{why}"
+    elif affected:
+        subject = f"gpushare: {len(affected)} models' predictions changed{why}"
     elif len(quiet) == 1:
         subject = f"gpushare: re-render {quiet[0]} (no decision moved)"
     elif quiet:
