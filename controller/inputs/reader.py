@@ -20,6 +20,7 @@ through its decision record. The only I/O of the input stage; the parsers it cal
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
@@ -106,14 +107,25 @@ def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
     with the limits of the controller's own files (repofiles.max_state_bytes, YamlLimits.scaled)."""
     root = Path(root)
     text = read_optional(root, OWNERS_FILE, max_state_bytes())
-    docs = load_documents(text, OWNERS_FILE, YamlLimits.from_env().scaled(STATE_FACTOR))[0] if text else []
-    doc = docs[0][1] if docs else {}
-    if not isinstance(doc, dict) or (is_file(root, OWNERS_FILE) and not docs):
+    doc = _json_body(text) if text is not None else {}
+    if doc is None:  # not the JSON the controller writes now (an older controller wrote YAML): the YAML reader
+        docs = load_documents(text, OWNERS_FILE, YamlLimits.from_env().scaled(STATE_FACTOR))[0]
+        doc = docs[0][1] if docs else None
+    if not isinstance(doc, dict) or (is_file(root, OWNERS_FILE) and text is None):
         log.warning("%s cannot be read (too large, or not the mapping the controller writes); a model that fails "
                     "to render this pass keeps none of its objects", OWNERS_FILE)
         return {}
     return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
             if isinstance(ref, str) and isinstance(paths, list)}
+
+
+def _json_body(text: str) -> object | None:
+    """The JSON after a file's leading `#` comment lines; None when it is not JSON (or nests too deep)."""
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 def read_plan_md(root: Path) -> str | None:
@@ -264,11 +276,11 @@ def read_compositions(root: Path) -> RepoCompositions:
 
 
 def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
-    """decisions/<ns>/<name>.yaml as compose wrote them; unreadable or garbled files are skipped
-    (the controller owns them and rewrites them on its next pass)."""
+    """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
+    unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass)."""
     records = {}
     for rel in yaml_files(Path(root), DECISIONS_DIR):
-        if rel.startswith(LAST_GOOD_DIR + "/"):
+        if rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/")):
             continue
         try:
             (_, doc), = load_documents(read_text(root, rel), rel)[0]
