@@ -5,6 +5,7 @@ Imported by tests/test_worker_*.py (fixtures here are re-exported by each module
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 import threading
 import time
@@ -49,6 +50,23 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
         _saved.update({family: save_tiny_model(root / family, family) for family in FAMILIES})
         _saved["llama-b"] = save_tiny_model(root / "llama-b", "llama", seed=1)
     return dict(_saved)
+
+
+# A chat template that renders tools and tool calls (as Qwen's and Llama 3's do), for the tiny models.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|tools|>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{{ '\\n' }}{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
+    "{% for c in m.get('tool_calls') or [] %}[{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }}]"
+    "{% endfor %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def with_tools_template(model: Path, directory: Path) -> Path:
+    """A copy of the saved `model` in `directory` whose chat template is TOOLS_TEMPLATE."""
+    copy = directory / f"{model.name}-tools"
+    shutil.copytree(model, copy)
+    (copy / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
+    return copy
 
 
 def model_entry(name: str, path: Path, mode: str, *, budget: int = 320 * MiB, context: int = 256,

@@ -2,12 +2,13 @@
 health, readiness, status and Prometheus metrics.
 
 Thin shell over worker.runtime.Worker: bound the body (BodyLimit), decode JSON and
-tokenise in a worker thread (never on the event loop), parse (protocol.py), submit
-one Job per requested choice (`n`), relay their events, and shape them as OpenAI
-objects (responses.py). Every error leaves in OpenAI's shape {"error": {message,
-type, param, code}} where `code` is the worker's PascalCase reason: client mistakes
-are 4xx, unknown routes 404 and wrong methods 405 in that shape too. Called by
-`python -m worker` (uvicorn) and tests.
+tokenise in a worker thread (never on the event loop), parse (protocol.py), compile a
+response_format or tools grammar in a worker thread too (grammar.py), submit one Job per
+requested choice (`n`), relay their events, and shape them as OpenAI objects
+(responses.py; tools.py when tool calls may come back). Every error leaves in OpenAI's
+shape {"error": {message, type, param, code}} where `code` is the worker's PascalCase
+reason: client mistakes are 4xx, unknown routes 404 and wrong methods 405 in that shape
+too. Called by `python -m worker` (uvicorn) and tests.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .errors import InvalidRequest, RequestTooLarge, WorkerError
 from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, Sampling, parse_chat, parse_completion
 from .responses import ChatShape, CompletionShape
+from .tools import ToolCallShape
 from .runtime import ServedModel, Worker
 from .scheduler import ErrorEvent, Event, FinishEvent, TokenEvent
 
@@ -130,10 +132,14 @@ def create_app(worker: Worker) -> FastAPI:
         served = worker.lookup(parsed.model)
         _check_fanout(worker, served, parsed.n, parsed.sampling)
         prompt_ids = await asyncio.to_thread(served.prompts.chat, parsed.messages, parsed.tools)
+        structure = parsed.structure
+        constraints = (await asyncio.to_thread(served.grammars.constraints, structure, parsed.n) if structure
+                       else [None] * parsed.n)
         generations = [worker.generation(served, prompt_ids, max_tokens=parsed.sampling.max_tokens,
-                                         default_max_tokens=None, prompt_param="messages",
-                                         **parsed.sampling.as_kwargs(i)) for i in range(parsed.n)]
-        shape = ChatShape(parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
+                                         default_max_tokens=None, prompt_param="messages", constraint=constraint,
+                                         **parsed.sampling.as_kwargs(i)) for i, constraint in enumerate(constraints)]
+        shape = (ToolCallShape if structure and structure.tools else ChatShape)(
+            parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
         return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
                               parsed.include_usage, keepalive_s)
 
@@ -259,6 +265,7 @@ def _check_fanout(worker: Worker, served: ServedModel, n: int, sampling: Samplin
                              f"({worker.config.max_queued_requests}): each choice is a request of its own; lower n",
                              param="n")
     served.prompts.check_ids([token for token, _ in sampling.logit_bias], "logit_bias")
+    served.prompts.check_ids(sampling.fields["stop_token_ids"], "stop_token_ids")
 
 
 def _token_texts(served: ServedModel):

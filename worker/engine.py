@@ -2,7 +2,8 @@
 and interleaved with decode, and each step is one forward pass for the whole batch.
 
 `Generation` is one request's state: prompt, sampled tokens, stop conditions (end-of-text
-tokens, stop strings, max_tokens) and incremental detokenisation. `ModelEngine` seats up
+tokens, stop_token_ids, stop strings, max_tokens, a complete grammar), its grammar's
+constraint when it has one, and incremental detokenisation. `ModelEngine` seats up
 to `concurrency` generations in static KV slots (kept compact: a leaving sequence's slot
 is refilled by the last one) and runs a step: every decoding sequence feeds one token,
 and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
@@ -24,7 +25,7 @@ from contract.footprint import PREFILL_CHUNK_TOKENS
 
 from .forward import Row, make_forward
 from .residency import Residency
-from .sampling import Choice, Sampler, SamplingParams
+from .sampling import Choice, Sampler, SamplingParams, TokenConstraint
 from .transfer import swap_allocations
 
 _join_order = count()
@@ -36,6 +37,7 @@ class Generation:
     params: SamplingParams
     eos_ids: frozenset[int]
     decode: Callable[[list[int]], str]
+    constraint: TokenConstraint | None = None  # response_format / tools: the grammar the answer follows
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     cached: int = 0  # tokens of this sequence in its KV slot
@@ -65,19 +67,27 @@ class Generation:
     def accept(self, logits: torch.Tensor) -> str:
         """Choose the next token from this sequence's row of logits; returns the text that became final
         ("" while it is held back)."""
+        params = self.params
         if self._sampler is None:
-            self._sampler = Sampler(self.params)
-        choice = self._sampler.choose(logits, self.output_ids)
-        if self.params.logprobs is not None:
+            self._sampler = Sampler(params)
+        stops = set(params.stop_token_ids) | (set() if params.ignore_eos else self.eos_ids)
+        banned = sorted(stops) if len(self.output_ids) < params.min_tokens else ()
+        bitmask = None if self.constraint is None else self.constraint.bitmask()
+        choice = self._sampler.choose(logits, self.output_ids, bitmask, banned)
+        if params.logprobs is not None:
             self._reported.append(choice)
         token = choice.token
         self.output_ids.append(token)
-        if token in self.eos_ids:
+        if self.constraint is not None:
+            self.constraint.advance(token)
+        if token in stops:
             self.output_ids.pop()
             if self._reported:
-                self._reported.pop()  # the end-of-text token is not part of the answer
+                self._reported.pop()  # the end-of-text (or stop) token is not part of the answer
             self.finish_reason = "stop"
-        elif len(self.output_ids) >= self.params.max_tokens:
+        elif self.constraint is not None and self.constraint.finished:
+            self.finish_reason = "stop"  # the structure is complete: nothing but end-of-text could follow
+        elif len(self.output_ids) >= params.max_tokens:
             self.finish_reason = "length"
         return self._text_delta()
 

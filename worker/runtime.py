@@ -23,7 +23,8 @@ from contract.verdicts import Verdict, refused, render_document
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
 from .engine import Generation, ModelEngine
-from .sampling import SamplingParams
+from .grammar import Grammars
+from .sampling import SamplingParams, TokenConstraint
 from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
 from .loader import load, resolve
 from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
@@ -51,9 +52,11 @@ class ServedModel:
     vocab_size: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     prompts: PromptEncoder = field(init=False)
+    grammars: Grammars = field(init=False)
 
     def __post_init__(self) -> None:
         self.prompts = PromptEncoder(self.tokenizer, self.config.name, self.vocab_size)
+        self.grammars = Grammars(self.prompts, self.vocab_size, self.eos_ids)
 
     def decode(self, ids: list[int]) -> str:
         with self.lock:
@@ -195,7 +198,8 @@ class Worker:
         return served
 
     def generation(self, served: ServedModel, prompt_ids: list[int], *, max_tokens: int | None,
-                   default_max_tokens: int | None, prompt_param: str, **sampling) -> Generation:
+                   default_max_tokens: int | None, prompt_param: str, constraint: TokenConstraint | None = None,
+                   **sampling) -> Generation:
         """A Generation for a prompt, or InvalidRequest when prompt + max_tokens exceed contextTokens."""
         context = served.config.context_tokens
         if not prompt_ids:
@@ -212,7 +216,7 @@ class Worker:
                                  f"of model {served.config.name}; lower max_tokens to at most {room}",
                                  param="max_tokens")
         return Generation(prompt_ids=prompt_ids, params=SamplingParams(max_tokens=wanted, **sampling),
-                          eos_ids=served.eos_ids, decode=served.decode)
+                          eos_ids=served.eos_ids, decode=served.decode, constraint=constraint)
 
     def submit(self, name: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
         return self.scheduler.submit(name, generation, sink)

@@ -2,16 +2,19 @@
 
 Owns the request's sampling parameters and every rule that turns logits into a
 token: frequency/presence penalties over the tokens produced so far, `logit_bias`,
+the tokens a grammar or min_tokens forbids (`mask_logits`, on the logits' device),
 then greedy at temperature 0, else temperature, top-k and top-p with a seeded
 generator; and, when asked, the log-probabilities the API reports. The engine
 calls `Sampler.choose` once per sequence per step, with the row of the batch that
-belongs to that sequence and the tokens it produced so far (the history the
-penalties look at). Pure torch; no model, no device of its own.
+belongs to that sequence, the tokens it produced so far (the history the
+penalties look at) and its grammar's bitmask (worker/grammar.py). Pure torch; no
+model, no device of its own.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -22,7 +25,9 @@ class SamplingParams:
 
     `top_k` 0 keeps every token; `logit_bias` holds (token id, bias) pairs, ids inside the
     vocabulary; `logprobs` None reports nothing, k >= 0 reports the chosen token's
-    log-probability and the k most likely alternatives.
+    log-probability and the k most likely alternatives. vLLM's extras: `ignore_eos` does not
+    stop at end-of-text, `min_tokens` forbids end-of-text and `stop_token_ids` before that many
+    tokens, and a token of `stop_token_ids` ends the answer like end-of-text (not part of it).
     """
 
     max_tokens: int
@@ -35,6 +40,21 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
     logprobs: int | None = None
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
+
+
+class TokenConstraint(Protocol):
+    """A grammar that one sequence's tokens must follow (worker/grammar.py implements it): the bitmask of
+    the tokens allowed next (int32 words, host memory), then the chosen token; `finished` once the
+    grammar admits nothing more, which ends the answer."""
+
+    finished: bool
+
+    def bitmask(self) -> torch.Tensor: ...
+
+    def advance(self, token: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -57,10 +77,12 @@ class Sampler:
         self.params = params
         self._generator: torch.Generator | None = None
 
-    def choose(self, logits: torch.Tensor, history: Sequence[int] = ()) -> Choice:
-        """The next token from `logits` (shape [vocab], any float dtype, any device)."""
+    def choose(self, logits: torch.Tensor, history: Sequence[int] = (), bitmask: torch.Tensor | None = None,
+               banned: Sequence[int] = ()) -> Choice:
+        """The next token from `logits` (shape [vocab], any float dtype, any device), among the tokens
+        `bitmask` allows (None: all) less `banned`."""
         raw = logits.float()
-        adjusted = self._adjusted(raw, history)
+        adjusted = mask_logits(self._adjusted(raw, history), bitmask, banned)
         if self.params.temperature == 0:
             token = int(adjusted.argmax())
         else:
@@ -116,3 +138,29 @@ class Sampler:
             else:
                 self._generator.seed()
         return self._generator
+
+
+def mask_logits(logits: torch.Tensor, bitmask: torch.Tensor | None, banned: Sequence[int] = ()) -> torch.Tensor:
+    """`logits` ([vocab] or [batch, vocab]) with -inf wherever `bitmask` forbids a token or the token is in
+    `banned`, computed on the logits' device (the one-place hook for structured output).
+
+    `bitmask` is int32 words, one row per logits row ([words] or [batch, words]): bit b of word w allows
+    token 32*w + b (the grammar library's layout). Logits columns past the mask's bits are forbidden.
+    Where `banned` would leave a row nothing (a grammar that allows only end-of-text while min_tokens
+    bans it), that row keeps what the bitmask allows: sampling never faces an empty row.
+    """
+    if bitmask is None and not banned:
+        return logits
+    vocab = logits.shape[-1]
+    allowed = torch.ones(logits.shape, dtype=torch.bool, device=logits.device)
+    if bitmask is not None:
+        words = bitmask.to(logits.device, non_blocking=True)
+        bits = torch.arange(32, dtype=torch.int32, device=logits.device)
+        unpacked = ((words.unsqueeze(-1) >> bits) & 1).bool().flatten(-2)[..., :vocab]
+        allowed[..., :unpacked.shape[-1]] = unpacked
+        allowed[..., unpacked.shape[-1]:] = False
+    if banned:
+        kept = allowed.clone()
+        kept[..., torch.tensor(list(banned), dtype=torch.long, device=logits.device)] = False
+        allowed = torch.where(kept.any(-1, keepdim=True), kept, allowed)  # the grammar's last word wins
+    return logits.masked_fill(~allowed, float("-inf"))
