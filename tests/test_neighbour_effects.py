@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.offline import pass_over
 from controller.passes.reconcile import PassOutput
 from controller.rendering.planmd import review_summary
 from tests.conftest import REPO_ROOT
+from tests.test_planmd_jobs import apply  # a pass written back into the tree, as a commit leaves it
 
 FLEET = REPO_ROOT / "examples" / "fleet"
 GOLDEN = Path(__file__).resolve().parent / "golden" / "effects"
@@ -54,24 +54,13 @@ def _rebudget(root: Path) -> None:
 CASES = {"add-a-model": _add, "remove-a-model": _remove, "re-budget-a-model": _rebudget}
 
 
-def _apply(root: Path) -> PassOutput:
-    """A pass over `root`, its generated tree written back into `root` (as a commit would)."""
-    out = pass_over(root, processes=1)
-    for sub in ("rendered", "decisions"):
-        shutil.rmtree(root / sub, ignore_errors=True)
-    for path, data in out.files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(data)
-    return out
-
-
 @pytest.fixture(scope="module", params=sorted(CASES))
 def second(request, tmp_path_factory) -> tuple[str, PassOutput]:
     root = tmp_path_factory.mktemp(request.param) / "fleet"
     shutil.copytree(FLEET, root)
-    _apply(root)
+    apply(root)
     CASES[request.param](root)
-    return request.param, _apply(root)
+    return request.param, apply(root)
 
 
 def test_plan_md_and_the_commit_message_match_golden(second):
