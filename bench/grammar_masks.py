@@ -4,7 +4,7 @@ For byte-level BPE tokenizers of a few vocabulary sizes (the tiny models' 258 to
 here on this repository's own text, since none can be downloaded), it prints: the one-off build of
 the grammar library's view of the tokenizer (once per served model), the compile of a JSON schema
 and of an "auto" tool grammar (once per request), and the mask of one step (mean and p99 over a walk
-that takes a random allowed token each step, as a sampler would) plus worker.sampling.mask_logits on
+that takes a random allowed token each step, as a sampler would) plus engine.sampling.mask_logits on
 the CPU. The mask is computed on the host while the device runs; these times bound what a step adds.
 Run: .venv/bin/python bench/grammar_masks.py [--vocab 258 32000 --steps 400]
 """
@@ -30,7 +30,7 @@ from tinymodels import byte_tokenizer  # noqa: E402
 from worker.grammar import Grammars  # noqa: E402
 from worker.prompts import PromptEncoder  # noqa: E402
 from worker.protocol import Structure  # noqa: E402
-from worker.sampling import mask_logits  # noqa: E402
+from engine.sampling import mask_logits  # noqa: E402
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age", "tags", "address"],
           "properties": {"name": {"type": "string", "maxLength": 40}, "age": {"type": "integer", "minimum": 0},

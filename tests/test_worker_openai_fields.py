@@ -15,7 +15,8 @@ from transformers import AutoModelForCausalLM
 
 from tinymodels import byte_tokenizer
 from worker.api import create_app
-from worker.sampling import Sampler, SamplingParams
+from engine.batch import Generation
+from engine.sampling import BatchSampler, SamplingParams
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     ServerThread, config_document, model_entry, single_threaded_torch, started_worker, tiny_models,
     with_tools_template,
@@ -55,7 +56,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def reference(tiny_models):
-    """Generates with the saved model and worker.sampling directly (no cache, no server): the tokens the
+    """Generates with the saved model and engine.sampling directly (no cache, no server): the tokens the
     worker must give for the same sampling fields."""
     model = AutoModelForCausalLM.from_pretrained(tiny_models["llama"], local_files_only=True, dtype=torch.float32)
     tokenizer = byte_tokenizer()
@@ -63,11 +64,13 @@ def reference(tiny_models):
     @torch.inference_mode()
     def generate(prompt: str, max_tokens: int, **fields) -> tuple[str, list[torch.Tensor]]:
         ids = tokenizer.encode(prompt)
-        sampler, output, rows = Sampler(SamplingParams(max_tokens=max_tokens, **fields)), [], []
+        sampler, rows = BatchSampler(), []
+        sequence = Generation(prompt_ids=ids, params=SamplingParams(max_tokens=max_tokens, **fields),
+                              eos_ids=frozenset(), decode=tokenizer.decode)
         for _ in range(max_tokens):
-            rows.append(model(input_ids=torch.tensor([ids + output])).logits[0, -1].float())
-            output.append(sampler.choose(rows[-1], output).token)
-        return tokenizer.decode(output, skip_special_tokens=True), rows
+            rows.append(model(input_ids=torch.tensor([ids + sequence.output_ids])).logits[0, -1].float())
+            sequence.output_ids.append(sampler.choose(rows[-1][None], [sequence])[0].token)
+        return tokenizer.decode(sequence.output_ids, skip_special_tokens=True), rows
 
     return generate
 

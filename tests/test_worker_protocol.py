@@ -7,7 +7,7 @@ import pytest
 from worker.api import MAX_JSON_DEPTH, decode_json
 from worker.errors import InvalidRequest
 from worker.protocol import Structure, parse_chat, parse_completion
-from worker.sampling import SamplingParams
+from engine.sampling import SamplingParams
 from hostile import CHAT_FIELDS, COMPLETION_FIELDS, HOSTILE, MESSAGE_FIELDS
 
 COMPLETION = {"model": "m", "prompt": "hi"}

@@ -18,7 +18,7 @@ from worker.api import create_app
 from worker.grammar import Grammars
 from worker.prompts import PromptEncoder
 from worker.protocol import Structure
-from worker.sampling import mask_logits
+from engine.sampling import mask_logits
 from worker.scheduler import FinishEvent
 from worker.tools import ToolCallParser, ToolCallShape
 from worker_support import (  # noqa: F401  (fixtures are used by name)

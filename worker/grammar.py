@@ -87,7 +87,7 @@ class Grammars:
 
 
 class Constraint:
-    """One sequence's grammar state (worker.sampling.TokenConstraint): used by its executor thread only."""
+    """One sequence's grammar state (engine.sampling.TokenConstraint): used by its executor thread only."""
 
     def __init__(self, matcher, vocab_size: int, eos_ids: frozenset[int]):
         self._matcher = matcher

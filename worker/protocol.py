@@ -11,6 +11,7 @@ with `param` set to the offending field.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from .errors import InvalidRequest
@@ -21,6 +22,7 @@ MAX_LOGIT_BIAS = 1024  # biased tokens per request: each costs the engine work o
 MAX_STOP_TOKEN_IDS = 1024  # stop_token_ids per request, bounded like logit_bias
 MAX_MODEL_NAME = 253  # a Kubernetes object name, which the served names are
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator seed can hold
+_TOKEN_KEY = re.compile(r"-?[0-9]+")  # a logit_bias key: one token id in decimal ("--5" is none)
 _ROLES = {"system", "user", "assistant", "developer", "tool"}
 # Accepted and without effect on a self-hosted worker (OpenAI account features).
 _NO_EFFECT = {"user", "metadata", "store", "service_tier"}
@@ -36,7 +38,7 @@ _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "ref
 
 @dataclass(frozen=True)
 class Sampling:
-    """A request's completion limit (None: the model's default) and its worker.sampling.SamplingParams fields."""
+    """A request's completion limit (None: the model's default) and its engine.sampling.SamplingParams fields."""
 
     max_tokens: int | None
     fields: dict
@@ -213,8 +215,8 @@ def _tool_calls(calls: object, i: int) -> list[dict]:
                                  "arguments (a JSON string)}}}}", param=f"{where}[{j}]")
         try:
             arguments = json.loads(function.get("arguments", "{}"))
-        except ValueError:
-            arguments = function.get("arguments")  # the model wrote invalid JSON: hand it back as it was
+        except (ValueError, RecursionError):  # invalid or too deeply nested JSON: hand it back as it was
+            arguments = function.get("arguments")
         parsed.append({"id": call.get("id"), "type": "function",
                        "function": {"name": function["name"], "arguments": arguments}})
     return parsed
@@ -328,7 +330,7 @@ def _logit_bias(bias: object) -> tuple[tuple[int, float], ...]:
         raise InvalidRequest("InvalidField", f"{message}, at most {MAX_LOGIT_BIAS} of them", param="logit_bias")
     pairs = []
     for key, value in bias.items():
-        if not (key.isascii() and key.lstrip("-").isdigit() and len(key) <= 20) or not _in_range(value, -100, 100):
+        if not (_TOKEN_KEY.fullmatch(key) and len(key) <= 20) or not _in_range(value, -100, 100):
             raise InvalidRequest("InvalidField", f"{message}; got {key[:40]!r}: {str(value)[:40]}",
                                  param="logit_bias")
         pairs.append((int(key), float(value)))

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Sequence
 
 from .responses import ChatShape
-from .sampling import Choice
+from engine.sampling import Choice
 
 OPEN = "<tool_call>"
 CLOSE = "}\n</tool_call>"  # the call object's end, then the tag: a raw newline never occurs inside JSON

@@ -32,6 +32,7 @@ class ClusterFacts:
     slots: tuple[GpuSlot, ...]
     profiles: tuple[ProfileDocument, ...]
     errors: tuple[InputError, ...] = ()
+    pod_monitors: bool = False  # the API server serves monitoring.coreos.com/v1 PodMonitor (API discovery)
 
 
 @dataclass(frozen=True)
