@@ -295,8 +295,9 @@ def _model_card(worker: Worker, name: str) -> dict:
 
 
 class _Relay:
-    """Submits one job per choice and yields (choice index, event) on the event loop as the executor
-    thread pushes them; None when nothing came for `idle_s` seconds."""
+    """Submits one job per choice and yields (choice index, event) on the event loop as the model's emitter
+    hands them over (all of a step's events in one call_soon_threadsafe); None when nothing came for
+    `idle_s` seconds."""
 
     def __init__(self, worker: Worker, served: ServedModel, generations: list):
         loop = asyncio.get_running_loop()
@@ -306,7 +307,7 @@ class _Relay:
             for index, generation in enumerate(generations):
                 self.jobs.append(worker.submit(
                     served.config.name, generation,
-                    lambda event, index=index: loop.call_soon_threadsafe(self.queue.put_nowait, (index, event))))
+                    lambda event, index=index: self.queue.put_nowait((index, event)), loop.call_soon_threadsafe))
         except WorkerError:  # the queue filled part way: the choices already queued are dropped with it
             self.cancel()
             raise
@@ -315,8 +316,9 @@ class _Relay:
         running = len(self.jobs)
         try:
             while running:
-                try:
-                    index, event = await asyncio.wait_for(self.queue.get(), idle_s)
+                try:  # a waiting event needs no timer
+                    index, event = self.queue.get_nowait() if self.queue.qsize() else \
+                        await asyncio.wait_for(self.queue.get(), idle_s)
                 except TimeoutError:
                     yield None
                     continue

@@ -247,8 +247,9 @@ class Worker:
         return Generation(prompt_ids=prompt_ids, params=SamplingParams(max_tokens=wanted, **sampling),
                           eos_ids=served.eos_ids, decode=served.decode, constraint=constraint)
 
-    def submit(self, name: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
-        return self.scheduler.submit(name, generation, sink)
+    def submit(self, name: str, generation: Generation, sink: Callable[[Event], None],
+               post: Callable[[Callable[[], None]], None] | None = None) -> Job:
+        return self.scheduler.submit(name, generation, sink, post)
 
     # state
     def model_state(self, name: str) -> str:
