@@ -47,7 +47,9 @@ class StepOutput:
 
 class Emitter:
     def __init__(self, model: str, metrics: WorkerMetrics, on_stopped: Callable[["Job"], None]):
-        self.model, self.metrics, self.on_stopped = model, metrics, on_stopped
+        self.model, self.on_stopped = model, on_stopped
+        self._ttft, self._tpot = metrics.ttft_seconds.labels(model), metrics.tpot_seconds.labels(model)
+        self._completion_tokens = metrics.tokens.labels(model, "completion")
         self._queue: queue.SimpleQueue[StepOutput | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=f"emitter-{model}", daemon=True)
         self._thread.start()
@@ -99,11 +101,11 @@ class Emitter:
     def _observe(self, job: "Job", at: float) -> None:
         if job.first_token_at is None:
             job.first_token_at = at
-            self.metrics.ttft_seconds.labels(job.model).observe(at - job.submitted_at)
+            self._ttft.observe(at - job.submitted_at)
         else:
-            self.metrics.tpot_seconds.labels(job.model).observe(at - job.last_token_at)
+            self._tpot.observe(at - job.last_token_at)
         job.last_token_at = at
-        self.metrics.tokens.labels(job.model, "completion").inc()
+        self._completion_tokens.inc()
 
 
 def deliver(post: Callable[[Callable[[], None]], None] | None, items: list[tuple["Job", list[Event]]]) -> None:
