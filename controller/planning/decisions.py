@@ -10,7 +10,7 @@ from __future__ import annotations
 from contract.quantity import format_bytes as fb
 from contract.quantity import paste_quantity as paste
 from controller.planning import cost
-from controller.planning.slots import Ask, SlotState
+from controller.planning.slots import Ask, SlotState, predictions, shared_ms
 from controller.types import Decision, ElasticModel, GpuSlot, Predicted
 
 
@@ -45,36 +45,16 @@ def _room_before_growth(states: list[SlotState]) -> dict:
             for p, free in out.items()}
 
 
-def _shared_ms(state: SlotState) -> dict:
-    """Per member: the co-tenants' GPU time inside one of its decode steps, when all of them decode at once.
-    Resident models and the active swap member (the slowest, for the worst case) step back to back; an
-    elastic model computes for one step per streamed pass, so it takes its step once per pass: its share
-    of the member's step is step × (member's step ÷ the pass), at most one step."""
-    n = state.streamers
-    steps = {a.key: cost.decode_step_ms(a.profile, a.slo.concurrency) for a in state.members()}
-    passes = {k: cost.copy_ms(piece.streamed_bytes, a.profile, n) for k, (a, piece, _) in state.elastic.items()}
-    group = max((steps[a.key] for a in state.swap), default=0.0)
-    resident = sum(steps[a.key] for a in state.resident)
-    shared = {}
-    for a in state.members():
-        in_group = any(a is m for m in state.swap)
-        base = resident + (0.0 if in_group else group) - (steps[a.key] if not in_group and a.key not in
-                                                            state.elastic else 0.0)
-        own = steps[a.key] + base
-        bursts = sum(steps[k] * min(1.0, own / passes[k]) if passes[k] else steps[k]
-                     for k in state.elastic if k != a.key)
-        shared[a.key] = base + bursts
-    return shared
-
-
 def _slot_decisions(state: SlotState) -> list[Decision]:
     slot = state.slot
     n = state.streamers
-    shared = _shared_ms(state)
+    pieces = [(a, p) for a, p, _ in state.elastic.values()]
+    shared = shared_ms(state.resident, state.swap, pieces)
+    predicted = predictions(state.resident, state.swap, pieces)
     host = _host_terms(state)
     out = []
     for ask in state.resident:
-        pred = cost.predict_resident(ask.profile, ask.slo, shared[ask.key])
+        pred = predicted[ask.key]
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} and slot {slot.id} "
                   f"holds it beside the others")
         out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
@@ -82,7 +62,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
     turns = {a.key: a.turn_ms(n + 1) for a in state.swap}
     for ask in state.swap:
         wait = sum(turns.values()) - turns[ask.key]
-        pred = cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n + 1)
+        pred = predicted[ask.key]
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
                   f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with "
                   f"{len(state.swap) - 1} other model(s) (PLAN.md lists them); swap-in {pred.swap_in_ms:g} ms = "
@@ -92,7 +72,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
         out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
                              reason=reason, code="SharesSwapArea", host_bytes=ask.profile.weight_bytes))
     for ask, piece, _ in sorted(state.elastic.values(), key=lambda e: e[0].key):
-        pred = cost.predict_elastic(ask.profile, ask.slo, piece, n, shared[ask.key])
+        pred = predicted[ask.key]
         limit = ask.limit(slot)
         squeezed = ask.key in state.squeezed
         if squeezed:

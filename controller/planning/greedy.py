@@ -12,7 +12,8 @@ from __future__ import annotations
 import bisect
 
 from controller.planning import cost
-from controller.planning.slots import Ask, Layout, SlotState, apply, check, elastic_entries, is_tight
+from controller.planning.slots import (Ask, Layout, SlotState, alone_misses, apply, check, elastic_entries, is_tight,
+                                      rule_broken, slo_fits)
 
 SCAN = 32               # slots the greedy tries per step before it gives up on a mode
 
@@ -63,6 +64,72 @@ class _FreeIndex:
             self.tight.add(state.position)
             del self.calm[bisect.bisect_left(self.calm, (state.free, state.position))]
 
+
+
+def greedy_fleet(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[Ask]]:
+    """The greedy over several GPU products. A model that may run on more than one (no spec.gpu.product) first
+    goes to the product that meets its SLO alone and has the most room left for it; if that product refuses
+    it, the next product that can take it does (a model is never refused while another product's GPU could
+    serve it). Returns the states and the refused models (their preferred product's ask)."""
+    choices: dict = {}
+    for ask in asks:
+        choices.setdefault(ask.key, []).append(ask)
+    by_product: dict[str, list[SlotState]] = {}
+    for state in states:
+        by_product.setdefault(state.slot.product, []).append(state)
+    first = _first_choices(choices, by_product)
+    refused: dict = {}
+    for product, group in sorted(_by_product(first).items()):
+        refused.update((a.key, a) for a in greedy(group, by_product[product], sticky=sticky)[1])
+    tried = {key: {ask.profile.gpu_product} for key, ask in ((a.key, a) for a in first)}
+    while True:
+        retry = {}
+        for key in sorted(refused):
+            nxt = next((a for a in choices[key] if a.profile.gpu_product not in tried[key]), None)
+            if nxt is not None:
+                retry[key] = nxt
+                tried[key].add(nxt.profile.gpu_product)
+        if not retry:
+            break
+        for product, group in sorted(_by_product(list(retry.values())).items()):
+            placed = {a.key for a in group}
+            for ask in greedy(group, by_product[product], sticky=False)[1]:
+                placed.discard(ask.key)
+                refused.setdefault(ask.key, ask)  # a streamer that gave its place up is refused here
+            for key in placed:
+                refused.pop(key, None)
+    return states, [choices[key][0] for key in sorted(refused)]
+
+
+def _by_product(asks: list[Ask]) -> dict[str, list[Ask]]:
+    out: dict[str, list[Ask]] = {}
+    for ask in asks:
+        out.setdefault(ask.profile.gpu_product, []).append(ask)
+    return out
+
+
+def _first_choices(choices: dict, by_product: dict[str, list[SlotState]]) -> list[Ask]:
+    """One ask per model: its only one, or (several products) the product where it meets its SLO alone,
+    runs whole, and leaves the largest share of the product's memory free after the models bound to it."""
+    capacity = {p: sum(s.slot.usable_bytes for s in group) for p, group in by_product.items()}
+    load = dict.fromkeys(capacity, 0)
+    for options in choices.values():
+        if len(options) == 1:
+            load[options[0].profile.gpu_product] += _size(options[0])
+    out = [options[0] for options in choices.values() if len(options) == 1]
+    for key in sorted(k for k, options in choices.items() if len(options) > 1):
+        def rank(ask: Ask) -> tuple:
+            p = ask.profile.gpu_product
+            free = capacity[p] - load[p] - _size(ask)
+            return (len(alone_misses(ask)), not ask.whole, free < 0, -free / max(capacity[p], 1))
+        best = min(choices[key], key=rank)
+        load[best.profile.gpu_product] += _size(best)
+        out.append(best)
+    return out
+
+
+def _size(ask: Ask) -> int:
+    return ask.need_bytes if ask.whole else ask.minimum.footprint
 
 
 def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[Ask]]:
@@ -188,16 +255,36 @@ def _keep(state: SlotState, ask: Ask, index: _FreeIndex) -> bool:
 
 
 def _place_resident(ask: Ask, index: _FreeIndex) -> bool:
-    """Its last slot if it holds it, else best fit; a resident member changes only the slot's bytes (no link
-    share, host RAM or swap wait)."""
+    """Its last slot if it holds it, else best fit among the slots where neither it nor a neighbour then
+    misses an SLO target it met (the emptiest slot is always among those tried), else plain best fit. A
+    resident member changes only the slot's bytes and its co-tenants' decode time: where a swap group or a
+    streaming model's SLO limit could be touched, the slot's limits are checked whole."""
     last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None and s.free >= ask.need_bytes]
+    candidates = []
     for state in last or index.at_least(ask.need_bytes):
+        candidates.append(state)
+        if last or len(candidates) >= SCAN:
+            break
+    emptiest = next(index.most_free(), None)
+    if not last and emptiest is not None and emptiest.free >= ask.need_bytes and emptiest not in candidates:
+        candidates.append(emptiest)
+    open_slots = [s for s in candidates if not _clashes(s, ask)]
+    fitting = next((s for s in open_slots if slo_fits(s, ask)), None)
+    for state in [fitting] * (fitting is not None) + [s for s in open_slots if s is not fitting]:
+        if state.swap or state.elastic:
+            if _change(state, index, state.resident + [ask], state.swap, elastic_entries(state)):
+                return True
+            continue
         before = state.free
         state.resident.append(ask)
         state.used += ask.need_bytes
         index.update(state, before)
         return True
     return False
+
+
+def _clashes(state: SlotState, ask: Ask) -> bool:
+    return bool(state.members()) and rule_broken(state.members() + [ask]) is not None
 
 
 def _join_swap(ask: Ask, states: list[SlotState], index: _FreeIndex) -> bool:
