@@ -10,7 +10,7 @@ from __future__ import annotations
 from contract.quantity import format_bytes as fb
 from contract.quantity import paste_quantity as paste
 from controller.planning import cost
-from controller.planning.slots import Ask, SlotState, predictions, shared_ms
+from controller.planning.slots import Ask, SlotState, predictions, rule_broken, shared_ms
 from controller.types import Decision, ElasticModel, GpuSlot, Predicted
 
 
@@ -166,6 +166,20 @@ def _refused(ask: Ask, code: str, info: dict) -> Decision:
                   f"{fb(ask.minimum.streamed_bytes)} of host RAM where node {info['node']} had "
                   f"{fb(info['host_free'])} left of {fb(info['host'])}. Missing: {paste(missing)}. Add host RAM "
                   f"or a node, or make room (fewer swap members or streamed layers there)")
+    elif code in ("ServedNameTaken", "MixedCompositions"):
+        other = info["other"].model
+        if code == "ServedNameTaken":
+            names = sorted(set(ask.names) & set(info["other"].names))
+            clash = (f"the worker there already serves the name {names[0]!r} for {other.ref}, and a worker serves "
+                     "each name once")
+            fix = ("change metadata.name or spec.servedNames of one of them, give one another spec.gpu.product, "
+                   "or add a GPU")
+        else:
+            clash = (f"the GPU there runs a worker of composition {other.composition!r} (for {other.ref}), and one "
+                     f"GPU takes one composition's worker")
+            fix = f"set spec.compositionRef.name to {other.composition!r}, give one another spec.gpu.product, or add a GPU"
+        reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but none may serve it: "
+                  f"on {info['slot']} {clash}. Fix: {fix}")
     else:
         free = info["free"]
         reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot had left is {fb(free)} "
@@ -195,11 +209,19 @@ def _names(asks: list[Ask]) -> list[str]:
 def _no_room_code(ask: Ask, states: list[SlotState], room: dict) -> tuple[str, dict]:
     """Why no slot takes it in the final plan, measured before slices grow (`room`: slot position -> (free
     bytes, free host bytes of its node)): NoCapacity when no slot has the bytes for its elastic minimum;
-    else what stops it on those that have (HostMemoryFull or LinkShareTooSmall)."""
+    else what stops it on those that have: a render-time rule (ServedNameTaken, MixedCompositions: every such
+    slot's worker could not serve it), HostMemoryFull or LinkShareTooSmall."""
     roomy = [s for s in states if room[s.position][0] >= ask.minimum.footprint]
     best = max(states, key=lambda s: (room[s.position][0], -s.position), default=None)
     if not roomy:
         return "NoCapacity", {"free": room[best.position][0] if best else 0, "slots": len(states)}
+    allowed = [s for s in roomy if rule_broken(s.members() + [ask]) is None]
+    if not allowed:
+        reason, _, other = rule_broken(roomy[0].members() + [ask]) or ("MixedCompositions", ask, ask)
+        if other is ask:  # the rule broken is among the others: name the first of them that clashes with it
+            other = next(a for a in roomy[0].members() if rule_broken([a, ask]) is not None)
+        return reason, {"roomy": len(roomy), "slot": roomy[0].slot.id, "other": other}
+    roomy = allowed
     hosted = [s for s in roomy if s.node.host_bytes is None or room[s.position][1] >= ask.minimum.streamed_bytes]
     if not hosted:
         node = roomy[0].node

@@ -23,7 +23,7 @@ class _FreeIndex:
     "calm" slots (no streaming neighbour whose TPOT target bounds the link's sharing)."""
 
     def __init__(self, states: list[SlotState]):
-        self.states = states
+        self.states = {s.position: s for s in states}  # positions are those of the whole plan's slots
         self.entries = sorted((s.free, s.position) for s in states)
         self.by_id = {s.slot.id: s for s in states}
         self.calm = list(self.entries)
