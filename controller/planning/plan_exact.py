@@ -14,8 +14,9 @@ unchanged model not kept as it was, or a model the last plan placed now refused)
 targets missed. Then, with those fixed at their optimum: the predicted latency against the SLO targets (the sum of
 predicted ÷ target); the predicted TPOT of every model; the smaller models resident; a canonical tie-break (by name, earlier slots first;
 refusing later names first). Predictions are those of controller.planning.slots.predictions (co-tenants all
-decoding), except that an elastic co-tenant counts its whole step (the decisions count the part of its step its
-pass overlaps): the solver's figures are never below the decisions', so a limit it holds, the slot holds.
+decoding), except that an elastic co-tenant counts a bound on the part of its step its pass overlaps (the
+decisions count that part exactly): the solver's figures are never below the decisions', so a limit it holds, the
+slot holds.
 """
 from __future__ import annotations
 
@@ -88,7 +89,9 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
         _ttft_bounds(model, swaps, streamers, n_max, state.position, times[state.position][1])
         for v, o in elastic:  # a streaming model that can meet its TPOT target alone meets it here
             if o.ask.tpot_meetable_alone(o.ask.limit(state.slot)):
-                model.Add(times[state.position][0] <= math.floor(o.ask.slo.tpot_ms * US)).OnlyEnforceIf(v)
+                every, _, burst = times[state.position]
+                model.Add(every + _step_us(o.ask) - burst[id(o)] <= math.floor(o.ask.slo.tpot_ms * US)
+                          ).OnlyEnforceIf(v)
         nodes.setdefault(state.node.name, (state.node, []))[1].extend(here)
     for node, here in nodes.values():
         if node.host_bytes is not None:
@@ -152,19 +155,31 @@ def _step_us(ask: Ask) -> int:
 
 
 def _slot_times(model: cp_model.CpModel, state: SlotState, here: list) -> tuple:
-    """(all: the decode time every resident and streaming member's TPOT counts, its own step included; fixed: the
-    residents' and streaming models' steps, what a swap member adds to its own step) in microseconds. The swap
-    group adds its slowest member's step to the others."""
+    """(all: the decode time a resident member's TPOT counts, its own step included; fixed: the residents'
+    steps and the streaming models' bursts, what a swap member adds to its own step; burst: per elastic option,
+    the most of its step it can add to a co-tenant's) in microseconds. The swap group adds its slowest member's
+    step to the others. A streaming model takes its step once per pass: at most step × (the longest co-tenant
+    step ÷ its shortest pass, the link to itself) of another's step (controller.planning.slots.shared_ms)."""
+    longest: dict = {}
+    for _, o in here:
+        longest[o.ask.key] = max(longest.get(o.ask.key, 0.0), o.ask.step_ms)
+    own_max = sum(longest.values())
+    burst = {}
+    for _, o in here:
+        if o.mode == "elastic":
+            pass_ms = cost.copy_ms(o.piece.streamed_bytes, o.ask.profile, 1)
+            burst[id(o)] = math.ceil(o.ask.step_ms * (min(1.0, own_max / pass_ms) if pass_ms else 1.0) * US)
     bound = sum(_step_us(o.ask) for _, o in here) + 1
     group = model.NewIntVar(0, bound, f"group{state.position}")
     for v, o in here:
         if o.mode == "swap":
             model.Add(group >= _step_us(o.ask)).OnlyEnforceIf(v)
     fixed = model.NewIntVar(0, bound, f"fixed{state.position}")
-    model.Add(fixed == sum(_step_us(o.ask) * v for v, o in here if o.mode in ("resident", "elastic")))
+    model.Add(fixed == sum(_step_us(o.ask) * v for v, o in here if o.mode == "resident")
+              + sum(burst[id(o)] * v for v, o in here if o.mode == "elastic"))
     every = model.NewIntVar(0, 2 * bound, f"all{state.position}")
     model.Add(every == fixed + group)
-    return every, fixed
+    return every, fixed, burst
 
 
 def _rules(model: cp_model.CpModel, here: list) -> None:
@@ -195,12 +210,12 @@ def _slo_terms(model: cp_model.CpModel, by_key: dict, keys: list, times: dict) -
         misses += missed.values()
         ratio = {name: _capped(model, ratios, RATIO_CAP, f"ratio{len(ratios)}_{name}") for name, _ in targets}
         for v, o in by_key[k]:
-            every, fixed = times[o.state.position]
+            every, fixed, burst = times[o.state.position]
             own = _step_us(o.ask)
             if o.mode == "swap":
                 tpot, tpot_const = fixed, own
-            else:
-                tpot, tpot_const = every, 0
+            else:  # `every` counts a streaming model's burst in place of its own step
+                tpot, tpot_const = every, own - burst[id(o)] if o.mode == "elastic" else 0
             stream = o.stream_us
             ttft_const = (math.ceil(cost.predict_resident(o.ask.profile, o.ask.slo).ttft_ms * US) - own
                           if o.mode != "elastic" else _elastic_ttft_us(o))
