@@ -55,11 +55,14 @@ TOYS = (toy_profile(product=FAST, decode_ms=5.0), toy_profile(product=SLOW, deco
 
 
 CASES = [
-    # id, models, slots, profiles, {name: expected slot}, {name: expected slo_met}
+    # id, models, slots, profiles, {name: expected slot} (or {method: {name: slot}}), {name: expected slo_met}
     ("8b-tpot-20ms-packed-beside-a-32b-while-a-second-h200-is-empty",
      [real("qwen-32b", QWEN_32B, 80), real("llama-8b", LLAMA_8B, 24, tpot=20)],
      [gpu("h200-a"), gpu("h200-b")], PROFILES,
-     {"llama-8b": "h200-a/gpu0", "qwen-32b": "h200-b/gpu0"}, {"llama-8b": True}),
+     # the exact plan orders equally good slots by name; the greedy packs them together, then its SLO repair
+     # moves the 8B out to the empty H200
+     {"exact": {"llama-8b": "h200-a/gpu0", "qwen-32b": "h200-b/gpu0"},
+      "greedy": {"llama-8b": "h200-b/gpu0", "qwen-32b": "h200-a/gpu0"}}, {"llama-8b": True}),
     ("small-model-without-a-product-went-to-the-busy-h200-not-the-empty-l4",
      [real("qwen-32b", QWEN_32B, 80), real("llama-8b", LLAMA_8B, 24), real("qwen-05b", QWEN_05B, 4, product=None,
                                                                            tpot=20)],
@@ -88,6 +91,7 @@ CASES = [
 @pytest.mark.parametrize("models,slots,profiles,where,met", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_each_model_gets_the_slot_that_meets_its_slo(method, models, slots, profiles, where, met):
     got, _ = run(models, slots, profiles, method)
+    where = where.get(method, where)
     assert {n: got[n].slot for n in where} == where
     assert {n: got[n].slo_met for n in met} == met
     assert all(d.mode != "refused" for d in got.values())
@@ -141,8 +145,9 @@ def _fleets():
 @settings(max_examples=25, deadline=None)
 @given(inputs=_fleets())
 def test_a_model_admitted_under_an_slo_limit_is_predicted_to_meet_it(method, inputs):
-    """A swap member admitted under the swap-wait bound meets its TTFT; a streaming model whose TPOT target it
-    can meet alone, admitted under the link share, meets its TPOT: the limits and the verdict are one test."""
+    """A swap member admitted under the swap-wait bound is predicted to meet its TTFT (the limit and the
+    verdict are one test, co-tenants decoding included); a streaming model whose TPOT target it can meet alone,
+    admitted under the link share, streams within that target at the share it is predicted at."""
     result = plan(inputs, method=method)
     for d in result.decisions:
         slo = next(m.slo for m in inputs.models if m.key == d.key)
@@ -150,6 +155,5 @@ def test_a_model_admitted_under_an_slo_limit_is_predicted_to_meet_it(method, inp
             assert "ttft" not in cost.missed(slo, d.predicted), d.reason
         if d.mode == "elastic" and slo.tpot_ms is not None:
             profile = next(p for p in inputs.profiles if p.model == d.model)
-            alone = cost.smallest_slice_meeting(profile, slo, d.budget_bytes, 1)
-            if alone is not None and cost.decode_step_ms(profile, slo.concurrency) <= slo.tpot_ms:
-                assert "tpot" not in cost.missed(slo, d.predicted), d.reason
+            if cost.smallest_slice_meeting(profile, slo, d.budget_bytes, 1) is not None:
+                assert d.host_bytes / (d.predicted.link_share_gbps * cost.GB) * 1000 <= slo.tpot_ms, d.reason

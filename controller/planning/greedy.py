@@ -10,12 +10,14 @@ controller.planning.plan (instances too large to solve exactly) and by controlle
 from __future__ import annotations
 
 import bisect
+import itertools
 
 from controller.planning import cost
 from controller.planning.slots import (Ask, Layout, SlotState, alone_misses, apply, check, elastic_entries, is_tight,
-                                      rule_broken, slo_fits)
+                                      predictions, slo_fits)
 
 SCAN = 32               # slots the greedy tries per step before it gives up on a mode
+SLO_SCAN = 8            # of those, the best fits it predicts SLOs on (and the emptiest) before it takes the best fit
 
 
 class _FreeIndex:
@@ -153,8 +155,12 @@ def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[l
             if not (_place_resident(ask, index) or _join_swap(ask, states, index)
                     or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
                 refused.append(ask)
-    refused = [a for a in refused if not _stream_residents_to_admit(a, states, index, kept)]
+    # streaming residents frees bytes: it helps a model no slot had the bytes for
+    most = max((s.free for s in states), default=0)
+    refused = [a for a in refused if a.minimum.footprint <= most or not _stream_residents_to_admit(a, states, index,
+                                                                                                   kept)]
     refused = _trade_streamers(refused, states, index, kept)
+    _slo_repair(states, index, kept)
     for state in states:  # a swap group of one (kept members whose partners left) is simply resident
         if len(state.swap) == 1:
             apply(state, check(state, state.resident + state.swap, [], elastic_entries(state)))
@@ -255,36 +261,66 @@ def _keep(state: SlotState, ask: Ask, index: _FreeIndex) -> bool:
 
 
 def _place_resident(ask: Ask, index: _FreeIndex) -> bool:
-    """Its last slot if it holds it, else best fit among the slots where neither it nor a neighbour then
-    misses an SLO target it met (the emptiest slot is always among those tried), else plain best fit. A
+    """Its last slot if it holds it, else best fit among the slots whose worker may serve it (packing tight keeps
+    the large holes for the large models; the SLO repair moves it later if it then misses a target). A
     resident member changes only the slot's bytes and its co-tenants' decode time: where a swap group or a
     streaming model's SLO limit could be touched, the slot's limits are checked whole."""
     last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None and s.free >= ask.need_bytes]
-    candidates = []
+    tried = 0
     for state in last or index.at_least(ask.need_bytes):
-        candidates.append(state)
-        if last or len(candidates) >= SCAN:
-            break
-    emptiest = next(index.most_free(), None)
-    if not last and emptiest is not None and emptiest.free >= ask.need_bytes and emptiest not in candidates:
-        candidates.append(emptiest)
-    open_slots = [s for s in candidates if not _clashes(s, ask)]
-    fitting = next((s for s in open_slots if slo_fits(s, ask)), None)
-    for state in [fitting] * (fitting is not None) + [s for s in open_slots if s is not fitting]:
+        tried += 1
+        if tried > SCAN and not last:
+            return False
+        if _clashes(state, ask):
+            continue
         if state.swap or state.elastic:
             if _change(state, index, state.resident + [ask], state.swap, elastic_entries(state)):
                 return True
             continue
-        before = state.free
-        state.resident.append(ask)
-        state.used += ask.need_bytes
-        index.update(state, before)
+        _add_resident(state, ask, index)
         return True
     return False
 
 
+def _add_resident(state: SlotState, ask: Ask, index: _FreeIndex) -> None:
+    before = state.free
+    state.resident.append(ask)
+    state.used += ask.need_bytes
+    index.update(state, before)
+
+
+def _slo_repair(states: list[SlotState], index: _FreeIndex, kept: set) -> None:
+    """After every model has its place: a resident placed this pass that misses an SLO target moves to a slot
+    with the room where it and every neighbour there then meet what they met (the SLO_SCAN best fits and the
+    emptiest slot are tried). Leaving only shortens its old neighbours' steps, so no target is lost and no
+    model refused; models kept from the last plan stay (the stability rule)."""
+    for state in states:
+        if not state.resident or state.swap or state.elastic:
+            continue
+        for ask in [a for a in state.resident if a.key not in kept and (a.slo.ttft_ms or a.slo.tpot_ms)]:
+            if not cost.missed(ask.slo, predictions(state.resident, [], [])[ask.key]):
+                continue
+            emptiest = next(index.most_free(), None)
+            tries = [s for s in list(itertools.islice(index.at_least(ask.need_bytes), SLO_SCAN)) + [emptiest]
+                     if s is not None and s is not state and s.free >= ask.need_bytes and not s.swap
+                     and not s.elastic]
+            target = next((s for s in tries if not _clashes(s, ask) and slo_fits(s, ask)), None)
+            if target is not None:
+                before = state.free
+                state.resident.remove(ask)
+                state.used -= ask.need_bytes
+                index.update(state, before)
+                _add_resident(target, ask, index)
+
+
 def _clashes(state: SlotState, ask: Ask) -> bool:
-    return bool(state.members()) and rule_broken(state.members() + [ask]) is not None
+    """A render-time rule (controller.planning.slots.rule_broken) keeps `ask` off this slot's worker."""
+    stamp = (len(state.resident), len(state.swap), len(state.elastic), state.used)
+    if state.served is None or state.served[0] != stamp:
+        members = state.members()
+        state.served = (stamp, {a.model.composition for a in members}, {n for a in members for n in a.names})
+    _, compositions, names = state.served
+    return bool(compositions - {ask.model.composition}) or any(n in names for n in ask.names)
 
 
 def _join_swap(ask: Ask, states: list[SlotState], index: _FreeIndex) -> bool:

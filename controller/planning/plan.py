@@ -151,7 +151,10 @@ def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto") ->
     """Decisions for the models of one group of GPU products over their slots. A model may come with an ask
     per product it can run on (its preferred first); it takes at most one of them."""
     models = len({a.key for a in asks})
-    pairs = sum(1 for a in asks for s in slots if s.product == a.profile.gpu_product)
+    per_product: dict[str, int] = {}
+    for slot in slots:
+        per_product[slot.product] = per_product.get(slot.product, 0) + 1
+    pairs = sum(per_product.get(a.profile.gpu_product, 0) for a in asks)
     exact = method == "exact" or (method == "auto" and models <= EXACT_MAX_MODELS and pairs <= EXACT_MAX_PAIRS)
     if exact:
         from controller.planning import plan_exact  # OR-Tools loads only when a small instance needs it

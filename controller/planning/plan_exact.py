@@ -87,11 +87,6 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
         times[state.position] = _slot_times(model, state, here)
         _rules(model, here)
         _ttft_bounds(model, swaps, streamers, n_max, state.position, times[state.position][1])
-        for v, o in elastic:  # a streaming model that can meet its TPOT target alone meets it here
-            if o.ask.tpot_meetable_alone(o.ask.limit(state.slot)):
-                every, _, burst = times[state.position]
-                model.Add(every + _step_us(o.ask) - burst[id(o)] <= math.floor(o.ask.slo.tpot_ms * US)
-                          ).OnlyEnforceIf(v)
         nodes.setdefault(state.node.name, (state.node, []))[1].extend(here)
     for node, here in nodes.values():
         if node.host_bytes is not None:

@@ -97,10 +97,6 @@ class Ask:
             self._starts["step"] = cost.decode_step_ms(self.profile, self.slo.concurrency)
         return self._starts["step"]
 
-    def tpot_meetable_alone(self, limit: int) -> bool:
-        """Its TPOT target is met streaming alone on a slot: the link share limit binds it."""
-        return self.slo.tpot_ms is not None and self.step_ms <= self.slo.tpot_ms and self.meets_alone(limit)
-
     def swap_ok(self) -> bool:
         room = self.swap_room_ms(1)
         return room is None or room >= 0
@@ -134,6 +130,7 @@ class SlotState:
     elastic_bytes: int = 0
     kept_bytes: int = 0    # residents kept from the last plan (a re-pack never moves them)
     summary: tuple | None = None  # slo_fits' bounds, with the slot's state they were computed at
+    served: tuple | None = None   # the compositions and served names of its models, likewise (greedy's rule check)
 
     @property
     def swap_area(self) -> int:
@@ -210,31 +207,14 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
 
 
 def slo_limits_hold(slot: GpuSlot, resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> bool:
-    """The SLO limits, judged by the same predictions (all co-tenants decoding) the decisions carry
-    (docs/planner.md, "One definition of a met SLO"): every swap member with a TTFT target meets it after
-    the worst wait for the others' turns plus its own swap-in; every streaming model whose TPOT target it
-    can meet alone meets it at its share of the link beside its co-tenants."""
-    bound_swap = len(swap) > 1 and any(a.slo.ttft_ms is not None for a in swap)
-    bound_elastic = [a for a, _ in pieces if a.slo.tpot_ms is not None]
-    if not bound_swap and not bound_elastic:
+    """The swap-wait limit, judged by the same prediction (all co-tenants decoding) the decisions carry
+    (docs/planner.md, "One definition of a met SLO"): every swap member with a TTFT target meets it after the
+    worst wait for the others' turns plus its own swap-in. (The link share limit is the start slice itself:
+    `Ask.start` keeps each streaming model's streaming within its TPOT target at its share.)"""
+    if len(swap) < 2 or all(a.slo.ttft_ms is None for a in swap):
         return True
-    if not bound_swap:  # a streaming model shares at least the residents' and the group's steps, at most all
-        fixed = sum(a.step_ms for a in resident) + max((a.step_ms for a in swap), default=0.0)
-        streamed = sum(a.step_ms for a, _ in pieces)
-        bound = [a for a in bound_elastic if a.tpot_meetable_alone(a.limit(slot))]
-        if any(a.step_ms + fixed > a.slo.tpot_ms for a in bound):
-            return False
-        if all(fixed + streamed <= a.slo.tpot_ms for a in bound):
-            return True
-    by_key = {a.key: a for a in resident + swap + [a for a, _ in pieces]}
-    for key, pred in predictions(resident, swap, pieces).items():
-        ask = by_key[key]
-        if ask.slo.ttft_ms is not None and any(ask is a for a in swap) and "ttft" in cost.missed(ask.slo, pred):
-            return False
-        if (any(ask is a for a in bound_elastic) and ask.tpot_meetable_alone(ask.limit(slot))
-                and "tpot" in cost.missed(ask.slo, pred)):
-            return False
-    return True
+    predicted = predictions(resident, swap, pieces)
+    return not any(a.slo.ttft_ms is not None and "ttft" in cost.missed(a.slo, predicted[a.key]) for a in swap)
 
 
 def predictions(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> dict:
