@@ -157,3 +157,22 @@ def test_a_model_admitted_under_an_slo_limit_is_predicted_to_meet_it(method, inp
             profile = next(p for p in inputs.profiles if p.model == d.model)
             if cost.smallest_slice_meeting(profile, slo, d.budget_bytes, 1) is not None:
                 assert d.host_bytes / (d.predicted.link_share_gbps * cost.GB) * 1000 <= slo.tpot_ms, d.reason
+
+
+# ------------------------------------------------------------------- explain
+
+def test_explain_names_the_gpu_that_would_have_met_the_slo_and_why_it_is_not_there():
+    """The 8B kept beside the 32B by the stability rule (its last decision given): explain names the empty H200
+    that would have met its 20 ms and says the stability rule kept it."""
+    from controller.planning.explain import explain
+    models = [real("qwen-32b", QWEN_32B, 80), real("llama-8b", LLAMA_8B, 24, tpot=20)]
+    slots = [gpu("h200-a"), gpu("h200-b")]
+    inputs = Inputs(models=tuple(models), profiles=tuple(PROFILES), slots=tuple(slots[:1]))
+    packed = plan(inputs)  # one H200 first: both on it
+    result = plan(Inputs(models=tuple(models), profiles=tuple(PROFILES), slots=tuple(slots)),
+                  {d.key: d for d in packed.decisions})
+    eight = next(d for d in result.decisions if d.name == "llama-8b")
+    assert (eight.slot, eight.slo_met) == ("h200-a/gpu0", False)
+    text = explain(Inputs(models=tuple(models), profiles=tuple(PROFILES), slots=tuple(slots)), result, "llama-8b")
+    assert "- h200-b/gpu0 (NVIDIA-H200) would have met it: TPOT" in text
+    assert "the stability rule" in text
