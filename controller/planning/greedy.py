@@ -3,7 +3,9 @@
 Owns the order models are placed in and where each goes: unchanged models keep their place; then the
 models that must stream, then those that fit whole (resident by best fit, else a swap group, else a
 re-packed slot, else elastic); then repairs for refused ones (residents stream, a TPOT-bound streamer
-gives up its link). bench/plan_quality.py measures its gap to the exact solver. Called by
+gives up its link); then the SLO repair (a resident that misses a target moves where it meets it). Over
+several products (greedy_fleet), each model's product first, then the next product for one refused.
+bench/plan_quality.py measures its gap to the exact solver. Called by
 controller.planning.plan (instances too large to solve exactly) and by controller.planning.plan_exact
 (if the solver finds nothing).
 """

@@ -8,10 +8,10 @@ the result does not depend on input order. Called by the CLI (`gpushare plan`,
 `explain`), by the reconcile pass and by bench/plan_quality.py.
 
 The rules (docs/planner.md; docs/architecture.md has the design):
-1. Each model picks its GPU product (its selector, else the profiled product where it
-   fits without streaming, then the largest GPU, then by name). No profile for that
-   product -> Pending (a profiler Job is needed); no such product -> refused. Products
-   never share a node, so each product is planned on its own.
+1. A model with spec.gpu.product runs on it; one without may run on any product it has a profile for,
+   and its product is chosen with its slot (products joined by such a model are planned together). No
+   profile on any of them -> Pending on the preferred product (the largest GPU): a profiler Job is needed;
+   no such product -> refused.
 2. need <= limit = min(budget, slot usable) -> the model may run whole (resident, or swap
    when the slot cannot hold every whole model at once); otherwise it is elastic. An
    elastic model starts at the fewest resident layers that meet its TPOT target at its
@@ -27,7 +27,9 @@ The rules (docs/planner.md; docs/architecture.md has the design):
 4. The objective, in order: no model the last plan placed is refused to admit others;
    fewest refused; fewest moves of models whose own inputs did not change (so a model keeps
    its slot and mode unless keeping it would refuse someone, and the reason names the move);
-   fewest elastic; fewest swap; lowest predicted latency.
+   fewest elastic; fewest swap; fewest SLO targets predicted missed; the lowest predicted latency
+   against the targets; the lowest predicted TPOT. Render-time rules (one composition per GPU, a
+   served name once per worker) are limits of a slot, and a model no slot may serve is refused with them.
    Small instances are solved exactly (controller.planning.plan_exact, CP-SAT with a fixed seed
    and one worker: deterministic); larger ones by the greedy below, whose gap to the exact
    optimum bench/plan_quality.py measures.
@@ -58,7 +60,8 @@ _PLACEMENT_FREE_REFUSALS = ("BudgetBelowElasticMinimum", "NoMatchingGPU")  # no 
 
 def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None, *,
          method: str = "auto") -> Plan:
-    """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them).
+    """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them), or
+    "slo-first" (exact, with SLO targets missed ranked right after refused: the bench's reference).
 
     A first plan (no previous decisions) that refused a model for lack of room is settled: re-planned
     with its own decisions until that changes nothing (at most SETTLE_PASSES more plans), because the sticky
@@ -155,10 +158,11 @@ def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto") ->
     for slot in slots:
         per_product[slot.product] = per_product.get(slot.product, 0) + 1
     pairs = sum(per_product.get(a.profile.gpu_product, 0) for a in asks)
-    exact = method == "exact" or (method == "auto" and models <= EXACT_MAX_MODELS and pairs <= EXACT_MAX_PAIRS)
+    exact = method in ("exact", "slo-first") or (method == "auto" and models <= EXACT_MAX_MODELS
+                                                   and pairs <= EXACT_MAX_PAIRS)
     if exact:
         from controller.planning import plan_exact  # OR-Tools loads only when a small instance needs it
-        states, refused = plan_exact.solve(asks, _states(slots))
+        states, refused = plan_exact.solve(asks, _states(slots), slo_first=method == "slo-first")
     else:
         states, refused = greedy_fleet(asks, _states(slots), sticky=True)
         if refused and any(a.previous for a in asks):

@@ -49,7 +49,9 @@ class _Option:
     stream_us: int = 0             # elastic: streaming its slice at the share its cap gives, per token
 
 
-def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], list[Ask]]:
+def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) -> tuple[list[SlotState], list[Ask]]:
+    """slo_first: SLO targets missed rank right after refused (before moves, elastic and swap): the reference
+    bench/plan_quality.py measures the planner's SLO share against (the best plan with the same refusals)."""
     asks = sorted(asks, key=lambda a: a.key)  # stable: each model's asks stay in its order of preference
     first: dict = {}
     for a in asks:
@@ -99,14 +101,15 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
     moved += [refused[k] for k in keys if k not in kept_before and first[k].placed_before]
     lost = [refused[k] for k in keys if first[k].placed_before]
     misses, ratios, tpots = _slo_terms(model, by_key, keys, times)
-    w_swap = 2 * n + 1
+    w_miss = 1 if not slo_first else (len(moved) + 1) * (n + 1) ** 2
+    w_swap = 2 * n + 1 if not slo_first else 1
     w_elastic = w_swap * (n + 1)
     w_moved = w_elastic * (n + 1)
-    w_refused = w_moved * (len(moved) + 1)
+    w_refused = max(w_moved * (len(moved) + 1), w_miss * (2 * n + 1))
     w_lost = w_refused * (n + 1)  # a model the last plan placed is never refused to admit others
     primary = (w_lost * sum(lost) + w_refused * sum(refused.values()) + w_moved * sum(moved)
                + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
-               + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap") + sum(misses))
+               + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap") + w_miss * sum(misses))
     # Canonical last tie-break, lexicographic by name: each model's slot position (refused: after the last), so
     # that equally good plans resolve alike whatever else changed (a larger budget keeps the same plan).
     n_slots = len(states)
