@@ -6,13 +6,20 @@
 #   bash bench/gpu_run.sh compat     # only the transformers-release check
 #   bash bench/gpu_run.sh worker     # only bench/worker_gpu.py
 #   bash bench/gpu_run.sh profile    # only bench/profile_gpu.py
+#   bash bench/gpu_run.sh matrix     # only the resident temperature x context matrix (issue 22 item 9)
 #
 # Each bench runs under `timeout` and writes its output (stdout and stderr) to $OUT:
 #   $OUT/env.txt          date, nvidia-smi, Python, torch, transformers
 #   $OUT/compat.txt       tests/test_profiler_engine.py on that machine's transformers (5.17: `past_key_values=`),
-#                         the worker's and the profiler's forward through the one KV-argument adapter
+#                         the worker's and the profiler's forward through the one KV-argument adapter; and
+#                         tests/test_profiler_gpu_share.py (the profiler's memory cap refuses past it on the GPU)
 #   $OUT/worker_gpu.txt   bench/worker_gpu.py (the worker engine's table; exit 1 = a target missed)
 #   $OUT/profile_gpu.txt  bench/profile_gpu.py (time to profile an 8B, predicted vs measured peak memory)
+#   $OUT/matrix_t{0,1}_p{200,8000}.txt  bench/worker_gpu.py --resident-only at temperature 0 and 1 (top-p 0.95,
+#                         sampled on the device) with 200- and 8000-token prompts: B=1 ms/token against the
+#                         roofline (<= 1.3x) and B=8 aggregate against B=1 (>= 6x) at each cell; the
+#                         measured ms/token / roofline at 200 tokens is the efficiency that replaces the
+#                         estimate's constant (contract/estimate.py) once recorded in docs/benchmarks.md
 # A bench that fails or times out does not stop the next one; the script exits with the first failure.
 #
 # What to carry. The GPU machine has Python 3.12 with torch, transformers 5.17, accelerate, safetensors,
@@ -37,6 +44,7 @@ PYTHON="${PYTHON:-python3}"
 COMPAT_TIMEOUT_S=60    # the three limits add up to less than one 600 s device command
 WORKER_TIMEOUT_S=300
 PROFILE_TIMEOUT_S=200
+MATRIX_TIMEOUT_S=120   # per cell; `matrix` is its own device command (4 cells, under 600 s)
 
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -66,7 +74,16 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run one bench under timeout, its out
 
 compat() {  # no pytest plugins beyond pytest's own: the machine has not this project's test extras
   PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 step compat "$COMPAT_TIMEOUT_S" "$PYTHON" -m pytest -q -p no:cacheprovider \
-    tests/test_profiler_engine.py
+    tests/test_profiler_engine.py tests/test_profiler_gpu_share.py
+}
+
+matrix() {  # the resident rows at temperature 0 and 1, 200 and 8000 tokens of context
+  for temperature in 0 1; do
+    for prompt in 200 8000; do
+      step "matrix_t${temperature}_p${prompt}" "$MATRIX_TIMEOUT_S" "$PYTHON" bench/worker_gpu.py --resident-only \
+        --temperature "$temperature" --prompt-tokens "$prompt" --decode-tokens 32
+    done
+  done
 }
 
 case "${1:-all}" in
@@ -76,6 +93,7 @@ case "${1:-all}" in
   compat) compat ;;
   worker) step worker_gpu "$WORKER_TIMEOUT_S" "$PYTHON" bench/worker_gpu.py ;;
   profile) step profile_gpu "$PROFILE_TIMEOUT_S" "$PYTHON" bench/profile_gpu.py ;;
-  *) echo "usage: bash bench/gpu_run.sh [all|compat|worker|profile]" >&2; exit 2 ;;
+  matrix) matrix ;;
+  *) echo "usage: bash bench/gpu_run.sh [all|compat|worker|profile|matrix]" >&2; exit 2 ;;
 esac
 exit "$status"

@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--elastic-decode-tokens", type=int, default=24, help="tokens per elastic request")
     parser.add_argument("--prompt-tokens", type=int, default=128, help="tokens in each request's prompt")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shape on CPU: checks the script only")
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="every request's temperature (above 0: top-p 0.95 and a seed, sampled on the device)")
+    parser.add_argument("--resident-only", action="store_true",
+                        help="only the resident rows (HBM, roofline, C=1 ms/token, C=1 and C=8 aggregate): one cell "
+                             "of the temperature x context matrix bench/gpu_run.sh runs")
     args = parser.parse_args(argv)
 
     import torch
@@ -165,9 +170,9 @@ class Bench:
     def add(self, name: str, mode: str, *, budget: int = 1 << 50, resident_layers: int | None = None):
         """A model in `mode`, served by its own ModelEngine (KV slots for the largest concurrency) in the
         executor; the resident one has the priority a model with a latency SLO gets."""
-        from worker.engine import ModelEngine
-        from worker.memory import DeviceLedger
-        from worker.residency import make_residency
+        from engine.batch import ModelEngine
+        from engine.memory import DeviceLedger
+        from engine.residency import make_residency
 
         residency = make_residency(mode, self.skeleton(), DeviceLedger(name, budget, self.device), self.device,
                                    **({} if resident_layers is None else {"resident_layers": resident_layers}))
@@ -223,14 +228,17 @@ class Bench:
     def submit(self, model: str, tokens: int) -> Trace:
         import torch
 
-        from worker.engine import Generation
-        from worker.sampling import SamplingParams
+        from engine.batch import Generation
+        from engine.sampling import SamplingParams
 
         self._seed += 1
         generator = torch.Generator().manual_seed(self._seed)
         prompt = torch.randint(0, self.config.vocab_size, (self.args.prompt_tokens,), generator=generator).tolist()
-        generation = Generation(prompt_ids=prompt, params=SamplingParams(max_tokens=tokens, temperature=0),
-                                eos_ids=frozenset(), decode=lambda ids: "x" * len(ids))  # one event per token
+        sampled = self.args.temperature > 0
+        params = SamplingParams(max_tokens=tokens, temperature=self.args.temperature, top_p=0.95 if sampled else 1.0,
+                                seed=self._seed)
+        generation = Generation(prompt_ids=prompt, params=params, eos_ids=frozenset(),
+                                decode=lambda ids: "x" * len(ids))  # one event per token
         trace = Trace(model)
         trace.job = self.scheduler.submit(model, generation, trace.sink)
         return trace
@@ -261,7 +269,10 @@ class Bench:
     def run(self) -> list[Row]:
         self.add("resident", "resident")
         self.wait([self.submit("resident", 2)])  # warm-up: kernels, allocator
-        resident = {c: self.concurrent("resident", c, self.args.decode_tokens) for c in CONCURRENCIES}
+        concurrencies = (1, 8) if self.args.resident_only else CONCURRENCIES
+        resident = {c: self.concurrent("resident", c, self.args.decode_tokens) for c in concurrencies}
+        if self.args.resident_only:
+            return self.resident_rows(resident, concurrencies)
         self.budget = self.elastic_budget()
         self.elastic_resident_layers = self.elastic_layers(self.budget)
         elastic = self.add("elastic", "elastic", budget=self.budget, resident_layers=self.elastic_resident_layers)
@@ -274,16 +285,10 @@ class Bench:
         profile = self.profile()
         predicted = {c: self.predicted_tpot(profile, c) for c in PREDICTED_AT}
 
-        roofline_ms = self.weight_bytes() / self.hbm_bps * 1000
         solo_ms = resident[1][1]
         swap_floor_s = self.weight_bytes() / self.pinned_bps
-        judge = lambda ok: "-" if self.args.cpu_smoke else ("ok" if ok else "MISS")  # noqa: E731
-        rows = [
-            Row("HBM bandwidth (device copy, read + write)", self.hbm_bps / 1e9, "GB/s"),
-            Row("decode roofline (weight bytes / HBM)", roofline_ms, "ms/token"),
-            Row("resident ms/token, C=1", solo_ms, "ms", "roofline", solo_ms / roofline_ms, "<= 1.3",
-                judge(solo_ms / roofline_ms <= 1.3)),
-        ]
+        judge = self.judge
+        rows = self.resident_rows(resident, ())
         for name, agg in (("resident", resident), ("elastic", elastic_agg)):
             base = agg[1][0]
             for c in CONCURRENCIES:
@@ -308,6 +313,25 @@ class Bench:
         self.floor_ms, self.profile_steps = floor_ms, profile["latency"].get("decodeStepMs", [])
         return rows
 
+    def judge(self, ok: bool) -> str:
+        return "-" if self.args.cpu_smoke else ("ok" if ok else "MISS")
+
+    def resident_rows(self, resident: dict, concurrencies) -> list[Row]:
+        """HBM, roofline, C=1 ms/token against it, and the resident aggregate at `concurrencies` (C=8: >= 6x)."""
+        roofline_ms = self.weight_bytes() / self.hbm_bps * 1000
+        solo_ms = resident[1][1]
+        rows = [
+            Row("HBM bandwidth (device copy, read + write)", self.hbm_bps / 1e9, "GB/s"),
+            Row("decode roofline (weight bytes / HBM)", roofline_ms, "ms/token"),
+            Row("resident ms/token, C=1", solo_ms, "ms", "roofline", solo_ms / roofline_ms, "<= 1.3",
+                self.judge(solo_ms / roofline_ms <= 1.3)),
+        ]
+        for c in concurrencies:
+            ratio = None if c == 1 else resident[c][0] / resident[1][0]
+            rows.append(Row(f"resident aggregate tokens/s, C={c}", resident[c][0], "tok/s", "" if c == 1 else "C=1",
+                            ratio, "" if c == 1 else ">= 6.0", "" if c == 1 else self.judge(ratio >= 6.0)))
+        return rows
+
     def cotenant_p99(self) -> float:
         """p99 of the resident model's inter-token times while an elastic request decodes beside it."""
         elastic = self.submit("elastic", 4 * self.args.decode_tokens)
@@ -326,8 +350,8 @@ class Bench:
 
     def swap_in(self) -> float:
         """Median of 3 warm swap-ins of the whole model (a fourth, cold one first)."""
-        from worker.memory import DeviceLedger
-        from worker.residency import make_residency
+        from engine.memory import DeviceLedger
+        from engine.residency import make_residency
 
         residency = make_residency("swap", self.skeleton(), DeviceLedger("swap", 1 << 50, self.device), self.device)
         residency.load()
@@ -429,20 +453,25 @@ def print_table(rows: list[Row], bench: Bench) -> None:
     device = bench.device
     name = (torch.cuda.get_device_name(device) if device.type == "cuda"
             else "CPU (smoke run: CPU numbers, no target is judged)")
-    layers = bench.config.num_hidden_layers
     print(f"device: {name}; torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"shape: {bench.args.shape} ({bench.weight_bytes() / 1e6:,.1f} MB, {str(bench.dtype)[6:]}); prompt "
           f"{bench.args.prompt_tokens} tokens; {bench.args.decode_tokens} tokens per resident request, "
-          f"{bench.args.elastic_decode_tokens} per elastic request")
-    print(f"pinned host->device {bench.pinned_bps / 1e9:.1f} GB/s; elastic budget {bench.budget / (1 << 30):.3f} GiB "
-          f"-> {bench.elastic_resident_layers}/{layers} resident layers, PCIe floor {bench.floor_ms:.3f} ms/step")
-    steps = ", ".join(f"{s['batch']}: {s['ms']:.3f}" for s in bench.profile_steps)
-    print(f"profile (profiler through the worker's engine) decodeStepMs by batch: {steps}")
+          f"{bench.args.elastic_decode_tokens} per elastic request; temperature {bench.args.temperature:g}")
+    if not bench.args.resident_only:
+        print_elastic_header(bench)
     print(f"{'measure':<42} | {'value':>10} | {'unit':<8} | {'against':<14} | {'ratio':>6} | {'target':>10} |")
     for row in rows:
         ratio = "" if row.ratio is None else f"{row.ratio:.2f}"
         print(f"{row.measure:<42} | {row.value:>10.3f} | {row.unit:<8} | {row.reference:<14} | {ratio:>6} | "
               f"{row.target:>10} | {row.verdict}")
+
+
+def print_elastic_header(bench: Bench) -> None:
+    layers = bench.config.num_hidden_layers
+    print(f"pinned host->device {bench.pinned_bps / 1e9:.1f} GB/s; elastic budget {bench.budget / (1 << 30):.3f} GiB "
+          f"-> {bench.elastic_resident_layers}/{layers} resident layers, PCIe floor {bench.floor_ms:.3f} ms/step")
+    steps = ", ".join(f"{s['batch']}: {s['ms']:.3f}" for s in bench.profile_steps)
+    print(f"profile (profiler through the worker's engine) decodeStepMs by batch: {steps}")
 
 
 if __name__ == "__main__":

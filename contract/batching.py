@@ -1,6 +1,6 @@
 """Batch-size buckets: the batch sizes a model's decode step is prepared and measured at.
 
-The worker captures one CUDA graph per bucket (worker/forward/graphs.py) and a
+The worker captures one CUDA graph per bucket (engine/forward/graphs.py) and a
 batch runs in the smallest bucket that holds it; the profiler measures one decode
 step per bucket (profiler_job/measure/latency.py), so a profile's
 `latency.decodeStepMs` holds the step times of exactly the graphs the worker

@@ -68,3 +68,10 @@ def gpu_spec(product: str) -> GpuSpec:
             f"no published facts for GPU product {product!r}; known: {', '.join(sorted(CATALOG))}. "
             "Fix: run the profiler Job on that GPU (a measured profile needs no catalog entry)"
         ) from None
+
+
+def gpu_uuid(raw: object) -> str:
+    """A device's UUID as NVML and NVIDIA_VISIBLE_DEVICES name it ("GPU-..." or "MIG-..."), from torch's
+    device properties (which omit the prefix). The worker publishes it; the profiler looks its GPU up by it."""
+    text = str(raw)
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"

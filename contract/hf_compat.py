@@ -3,7 +3,7 @@
 transformers up to 5.23 (5.17 on the GPU machine) takes the cache as
 `past_key_values=` and returns it as `.past_key_values`; 5.24 and later take
 `cache=` and return `.cache`. Which one a model class speaks is read once from
-its `forward` signature. Called by worker/forward/hf.py (the worker's fallback
+its `forward` signature. Called by engine/forward/hf.py (the worker's fallback
 forward) and profiler_job/measure/device.py (the profiler's forward); imports
 no torch or transformers.
 """

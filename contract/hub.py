@@ -162,6 +162,12 @@ def hub_refusal(exc: BaseException, model_id: str, revision: str) -> HubError | 
     return None
 
 
+def looks_like_path(model_id: str) -> bool:
+    """Whether a spec.model names a local path (absolute, ./, ../ or ~), never a hub id: a path that is not on the
+    node is unreadable, not something to ask the Hub for."""
+    return model_id.startswith(("/", "./", "../", "~")) or Path(model_id).is_absolute()
+
+
 def termination_reason(line: str) -> str | None:
     """The Hub reason a failed profiler Job's termination line `<Reason>: <message>` starts with, or None."""
     reason = line.partition(": ")[0]

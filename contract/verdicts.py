@@ -50,6 +50,7 @@ class Verdict:
 class VerdictsDocument:
     slot: str
     verdicts: tuple[Verdict, ...]
+    device_uuid: str | None = None  # the GPU the device plugin gave the worker (a profiler beside it uses it)
 
 
 def refused(name: str, namespace: str, mode: str, reason: str, message: str) -> Verdict:
@@ -58,9 +59,11 @@ def refused(name: str, namespace: str, mode: str, reason: str, message: str) -> 
                    message=message, need_bytes=0, available_bytes=0, missing_bytes=0)
 
 
-def render_document(slot: str, verdicts: list[Verdict]) -> str:
-    """The YAML text of one worker's verdicts: the slot and one entry per configured model, in config order."""
-    doc = {"apiVersion": API_VERSION, "kind": VERDICTS_KIND, "slot": slot, "models": [v.as_dict() for v in verdicts]}
+def render_document(slot: str, verdicts: list[Verdict], device_uuid: str | None = None) -> str:
+    """The YAML text of one worker's verdicts: the slot, the GPU's UUID (on a GPU) and one entry per configured
+    model, in config order."""
+    doc = {"apiVersion": API_VERSION, "kind": VERDICTS_KIND, "slot": slot,
+           **({"deviceUuid": device_uuid} if device_uuid else {}), "models": [v.as_dict() for v in verdicts]}
     schemas.validator("verdicts").validate(doc)
     return yaml.safe_dump(doc, sort_keys=False)
 
@@ -80,4 +83,4 @@ def parse_document(text: str) -> VerdictsDocument:
         Verdict(name=e["name"], namespace=e["namespace"], mode=e["mode"], verdict=e["verdict"], reason=e["reason"],
                 message=e["message"], need_bytes=e["needBytes"], available_bytes=e["availableBytes"],
                 missing_bytes=e["missingBytes"], resident_layers=e.get("residentLayers"))
-        for e in doc["models"]))
+        for e in doc["models"]), doc.get("deviceUuid"))

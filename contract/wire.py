@@ -32,6 +32,12 @@ MODEL_ANNOTATION = f"{GROUP}/model"
 REVISION_ANNOTATION = f"{GROUP}/revision"
 SOURCE_ANNOTATION = f"{GROUP}/source"  # the models/ file an ElasticModel was read from
 CONFIG_CHECKSUM_ANNOTATION = f"{GROUP}/config-checksum"
+# a worker Deployment's host memory need (its base plus the pinned copies of its swap and elastic models), on the
+# Deployment, not its pod template: the controller resizes the running pod's request to it in place
+HOST_MEMORY_ANNOTATION = f"{GROUP}/host-memory"
+# a worker pod's slot capacity (worker.yaml's slot.capacityBytes), on its pod template: the one worker.yaml change a
+# running worker cannot apply in place (worker/reconfigure.py), so a change of it rolls the pod
+SLOT_CAPACITY_ANNOTATION = f"{GROUP}/slot-capacity-bytes"
 PROFILE_CONFIGMAP_ANNOTATION = f"{GROUP}/profile-configmap"
 URL_ANNOTATION = f"{GROUP}/url"  # a model's Service: its OpenAI base URL
 BESIDE_SLOT_ANNOTATION = f"{GROUP}/beside-slot"  # a profiler Job sharing a GPU a worker holds
@@ -40,6 +46,7 @@ PROFILE_GPU_PRODUCT_LABEL = f"{GROUP}/gpu-product"
 PROFILE_MODEL_HASH_LABEL = f"{GROUP}/model-hash"
 VERDICTS_LABEL = f"{GROUP}/verdicts"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+WORKER_POD_LABEL = ("app.kubernetes.io/name", "gpushare-worker")  # on every worker Deployment and its pods
 
 # ConfigMap data keys.
 PROFILE_DATA_KEY = "profile.yaml"
@@ -52,3 +59,4 @@ VERDICTS_KIND = "WorkerVerdicts"
 WORKER_CONFIG_KIND = "WorkerConfig"
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"

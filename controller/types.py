@@ -132,6 +132,7 @@ class GpuSlot:
     memory_bytes: int
     reserved_bytes: int = 1 << 30
     host_memory_bytes: int | None = None  # the node's host RAM for pods (shared by its GPUs); None: not planned
+    device_uuid: str | None = None  # the GPU its worker was given (from the worker's verdicts); None: not known yet
 
     @property
     def id(self) -> str:

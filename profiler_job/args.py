@@ -46,6 +46,7 @@ class Options:
     require_gpu: bool = False
     trust_remote_code: bool = False
     termination_log: str = DEFAULT_TERMINATION_LOG
+    max_gpu_memory_bytes: int | None = None  # beside running workers: the memory the plan leaves free there
 
     @property
     def chunk_tokens(self) -> int:
@@ -68,12 +69,20 @@ def parse_target(text: str) -> Target:
 
 
 def _positive(text: str) -> int:
+    return _at_least(text, 1, "a positive integer")
+
+
+def _non_negative(text: str) -> int:
+    return _at_least(text, 0, "a non-negative integer")
+
+
+def _at_least(text: str, low: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
     return value
 
 
@@ -99,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-product", help="label the profile with this nvidia.com/gpu.product (CPU runs; overrides NVML)")
     p.add_argument("--require-gpu", action="store_true", help="fail with NoGPU when no CUDA device is visible")
     p.add_argument("--trust-remote-code", action="store_true", help="run the model repository's own code (off by default)")
+    p.add_argument("--max-gpu-memory-mib", type=_non_negative, metavar="MIB",
+                   help="use at most this much GPU memory (beside running workers: what they leave free); the "
+                        "free memory the driver reports bounds it too")
     p.add_argument("--out", required=True, type=str, help="configmap:NAMESPACE/NAME or file:PATH")
     p.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG,
                    help=f"file for the one-line failure message (default {DEFAULT_TERMINATION_LOG})")
@@ -112,6 +124,7 @@ def parse_args(argv: list[str]) -> Options:
         context_tokens=ns.context_tokens, concurrency=ns.concurrency,
         repeats=ns.repeats, gpu_product=ns.gpu_product, require_gpu=ns.require_gpu,
         trust_remote_code=ns.trust_remote_code, termination_log=ns.termination_log,
+        max_gpu_memory_bytes=None if ns.max_gpu_memory_mib is None else ns.max_gpu_memory_mib << 20,
     )
 
 

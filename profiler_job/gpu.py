@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from contract.gpu_catalog import gpu_uuid
 from profiler_job.errors import InvalidArguments
 
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -70,8 +71,7 @@ def current_identity(override: str | None) -> GpuIdentity:
     import torch
 
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    uuid = str(props.uuid)
-    found = nvml_identity(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+    found = nvml_identity(gpu_uuid(props.uuid))
     if override is None:
         return found
     return GpuIdentity(normalize_product(override), found.memory_bytes, found.driver_version, found.cuda_version,

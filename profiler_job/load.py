@@ -61,7 +61,7 @@ def local_files(model_id: str, *, revision: str, trust_remote_code: bool, report
     """The directory holding `model_id`: the path itself, or the hub snapshot in the model cache (downloaded
     unless it is there, each progress line to `report`); a refusal of the Hub is its typed ProfilerError."""
     path = Path(model_id).expanduser()
-    if _looks_like_path(model_id) or path.is_dir():  # an existing directory is used as it is, as the worker does
+    if hub.looks_like_path(model_id) or path.is_dir():  # an existing directory is used as it is, as the worker does
         if not path.exists():
             raise ModelNotFound(f"{model_id} does not exist; mount the model directory at that path or give a hub id")
         return path
@@ -112,7 +112,3 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
-
-
-def _looks_like_path(model_id: str) -> bool:
-    return model_id.startswith(("/", "./", "../", "~")) or Path(model_id).is_absolute()

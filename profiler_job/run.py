@@ -37,6 +37,24 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def memory_fraction(max_bytes: int | None, free_bytes: int, total_bytes: int) -> float:
+    """The share of the device the run may allocate: the smaller of `max_bytes` (what the plan leaves beside the
+    workers) and what the driver reports free now (running workers' memory is never taken)."""
+    allowed = free_bytes if max_bytes is None else min(max_bytes, free_bytes)
+    return max(0.0, min(1.0, allowed / total_bytes))
+
+
+def _limit_device_memory(max_bytes: int | None) -> float:
+    """Caps torch's allocator on the current device (set_per_process_memory_fraction): an allocation past the
+    cap raises out of memory in this process, never in a neighbouring worker. Returns the fraction set."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    fraction = memory_fraction(max_bytes, free, total)
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    return fraction
+
+
 @dataclass(frozen=True)
 class Adapters:
     """The I/O a run does, replaceable in tests."""
@@ -47,6 +65,7 @@ class Adapters:
     gpu_identity: Callable[[str | None], GpuIdentity] = current_identity
     core_api: Callable[[], Any] = default_core_api
     engine: EngineFactory = worker_engine
+    limit_device_memory: Callable[[int | None], float] = _limit_device_memory
 
 
 def choose_device(options: Options, cuda_available: bool) -> Device:
@@ -65,6 +84,8 @@ def profile_model(options: Options, adapters: Adapters, progress: Progress) -> d
     device = choose_device(options, adapters.cuda_available())
     identity = (adapters.gpu_identity(options.gpu_product) if device.is_cuda
                 else cpu_identity(options.gpu_product))
+    if device.is_cuda:
+        adapters.limit_device_memory(options.max_gpu_memory_bytes)
     with progress.stage("load") as log:
         model = load_model(options.model, revision=options.revision, dtype=options.dtype,
                            trust_remote_code=options.trust_remote_code, device=device.type,

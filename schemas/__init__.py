@@ -1,7 +1,7 @@
 """JSON Schemas: the single source of truth for every document gpushare reads or writes.
 
 Owns the schema files beside this module (ElasticModel, profile, GPU inventory,
-composition, worker config). Callers: the loader (controller.inputs.load), the worker's
+composition, worker config) and the worker API's OpenAPI description. Callers: the loader (controller.inputs.load), the worker's
 config reader, the profiler's writer, and the CRD generator. Nothing else defines
 a field.
 """
@@ -22,6 +22,13 @@ SCHEMA_DIR = Path(__file__).resolve().parent
 def load(name: str) -> dict:
     """The schema document `<name>.schema.json` (e.g. "elasticmodel")."""
     return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def document(filename: str) -> dict:
+    """Another JSON document beside the schemas, e.g. the worker API's OpenAPI description
+    (`worker-api.openapi.json`, which the worker serves at /openapi.json)."""
+    return json.loads((SCHEMA_DIR / filename).read_text())
 
 
 @lru_cache(maxsize=None)

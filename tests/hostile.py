@@ -14,11 +14,11 @@ HOSTILE = [None, True, False, 0, 1, -1, 2, 7, 21, 1.5, -0.5, 100.5, 1e308, 2 ** 
            [{"type": "function", "function": {"name": 3}}], "x" * 5000]
 COMPLETION_FIELDS = ["model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "n", "stream",
                      "stream_options", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "echo",
-                     "suffix", "best_of", "user", "made_up_field"]
+                     "suffix", "best_of", "user", "ignore_eos", "min_tokens", "stop_token_ids", "made_up_field"]
 CHAT_FIELDS = ["model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
                "stop", "n", "stream", "stream_options", "presence_penalty", "frequency_penalty", "logit_bias",
                "logprobs", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls",
-               "functions"]
+               "ignore_eos", "min_tokens", "stop_token_ids", "functions"]
 MESSAGE_FIELDS = ["role", "content", "name", "tool_calls", "tool_call_id", "audio"]
 # Whole bodies that are not acceptable JSON documents, as raw bytes.
 RAW_BODIES = [b"", b"{", b"null", b"[]", b'"text"', b"5", b"{nope", b'{"model": NaN}', b'{"model": Infinity}',

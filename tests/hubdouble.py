@@ -95,15 +95,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
+def serve_hub(state: HubState) -> tuple[ThreadingHTTPServer, str]:
+    """The double serving `state` in a thread, and its endpoint (what HF_ENDPOINT names; the caller shuts it down)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Handler,), {"state": state}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_port}"
+
+
 @pytest.fixture
 def hub(monkeypatch, tmp_path):
     """The double, online, with the REFUSALS, the hub cache in tmp_path and HF_TOKEN set (its state returned)."""
     state = HubState(refusals=dict(REFUSALS))
-    handler = type("Handler", (_Handler,), {"state": state})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    endpoint = f"http://127.0.0.1:{server.server_port}"  # what HF_ENDPOINT sets when huggingface_hub is imported
+    server, endpoint = serve_hub(state)
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
     monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE",
                         endpoint + "/{repo_id}/resolve/{revision}/{filename}")

@@ -13,6 +13,8 @@ What the subclass adds to kmock, because cluster code relies on it:
 - the status subresource for the resources in `STATUS_SUBRESOURCES`: create drops
   `status`, writes to the main resource keep the old status, writes to `/status`
   change only `status`;
+- a pod's `resize` subresource (in-place pod resize: only the containers' resources change),
+  or a 404 for it with `serves_pod_resize = False`, as a cluster without in-place resize answers;
 - PUT (replace), label selectors on lists, and the patch content types
   (merge-patch, JSON patch; strategic merge is applied as a merge patch for built-in
   kinds and answers 415 for custom resources, like the real server);
@@ -56,6 +58,7 @@ KNOWN_RESOURCES: frozenset[tuple[str, str, str]] = frozenset({
     ("", "v1", "nodes"),
     ("", "v1", "configmaps"),
     ("", "v1", "pods"),
+    ("", "v1", "secrets"),
     ("", "v1", "events"),
     ("apps", "v1", "deployments"),
     ("batch", "v1", "jobs"),
@@ -138,6 +141,7 @@ class KubeApiDouble(kmock.KubernetesEmulator):
     """kmock's emulator with resourceVersion, generation, optimistic locking and /status."""
 
     _revisions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    serves_pod_resize: bool = True  # False: a cluster without in-place pod resize (its resize subresource is a 404)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -223,7 +227,7 @@ class KubeApiDouble(kmock.KubernetesEmulator):
             if request.name is None:
                 if request.method == kmock.method.GET:
                     return self._list(request)
-            elif request.subresource not in (None, "status"):
+            elif request.subresource not in (None, "status") and not self._resizes(request):
                 raise _status_error(404, "NotFound", f"subresource {request.subresource!r} is not served")
             elif request.method == kmock.method.GET:
                 return self._fetch(request)
@@ -311,11 +315,28 @@ class KubeApiDouble(kmock.KubernetesEmulator):
                 name=request.name, kind=request.resource.plural)
         if self._has_status_subresource(request.resource):
             proposed = self._respect_status_subresource(request, old, proposed)
+        if self._resizes(request):
+            proposed = self._only_resources(old, proposed)
         new = self._advance(request.resource, old, proposed)
         if new != old:
             self._store(key, new)
             await self._buses[request.resource].put({"type": "MODIFIED", "object": copy.deepcopy(new)})
         return copy.deepcopy(new)
+
+    def _resizes(self, request: kmock.Request) -> bool:
+        """A write to a pod's `resize` subresource (in-place pod resize), when this cluster serves it."""
+        return (self.serves_pod_resize and request.subresource == "resize"
+                and (request.resource.group, request.resource.plural) == ("", "pods"))
+
+    @staticmethod
+    def _only_resources(old: dict, proposed: dict) -> dict:
+        """What a write to /resize keeps: the containers' resources, nothing else."""
+        result = copy.deepcopy(old)
+        wanted = {c.get("name"): c.get("resources") for c in (proposed.get("spec") or {}).get("containers") or []}
+        for container in result.get("spec", {}).get("containers") or []:
+            if container.get("name") in wanted:
+                container["resources"] = copy.deepcopy(wanted[container["name"]])
+        return result
 
     @staticmethod
     def _respect_status_subresource(request: kmock.Request, old: dict, proposed: dict) -> dict:

@@ -49,3 +49,20 @@ def test_usage_read_bench_runs_from_anywhere_and_prints_its_figures():
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.splitlines()[-1]
     assert last.startswith("3 models, 1 h at 60 s: ") and "samples, 10 queries" in last and "peak resident" in last
+
+
+def test_engine_ops_bench_counts_within_its_targets():
+    """The counted figures of bench/engine_ops.py (no timing): operators per layer, host syncs per step, KV read."""
+    done = run(str(REPO_ROOT / "bench" / "engine_ops.py"), "--skip-http", timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("operators per decoder layer per decode step: ") for line in lines)
+    assert any(line.startswith("host syncs per decode step (temperature 1, top-p, penalties): 1 ") for line in lines)
+    assert lines[-1] == '{"missed": []}'
+
+
+def test_grammar_mask_bench_prints_a_row_per_vocabulary():
+    done = run(str(REPO_ROOT / "bench" / "grammar_masks.py"), "--vocab", "258", "--steps", "20", timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    header, _, row = done.stdout.splitlines()[-3:]
+    assert header.startswith("| vocab | tokenizer view ms") and row.startswith("| 258 | ") and row.count("|") == 8

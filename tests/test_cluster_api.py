@@ -178,3 +178,18 @@ def test_an_unreachable_api_server_is_typed():
     with client.ApiClient(configuration) as api_client, pytest.raises(ClusterError) as caught:
         Cluster(api_client, request_timeout_s=2).nodes()
     assert caught.value.reason == "ApiUnavailable"
+
+
+@pytest.mark.parametrize("served, expected", [
+    pytest.param(["podmonitors", "servicemonitors", "prometheusrules"], True, id="operator-installed"),
+    pytest.param(["servicemonitors"], False, id="group-without-podmonitors"),
+    pytest.param(None, False, id="no-monitoring-group"),
+])
+def test_api_discovery_says_whether_podmonitors_are_served(kube, served, expected):
+    """The worker PodMonitors are rendered only where the API server serves their CRD."""
+    if served is not None:
+        kube.mock["get", "/apis/monitoring.coreos.com/v1"] << {
+            "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "monitoring.coreos.com/v1",
+            "resources": [{"name": name, "singularName": name[:-1], "namespaced": True, "kind": name.title(),
+                           "verbs": ["get", "list"]} for name in served]}
+    assert _cluster(kube).serves("monitoring.coreos.com", "v1", "podmonitors") is expected

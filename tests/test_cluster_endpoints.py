@@ -32,7 +32,8 @@ def test_a_placed_model_gets_its_namespace_service_network_policy_and_status_url
     assert controller.reconcile_once().ok
 
     namespaces = by_name(world.rendered("Namespace"))
-    assert {("", "llm"), ("", "gpushare-system")} <= set(namespaces)
+    assert set(namespaces) == {("", "llm")}  # the install owns gpushare-system: never re-declared
+    assert namespaces[("", "llm")]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
     assert namespaces[("", "llm")]["metadata"]["annotations"]["argocd.argoproj.io/sync-options"] == (
         "Prune=false,Delete=false")
     services = by_name(world.rendered("Service"))
@@ -40,5 +41,8 @@ def test_a_placed_model_gets_its_namespace_service_network_policy_and_status_url
     assert alias["spec"]["externalName"].startswith(f"{service_name('llm', 'chat')}.gpushare-system.svc.")
     assert ("gpushare-system", service_name("llm", "chat")) in services
     (policy,) = world.rendered("NetworkPolicy")
-    assert policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["llm"]
+    api, metrics = policy["spec"]["ingress"]
+    assert api["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["llm"]
+    assert metrics["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+    assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert world.status()["url"] == "http://chat.llm.svc/v1"

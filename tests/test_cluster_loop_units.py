@@ -10,6 +10,8 @@ import urllib.request
 import pytest
 import yaml
 
+from controller.cli.common import from_directory
+
 from controller.cli.commands import _parser
 from controller.observe.facts import ProfileDocument
 from controller.cli.cluster_loop import ClusterReconciler
@@ -209,16 +211,63 @@ def test_the_deployment_args_parse_with_the_cluster_flags():
     deployment = yaml.safe_load((REPO_ROOT / "config/manager/deployment.yaml").read_text())
     pod = deployment["spec"]["template"]["spec"]
     [container] = pod["containers"]
-    env = {"GIT_URL": "https://git.example.com/fleet.git", "GIT_BRANCH": "main", "POD_NAME": "pod-a",
-           "POD_NAMESPACE": "gpushare-system", "ARGOCD_APPLICATION": "argocd/gpushare-rendered"}
+    settings = yaml.safe_load((REPO_ROOT / "config/manager/config.yaml").read_text())["data"]
+    env = {**settings, "POD_NAME": "pod-a", "POD_NAMESPACE": "gpushare-system"}
     args = _parser().parse_args([_substitute(a, env) for a in container["args"]])
     assert args.kube and not args.once and args.interval == 30.0
+    assert str(args.write_back) == "branch:gpushare/review"  # review by default, never straight to the branch
     assert args.argocd_application == [("argocd", "gpushare-rendered")]
     assert (args.identity, args.lease_namespace) == ("pod-a", "gpushare-system")
     assert args.metrics_port == container["ports"][0]["containerPort"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert str(args.git_token_file).startswith(mounts["git-credentials"] + "/")
+    assert str(args.git_credentials_dir) == mounts["git-credentials"]
     assert str(args.workdir) == mounts["workdir"]
+
+
+@pytest.mark.parametrize("files, token, ssh, known", [
+    pytest.param({"token": "t"}, "token", None, None, id="https-token"),
+    pytest.param({"ssh-privatekey": "k", "known_hosts": "h"}, None, "ssh-privatekey", "known_hosts", id="ssh-key"),
+    pytest.param({"ssh-privatekey": "k"}, None, "ssh-privatekey", None, id="ssh-without-known-hosts"),
+    pytest.param({}, None, None, None, id="empty-secret"),
+])
+def test_the_credentials_directory_picks_https_or_ssh_from_the_secret_alone(tmp_path, files, token, ssh, known):
+    """Switching HTTPS and SSH is a change of the Secret gpushare-git, never of the Deployment's arguments."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    args = _parser().parse_args(["reconcile", "--kube", "--repo", "x", "--git-credentials-dir", str(tmp_path)])
+    from_directory(args)
+    picked = (args.git_token_file, args.git_ssh_key_file, args.git_known_hosts_file)
+    assert picked == tuple(None if n is None else tmp_path / n for n in (token, ssh, known))
+
+
+@pytest.mark.parametrize("argv, warned", [
+    pytest.param(["--kube", "--write-back", "direct"], True, id="cluster-direct-warns"),
+    pytest.param(["--offline", "--interval", "30s"], True, id="polling-direct-by-default-warns"),
+    pytest.param(["--kube", "--write-back", "branch:gpushare/review"], False, id="review-branch-quiet"),
+    pytest.param(["--kube", "--write-back", "pr:gpushare/review"], False, id="pull-request-quiet"),
+    pytest.param(["--offline", "--once"], False, id="one-offline-pass-quiet"),
+])
+def test_direct_write_back_is_an_explicit_choice_warned_about(argv, warned, caplog):
+    from controller.cli.reconcile_cmd import warn_direct
+
+    args = _parser().parse_args(["reconcile", "--repo", "x", "--branch", "main", *argv])
+    with caplog.at_level("WARNING", logger="gpushare.reconcile"):
+        assert warn_direct(args) is warned
+    assert ("commits straight to main" in caplog.text) is warned
+
+
+@pytest.mark.parametrize("argv, environ, forge, api", [
+    pytest.param([], {"GPUSHARE_FORGE": "gitea", "GPUSHARE_FORGE_API_URL": "https://git.test/api/v1"}, "gitea",
+                 "https://git.test/api/v1", id="install-settings"),
+    pytest.param([], {"GPUSHARE_FORGE": "", "GPUSHARE_FORGE_API_URL": " "}, None, None, id="empty-is-inferred"),
+    pytest.param(["--forge", "gitlab"], {"GPUSHARE_FORGE": "gitea"}, "gitlab", None, id="flag-wins"),
+])
+def test_the_forge_settings_come_from_the_install(argv, environ, forge, api):
+    from controller.cli.common import forge_from_settings
+
+    args = _parser().parse_args(["reconcile", "--kube", "--repo", "x", *argv])
+    forge_from_settings(args, environ)
+    assert (args.forge, args.forge_api_url) == (forge, api)
 
 
 def _substitute(arg: str, env: dict[str, str]) -> str:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from controller.kube.crd import CRD_PATH
+from controller.rendering.kube_validate import validate_object
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config"
@@ -45,6 +46,47 @@ APPLICATION_SCHEMA = {
 }
 
 
+_KINDS = {"type": "array", "items": {**_STRICT, "required": ["group", "kind"],
+                                     "properties": {"group": {"type": "string"}, "kind": {"type": "string"}}}}
+# The part of Argo CD's AppProject CRD the install uses, strict.
+APPPROJECT_SCHEMA = {
+    **_STRICT, "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "argoproj.io/v1alpha1"},
+        "kind": {"const": "AppProject"},
+        "metadata": APPLICATION_SCHEMA["properties"]["metadata"],
+        "spec": {**_STRICT, "required": ["sourceRepos", "destinations"], "properties": {
+            "description": {"type": "string"},
+            "sourceRepos": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "destinations": {"type": "array", "items": {**_STRICT, "properties": {
+                "server": {"type": "string"}, "namespace": {"type": "string"}, "name": {"type": "string"}}}},
+            "clusterResourceWhitelist": _KINDS, "namespaceResourceWhitelist": _KINDS}},
+    },
+}
+CUSTOM = {"Application": APPLICATION_SCHEMA, "AppProject": APPPROJECT_SCHEMA}
+PROMETHEUSRULE_SCHEMA = {
+    **_STRICT, "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PrometheusRule"},
+                   "metadata": APPLICATION_SCHEMA["properties"]["metadata"],
+                   "spec": {**_STRICT, "required": ["groups"], "properties": {"groups": {"type": "array"}}}},
+}
+
+
+def validate_manifest(doc: dict) -> None:
+    """One install object: Argo CD's kinds against the strict schemas above, ElasticModels against the CRD, the
+    rest with kubernetes-validate (Kubernetes 1.30, strict)."""
+    if doc["kind"] in CUSTOM:
+        jsonschema.Draft202012Validator(CUSTOM[doc["kind"]]).validate(doc)
+    elif doc["kind"] == "ElasticModel":
+        CRD_VALIDATOR.validate(doc)
+    elif doc["kind"] == "PodMonitor":
+        validate_object(doc)  # the Prometheus Operator's schema the rendered PodMonitors are checked with
+    elif doc["kind"] == "PrometheusRule":
+        jsonschema.Draft202012Validator(PROMETHEUSRULE_SCHEMA).validate(doc)  # promtool checks the rules
+    else:
+        kubernetes_validate.validate(doc, "1.30", strict=True)
+
+
 def _manifests():
     for path in sorted(CONFIG.rglob("*.yaml")):
         if path.name in NOT_MANIFESTS:
@@ -56,12 +98,7 @@ def _manifests():
 
 @pytest.mark.parametrize("doc", list(_manifests()))
 def test_every_manifest_is_a_valid_object(doc):
-    if doc["kind"] == "Application":
-        jsonschema.Draft202012Validator(APPLICATION_SCHEMA).validate(doc)
-    elif doc["kind"] == "ElasticModel":
-        CRD_VALIDATOR.validate(doc)
-    else:
-        kubernetes_validate.validate(doc, "1.30", strict=True)
+    validate_manifest(doc)
 
 
 @pytest.mark.parametrize("kustomization", ["kustomization.yaml", "argocd/kustomization.yaml"])
@@ -91,9 +128,10 @@ CONTROLLER_GRANTS = {
         ("gpushare.dev", "elasticmodels/status", ()): {"patch"},  # Cluster.patch_status
         ("", "nodes", ()): {"list"},  # Cluster.nodes
         ("", "configmaps", ()): {"list"},  # Cluster.profile_documents, Cluster.verdicts
-        ("", "pods", ()): {"list"},  # Cluster.profiler_job (a failed Job's pods)
+        ("", "pods", ()): {"list"},  # Cluster.profiler_job (a failed Job's pods), Cluster.worker_pods
+        ("", "pods/resize", ()): {"patch"},  # Cluster.resize_pod
         ("batch", "jobs", ()): {"get"},  # Cluster.profiler_job
-        ("apps", "deployments", ()): {"get"},  # Cluster.workload
+        ("apps", "deployments", ()): {"get"},  # Cluster.workload, Cluster.deployment
         ("argoproj.io", "applications", ()): {"get"},  # Cluster.application
     },
     "rbac/leader-election-role.yaml": {
@@ -150,3 +188,28 @@ def test_the_rendered_application_prunes_and_self_heals():
     assert app["spec"]["syncPolicy"]["automated"] == {"prune": True, "selfHeal": True}
     [config] = _docs("manager/config.yaml")
     assert config["data"]["ARGOCD_APPLICATION"] == f"{app['metadata']['namespace']}/{app['metadata']['name']}"
+
+
+def test_the_appproject_admits_every_kind_the_tree_and_the_models_hold():
+    """Argo CD refuses to sync a kind its project does not list: every kind any shipped composition renders (with
+    PodMonitors and per-namespace keys on), and ElasticModels, must be whitelisted, and nothing cluster-wide but
+    Namespaces."""
+    from controller.rendering.compose import compose
+    from controller.rendering.compositions import shipped_compositions
+    from controller.rendering.site import with_install_parameters
+    from tests.compose_scenario import MODELS, PLAN, SLOTS
+
+    project = yaml.safe_load((CONFIG / "argocd" / "appproject.yaml").read_text())["spec"]
+    namespaced = {(k["group"], k["kind"]) for k in project["namespaceResourceWhitelist"]}
+    cluster = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"]}
+    compositions = with_install_parameters(shipped_compositions(), {
+        "podMonitor": True, "apiKeySecret": {"name": "llm-api", "key": "key"}})
+    rendered = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
+    kinds = set()
+    for path, text in rendered.files.items():
+        if path.endswith(".yaml") and path.startswith("rendered/"):
+            doc = yaml.safe_load(text)
+            kinds.add((doc["apiVersion"].rpartition("/")[0], doc["kind"]))
+    assert ("", "Namespace") in kinds and cluster == {("", "Namespace")}
+    assert kinds - {("", "Namespace")} <= namespaced, sorted(kinds - namespaced)
+    assert ("gpushare.dev", "ElasticModel") in namespaced

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from controller.observe.facts import (
     ClusterError, app_state, gpu_slots, job_state, profile_document, worker_verdicts, workload_state,
 )
 from controller.types import GpuSlot
-from contract.verdicts import Verdict, render_document
+from contract.verdicts import Verdict, parse_document, render_document
 
 MiB = 1 << 20
 
@@ -86,6 +87,29 @@ def test_worker_verdicts_read_what_the_worker_writes():
     assert (refused.mode, refused.verdict, refused.slot, refused.reason) == (
         "swap", "refused", "node-a/gpu0", "InsufficientMemory")
     assert (refused.need_bytes, refused.available_bytes, refused.missing_bytes) == (30, 20, 10)
+    assert refused.device_uuid is None  # a CPU worker reports no GPU
+
+
+@pytest.mark.parametrize("uuid, readable", [
+    pytest.param("GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f", True, id="gpu-uuid"),
+    pytest.param("MIG-4b9e2f3a-1c2d-4e5f-8a9b-0c1d2e3f4a5b", True, id="mig-uuid"),
+    pytest.param("0,1", False, id="an-index-list-is-no-uuid"),
+    pytest.param("GPU-x; rm -rf /", False, id="shell-text-refused"),
+])
+def test_the_worker_reports_the_gpu_it_was_given(uuid, readable):
+    """What the controller hands a profiler beside this worker as NVIDIA_VISIBLE_DEVICES: only a well-formed UUID."""
+    entry = {"name": "chat", "namespace": "llm", "mode": "resident", "verdict": "applied", "reason": "Fits",
+             "message": "ok", "needBytes": 1, "availableBytes": 2, "missingBytes": 0}
+    text = yaml.safe_dump({"apiVersion": "gpushare.dev/v1alpha1", "kind": "WorkerVerdicts", "slot": "node-a/gpu1",
+                           "deviceUuid": uuid, "models": [entry]})
+    cm = {"metadata": {"name": "v", "namespace": "gpushare"}, "data": {"verdicts.yaml": text}}
+    if readable:
+        assert worker_verdicts(cm)[("llm", "chat", "node-a/gpu1")].device_uuid == uuid
+        assert parse_document(render_document("node-a/gpu1", [Verdict("chat", "llm", "resident", "applied", "Fits",
+                                                                     "ok", 1, 2, 0)], uuid)).device_uuid == uuid
+    else:
+        with pytest.raises(ClusterError):
+            worker_verdicts(cm)
 
 
 @pytest.mark.parametrize("data", [{}, {"verdicts.yaml": "{slot: n/gpu0, models: 3}"}, {"verdicts.yaml": "[unclosed"},

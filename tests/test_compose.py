@@ -3,7 +3,6 @@ model is reported alone while the others render."""
 from __future__ import annotations
 
 import hashlib
-import math
 import shutil
 from dataclasses import replace
 
@@ -14,7 +13,9 @@ import yaml
 import schemas
 from controller.rendering.compose import compose
 from controller.rendering.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
-from controller.rendering.compositions import CompositionInvalid, load_compositions
+from controller.rendering.compositions import CompositionInvalid, load_compositions, shipped_compositions
+from controller.rendering.site import with_install_parameters
+from controller.planning.occupancy import device_bytes
 from controller.rendering.names import service_name
 from controller.types import GpuSlot, Pending, Plan
 from templates import TEMPLATE_DIR
@@ -59,10 +60,10 @@ def template_copy(tmp_path):
 @pytest.mark.parametrize("worker, scheduler, gpu_limits, annotations, labels", [
     pytest.param("worker-node-a-gpu0-default", None, {"nvidia.com/gpu": "1"}, {}, {}, id="default-whole-gpu"),
     pytest.param("worker-node-b-gpu0-kai", "kai-scheduler", {},
-                 {"gpu-memory": str(math.ceil((20 * 1024 + 1024) * MIB / MIB))},  # footprint 20Gi + reserved 1Gi
+                 {"gpu-memory": str(24 * 1024)},  # the slot's GPU, whatever its models: a model change rolls no pod
                  {"kai.scheduler/queue": "default-queue"}, id="kai-gpu-memory-annotation"),
-    pytest.param("worker-node-b-gpu1-hami", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2048"}, {}, {},
-                 id="hami-gpumem-limit"),
+    pytest.param("worker-node-b-gpu1-hami", None, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(24 * 1024)}, {},
+                 {}, id="hami-gpumem-limit"),
 ])
 def test_composition_shapes_the_worker_pod(tree, worker, scheduler, gpu_limits, annotations, labels):
     template = pod(tree, worker)
@@ -81,8 +82,9 @@ def test_worker_pod_runs_the_worker_safely(tree):
     spec = pod(tree, "worker-node-a-gpu0-default")["spec"]
     (container,) = spec["containers"]
     assert container["command"] == ["python", "-m", "worker"]
-    assert container["args"] == ["--config", "/etc/gpushare/worker.yaml", "--host", "0.0.0.0", "--port", "8000"]
-    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 8000)]
+    assert container["args"] == ["--config", "/etc/gpushare/worker.yaml", "--host", "0.0.0.0", "--port", "8000",
+                                 "--metrics-port", "9400", "--authorization", "kubernetes"]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 8000), ("metrics", 9400)]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert set(container["resources"]["requests"]) == {"cpu", "memory"}
@@ -102,7 +104,7 @@ def test_deployment_carries_config_checksum_and_pod_the_scrape_target(tree):
     annotations = pod(tree, "worker-node-a-gpu0-default")["metadata"]["annotations"]
     assert "gpushare.dev/config-checksum" not in annotations
     assert (annotations["prometheus.io/scrape"], annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
-        "true", "8000", "/metrics")
+        "true", "9400", "/metrics")
 
 
 def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
@@ -114,17 +116,45 @@ def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
     assert pod(files, "worker-node-a-gpu0-default") == pod(tree, "worker-node-a-gpu0-default")
 
 
+def test_a_slot_capacity_change_rolls_the_pod_since_the_worker_cannot_apply_it_in_place(tree):
+    """worker/reconfigure.py refuses a changed slot capacity in place: the pod template carries it, so it rolls."""
+    smaller = (replace(SLOTS[0], reserved_bytes=SLOTS[0].reserved_bytes * 2),) + SLOTS[1:]
+    files = compose(MODELS, PLAN, smaller, PREVIOUS).files
+    annotations = pod(files, "worker-node-a-gpu0-default")["metadata"]["annotations"]
+    assert annotations["gpushare.dev/slot-capacity-bytes"] == str(smaller[0].usable_bytes)
+    assert pod(files, "worker-node-a-gpu0-default") != pod(tree, "worker-node-a-gpu0-default")
+    assert pod(files, "worker-node-b-gpu0-kai") == pod(tree, "worker-node-b-gpu0-kai")
+
+
 @pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
-def test_every_worker_gets_a_podmonitor_that_selects_its_pods_on_the_metrics_port(tree, worker):
-    monitor = load(tree, f"{WORKERS}/podmonitor-{worker}.yaml")
-    labels = pod(tree, worker)["metadata"]["labels"]
+def test_the_pod_requests_the_fixed_base_and_the_deployment_carries_the_host_memory_need(tree, worker):
+    """The pinned host copies of swap and elastic models go to the Deployment's annotation (the controller resizes
+    the running pod to it), never to the pod template, where they would roll the pod on every model change."""
+    slot = next(s for s in SLOTS if worker.startswith(f"worker-{s.node}-gpu{s.index}-"))
+    pinned = sum(d.need_bytes for d in PLAN.decisions if d.slot == slot.id and d.mode in ("swap", "elastic"))
+    base = 4 << 30  # workerBaseMemoryBytes' default
+    deployment = load(tree, f"{WORKERS}/deployment-{worker}.yaml")
+    assert deployment["metadata"]["annotations"]["gpushare.dev/host-memory"] == f"{-(-(base + pinned) // MIB)}Mi"
+    assert pod(tree, worker)["spec"]["containers"][0]["resources"]["requests"]["memory"] == f"{base // MIB}Mi"
+
+
+@pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
+def test_where_the_cluster_serves_podmonitors_every_worker_gets_one_on_the_metrics_port(tree, worker):
+    """Cluster mode sets podMonitor from API discovery (an install parameter); Argo CD may sync without the CRD."""
+    files = compose(MODELS, PLAN, SLOTS, PREVIOUS, compositions=with_install_parameters(
+        shipped_compositions(), {"podMonitor": True})).files
+    monitor = load(files, f"{WORKERS}/podmonitor-{worker}.yaml")
+    labels = pod(files, worker)["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
+    assert monitor["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options":
+                                                  "SkipDryRunOnMissingResource=true"}
+    assert f"{WORKERS}/podmonitor-{worker}.yaml" not in tree  # offline, by default: none
 
 
-def test_podmonitor_can_be_switched_off_per_composition(template_copy):
-    files = compose(MODELS, PLAN, SLOTS, {},
-                    compositions=with_parameters(template_copy, "podMonitor: false\n")).files
+def test_a_composition_that_sets_podmonitor_wins_over_discovery(template_copy):
+    compositions = with_install_parameters(with_parameters(template_copy, "podMonitor: false\n"), {"podMonitor": True})
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
     assert f"{WORKERS}/podmonitor-worker-node-a-gpu0-default.yaml" not in files
     assert f"{WORKERS}/podmonitor-worker-node-b-gpu0-kai.yaml" in files  # kai's parameters are its own
 
@@ -178,7 +208,8 @@ def test_profiler_job_spec(tree):
     assert container["command"] == ["python", "-m", "profiler_job"]
     assert container["args"] == ["--model", FRESH.model, "--revision", "main", "--gpu-product", "NVIDIA-H200",
                                  "--concurrency", str(FRESH.slo.concurrency), "--context-tokens",
-                                 str(FRESH.slo.context_tokens), "--out", f"configmap:llm/{configmap}", "--require-gpu"]
+                                 str(FRESH.slo.context_tokens), "--out", f"configmap:llm/{configmap}", "--require-gpu",
+                                 "--max-gpu-memory-mib", container["args"][-1]]  # beside the H200's workers
     assert spec["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
     assert spec["serviceAccountName"] == "gpushare-profiler"
     assert (job["spec"]["backoffLimit"], job["spec"]["ttlSecondsAfterFinished"]) == (2, 86400)
@@ -200,7 +231,20 @@ def test_with_every_h200_held_the_profiler_runs_beside_the_worker_on_its_gpu(tre
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})  # a whole GPU would wait for ever
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "0"
+    held = device_bytes([d for d in DECISIONS if d.slot == "node-a/gpu0" and d.mode != "refused"])
+    free_mib = (SLOTS[0].memory_bytes - SLOTS[0].reserved_bytes - held) // MIB
+    args = container["args"]
+    assert int(args[args.index("--max-gpu-memory-mib") + 1]) == free_mib  # never more than the workers leave
     assert job["spec"]["template"]["metadata"]["annotations"] == {"gpushare.dev/beside-slot": "node-a/gpu0"}
+
+
+def test_beside_a_worker_that_reported_its_gpu_the_profiler_gets_that_gpu_not_an_index():
+    """On a multi-GPU node the device plugin, not the slot's index, decides which GPU the worker has: the worker
+    reports its UUID (verdicts), and the profiler beside it is given that device."""
+    reported = (replace(SLOTS[0], device_uuid="GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f"), *SLOTS[1:])
+    _, spec = profiler_pod(compose(MODELS, PLAN, reported, {}).files)
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f"
 
 
 def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
@@ -211,6 +255,7 @@ def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
+    assert "--max-gpu-memory-mib" not in container["args"]  # a whole GPU: bounded by what the driver says is free
     assert "annotations" not in job["spec"]["template"]["metadata"]
     assert job["metadata"]["name"] != profiler_pod(compose(MODELS, PLAN, SLOTS, {}).files)[0]["metadata"]["name"]
 
@@ -310,7 +355,7 @@ def cache_of(spec: dict) -> tuple[dict, dict, dict]:
     return volume, mount, {e["name"]: e for e in container["env"]}
 
 
-HOST_CACHE = {"name": "cache", "hostPath": {"path": "/var/lib/gpushare/models", "type": "DirectoryOrCreate"}}
+HOST_CACHE = {"name": "cache", "hostPath": {"path": "/var/lib/gpushare/models/public", "type": "DirectoryOrCreate"}}
 TOKEN_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}}
 
 
@@ -337,10 +382,13 @@ def test_model_cache_claim_is_read_write_for_profiler_and_worker_which_both_down
     assert kai_volume == HOST_CACHE  # parameters are per composition: kai's are the defaults
 
 
-def test_by_default_every_pod_downloads_into_the_nodes_host_path_cache(tree):
+def test_by_default_workers_share_the_nodes_public_cache_and_profilers_never_mount_the_node(tree):
+    """Model namespaces stay Pod Security baseline: a profiler Job there downloads into its own emptyDir."""
     (job_path,) = [p for p in tree if p.startswith("rendered/llm/job-")]
     job = load(tree, job_path)["spec"]["template"]["spec"]
-    for spec in (job, pod(tree, "worker-node-a-gpu0-default")["spec"]):
+    volume, _, env = cache_of(job)
+    assert volume == {"name": "cache", "emptyDir": {}} and "initContainers" not in job and "HF_TOKEN" not in env
+    for spec in (pod(tree, "worker-node-a-gpu0-default")["spec"],):
         volume, mount, env = cache_of(spec)
         assert (volume, mount) == (HOST_CACHE, {"name": "cache", "mountPath": "/cache"})
         assert {name: env[name].get("value") for name in ("HF_HOME", "HF_HUB_OFFLINE")} == {"HF_HOME": "/cache/hf",
@@ -378,10 +426,12 @@ def test_node_selector_tolerations_and_api_key_reach_the_pods(template_copy):
     toleration = {"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoExecute",
                   "tolerationSeconds": 30}
     assert worker["tolerations"] == job["tolerations"] == [toleration]
-    env = cache_of(worker)[2]
-    assert env["GPUSHARE_API_KEY"] == {"name": "GPUSHARE_API_KEY",
-                                       "valueFrom": {"secretKeyRef": {"name": "llm-api", "key": "key"}}}
-    assert "GPUSHARE_API_KEY" not in cache_of(job)[2]
+    args = worker["containers"][0]["args"]
+    assert args[args.index("--api-key-secret") + 1] == "llm-api/key"  # read in each model's own namespace
+    assert "--api-key-secret" not in job["containers"][0]["args"]
+    role = load(files, "rendered/llm/role-worker-node-a-gpu0-default.yaml")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["llm-api"],
+                              "verbs": ["get"]}]
 
 
 @pytest.mark.parametrize("parameters, path", [
@@ -511,20 +561,96 @@ def test_network_policy_admits_only_the_served_namespaces_and_the_named_ones(tem
     kubernetes_validate.validate(policy, "1.30", strict=True)
     assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gpushare-worker",
                                                             "gpushare.dev/worker": "worker-node-a-gpu0-default"}
-    (rule,) = policy["spec"]["ingress"]
+    rule, monitoring = policy["spec"]["ingress"]
     (source,) = rule["from"]
     assert source["namespaceSelector"]["matchExpressions"] == [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["llm", "monitoring"]}]
     assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    assert monitoring["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["monitoring"]
+    assert monitoring["ports"] == [{"port": "metrics", "protocol": "TCP"}]  # Prometheus: the metrics port only
     kai = load(files, f"{WORKERS}/networkpolicy-worker-node-b-gpu0-kai.yaml")  # kai's parameters are the defaults
     assert kai["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["research"]
 
 
 def test_every_namespace_written_into_gets_a_namespace_argo_cd_never_prunes(tree):
     namespaces = {p.split("/")[1]: load(tree, p) for p in tree if "/namespace-" in p}
-    assert sorted(namespaces) == ["gpushare-system", "llm", "research"]
+    assert sorted(namespaces) == ["llm", "research"]  # never the install's worker namespace
     for name, doc in namespaces.items():
         kubernetes_validate.validate(doc, "1.30", strict=True)
         assert doc["metadata"]["name"] == name
         assert doc["metadata"]["annotations"] == {"argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
                                                   "argocd.argoproj.io/sync-wave": "-1"}
+        assert {k: v for k, v in doc["metadata"]["labels"].items() if k.startswith("pod-security")} == {
+            "pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/warn": "restricted"}
+
+
+def _baseline_violations(spec: dict) -> list[str]:
+    """What Pod Security `baseline` refuses in a pod spec (the checks that the templates could ever trip)."""
+    found = [f"hostPath volume {v['name']}" for v in spec.get("volumes", []) if "hostPath" in v]
+    found += [f"host namespace {k}" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        context = container.get("securityContext", {})
+        if context.get("privileged"):
+            found.append(f"{container['name']} privileged")
+        baseline_caps = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
+                         "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+        found += [f"{container['name']} adds {c}" for c in context.get("capabilities", {}).get("add", [])
+                  if c not in baseline_caps]
+        found += [f"{container['name']} hostPort" for port in container.get("ports", []) if port.get("hostPort")]
+    return found
+
+
+_RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                       "projected", "secret"}
+
+
+def _restricted_violations(spec: dict) -> list[str]:
+    """What Pod Security `restricted` adds to baseline's refusals."""
+    found = _baseline_violations(spec)
+    pod = spec.get("securityContext", {})
+    found += [f"volume {v['name']}" for v in spec.get("volumes", []) if not set(v) - {"name"} <= _RESTRICTED_VOLUMES]
+    for container in spec.get("initContainers", []) + spec["containers"]:
+        context = container.get("securityContext", {})
+        if not context.get("runAsNonRoot", pod.get("runAsNonRoot")) or context.get("runAsUser", pod.get("runAsUser")) == 0:
+            found.append(f"{container['name']} may run as root")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{container['name']} allows privilege escalation")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []) or set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.append(f"{container['name']} capabilities {capabilities}")
+        seccomp = context.get("seccompProfile", pod.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            found.append(f"{container['name']} seccomp {seccomp}")
+    return found
+
+
+@pytest.mark.parametrize("composition", ["default", "kai", "hami"])
+def test_with_the_shipped_compositions_model_namespaces_need_no_more_than_baseline(composition, tree):
+    """Every pod the tree puts in a model namespace (profiler Jobs, whole-GPU and beside a worker) passes
+    `baseline`, and even `restricted`; only the install's worker namespace holds the node's cache (hostPath)."""
+    free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
+    jobs = []
+    for slots in (SLOTS, (*SLOTS, free)):  # beside the workers, then on a whole free GPU
+        files = compose([replace(m, composition=composition) for m in MODELS], PLAN, slots, {}).files
+        jobs += [(path, load(files, path)) for path in files if "/job-" in path]
+    assert len(jobs) >= 2
+    for path, job in jobs:
+        assert not path.startswith(f"{WORKERS}/")
+        assert _restricted_violations(job["spec"]["template"]["spec"]) == [], path
+
+
+def test_the_pod_security_checks_catch_what_the_worker_namespace_needs(tree):
+    """The checks above can fail: the worker pod (node cache, root init container) breaks both."""
+    spec = pod(tree, "worker-node-a-gpu0-default")["spec"]
+    assert "hostPath volume cache" in _baseline_violations(spec)
+    assert "cache-owner may run as root" in _restricted_violations(spec)
+
+
+def test_weights_fetched_with_a_token_stay_in_a_cache_no_other_composition_mounts(template_copy):
+    compositions = with_parameters(template_copy, "hfTokenSecret: {name: hf-token, key: token}")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    private = cache_of(pod(files, "worker-node-a-gpu0-default")["spec"])[0]["hostPath"]["path"]
+    assert private == "/var/lib/gpushare/models/private/worker-node-a-gpu0-default"
+    public = cache_of(pod(files, "worker-node-b-gpu0-kai")["spec"])[0]["hostPath"]["path"]
+    assert public == "/var/lib/gpushare/models/public" and not private.startswith(public + "/")

@@ -12,9 +12,12 @@ import pytest
 import yaml
 from jinja2 import DictLoader
 
-from controller.rendering.compositions import CompositionInvalid, load_compositions
+from controller.rendering.compose import compose
+from controller.rendering.compositions import CompositionInvalid, load_compositions, shipped_compositions
+from controller.rendering.site import with_install_parameters
 from controller.rendering.kube_validate import CUSTOM_KINDS, NoSchema, validate_object
-from controller.rendering.names import dns_label, is_dns_label, profiler_job_name, service_name
+from controller.rendering.kube_rules import is_dns_label
+from controller.rendering.names import dns_label, profiler_job_name, service_name
 from controller.planning.occupancy import device_bytes
 from controller.rendering.planmd import decision_changes, plan_markdown
 from controller.rendering.render import RenderError, environment, render_documents
@@ -210,7 +213,9 @@ def _outcome(check) -> str:
 
 
 def test_podmonitors_are_checked_against_their_own_schema():
-    monitor = next(d for d in _golden_docs() if d["kind"] == "PodMonitor")
+    files = compose(MODELS, PLAN, SLOTS, {}, compositions=with_install_parameters(shipped_compositions(),
+                                                                                  {"podMonitor": True})).files
+    monitor = next(yaml.safe_load(text) for path, text in files.items() if "/podmonitor-" in path)
     validate_object(monitor)
     with pytest.raises(jsonschema.ValidationError):
         validate_object(_broken(monitor, lambda d: d["spec"]["podMetricsEndpoints"][0].update(interval="often")))

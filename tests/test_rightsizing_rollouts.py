@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from controller.cli.offline import pass_over
-from controller.rendering.rollouts import Rollouts, worker_rollouts
+from controller.rendering.planmd import review_summary
+from controller.rendering.rollouts import LOAD_BYTES_PER_S, Rollouts, worker_rollouts
 from controller.rightsizing.records import Record
 from tests.conftest import REPO_ROOT
 
@@ -61,9 +62,43 @@ def test_a_changed_pod_template_is_a_restart(repo):
     after[path] = before[path].replace("ghcr.io/gpushare/gpushare-worker:0.1.0", "ghcr.io/gpushare/gpushare-worker:0.2.0")
     gone = "rendered/gpushare-system/deployment-worker-gpu-node-1-gpu0-default.yaml"
     del after[gone]
-    assert worker_rollouts(before, after) == Rollouts(restart=("worker-l4-node-1-gpu0-default",),
-                                                      removed=("worker-gpu-node-1-gpu0-default",))
-    assert worker_rollouts(before, after).summary == "1 restart · 0 in place · 1 removed"
+    rollouts = worker_rollouts(before, after)
+    assert (rollouts.restart, rollouts.removed) == (("worker-l4-node-1-gpu0-default",), ("worker-gpu-node-1-gpu0-default",))
+    assert rollouts.summary == "1 restart · 0 in place · 1 removed"
+    assert [(worker, [d.model for d in down]) for worker, down in rollouts.down] == [
+        ("worker-l4-node-1-gpu0-default", ["llm/summarizer"])]
+
+
+def _weights_by_model_id(product: str) -> dict[str, int]:
+    """Each profiled model id's weight bytes, straight from the fleet's profiles."""
+    docs = [yaml.safe_load(p.read_text()) for p in (FLEET / "profiles" / product).glob("*.yaml")]
+    return {d["model"]: d["weights"]["totalBytes"] for d in docs}
+
+
+def test_a_restart_names_every_model_it_takes_down_and_for_about_how_long(repo):
+    """An image change on the H200 takes each of its models down until the new pod has loaded it: smallest
+    first, so each waits for the weights before its own, at LOAD_BYTES_PER_S; PLAN.md's workers line (and so
+    the commit message and the pull request body) names each one."""
+    before = pass_over(repo).rendered.files
+    after = dict(before)
+    path = "rendered/gpushare-system/deployment-worker-gpu-node-1-gpu0-default.yaml"
+    after[path] = before[path].replace("gpushare-worker:0.1.0", "gpushare-worker:0.2.0")
+    [(worker, down)] = worker_rollouts(before, after).down
+    config = yaml.safe_load(yaml.safe_load(before["rendered/gpushare-system/configmap-worker-gpu-node-1-gpu0-default"
+                                                  ".yaml"])["data"]["worker.yaml"])
+    weights = _weights_by_model_id("NVIDIA-H200")
+    entries = sorted(config["models"], key=lambda m: (weights[m["model"]], f"{m['namespace']}/{m['name']}"))
+    expected, elapsed = [], 0.0
+    for entry in entries:
+        elapsed += weights[entry["model"]] / LOAD_BYTES_PER_S
+        expected.append((f"{entry['namespace']}/{entry['name']}", elapsed))
+    assert worker == "worker-gpu-node-1-gpu0-default" and len(expected) >= 5
+    assert [(d.model, round(d.seconds, 6)) for d in down] == [(m, round(s, 6)) for m, s in expected]
+    line = worker_rollouts(before, after).line
+    assert f"Down while {worker} restarts" in line
+    assert all(f"{d.model} ~" in line for d in down)
+    assert review_summary(f"# gpushare plan\n\n**Plan:** x\n\n{line}\n\n## Latest decision changes\n\n- a\n",
+                          "0" * 40, "main").count("Down while") == 1
 
 
 def test_rollouts_from_the_rendered_objects_equal_rollouts_from_the_parsed_files(repo):
@@ -73,8 +108,10 @@ def test_rollouts_from_the_rendered_objects_equal_rollouts_from_the_parsed_files
     path = "rendered/gpushare-system/deployment-worker-l4-node-1-gpu0-default.yaml"
     after[path] = after[path].replace("gpushare-worker:0.1.0", "gpushare-worker:0.2.0")  # a restart
     objects = {p: yaml.safe_load(text) for p, text in after.items() if "/deployment-" in p and p != path}
-    assert worker_rollouts(before, after, objects) == worker_rollouts(before, after) == Rollouts(
-        restart=("worker-l4-node-1-gpu0-default",), in_place=("worker-gpu-node-1-gpu0-default",))
+    rollouts = worker_rollouts(before, after, objects)
+    assert rollouts == worker_rollouts(before, after)
+    assert (rollouts.restart, rollouts.in_place) == (("worker-l4-node-1-gpu0-default",),
+                                                     ("worker-gpu-node-1-gpu0-default",))
 
 
 def test_a_pass_with_nothing_new_parses_no_deployment(repo, monkeypatch):

@@ -8,7 +8,7 @@ from transformers import AutoModelForCausalLM
 from contract.footprint import Terms
 from worker.admission import admit, need_for
 from worker.config import ModelConfig
-from worker.memory import available_bytes
+from engine.memory import available_bytes
 from worker.shape import ModelShape, read_shape, shape_from
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     FAMILIES, config_document, model_entry, started_worker, single_threaded_torch, tiny_models,

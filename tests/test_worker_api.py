@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from worker.api import create_app
-from worker.engine import Generation
-from worker.sampling import SamplingParams
+from engine.batch import Generation
+from engine.sampling import SamplingParams
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     REPO_ROOT, MiB, ServerThread, config_document, model_entry, started_worker, single_threaded_torch, tiny_models,
 )
@@ -147,6 +147,9 @@ def test_status_carries_the_verdicts_with_their_numbers(server):
     assert (elastic["verdict"], elastic["residentLayers"], elastic["deviceResidentLayers"]) == ("applied", 2, 2)
     for entry in status["models"]:
         assert entry["deviceBytes"] <= entry["budgetBytes"] and entry["peakDeviceBytes"] <= entry["budgetBytes"]
+    assert (elastic["forward"], "one sequence at a time" in elastic["fallback"], "gpt2" in elastic["fallback"]) \
+        == ("transformers", True, True), "GPT-2 takes the non-batching fallback and /status says why"
+    assert (by_name["chat-resident"]["forward"], "fallback" in by_name["chat-resident"]) == ("decoder", False)
 
 
 def test_metrics_expose_requests_tokens_latency_swaps_streaming_and_verdicts(server, client):

@@ -11,10 +11,10 @@ from transformers import AutoModelForCausalLM
 
 from worker.admission import need_for
 from worker.config import ModelConfig
-from worker.engine import Generation, ModelEngine
-from worker.memory import DeviceLedger
-from worker.residency import make_residency
-from worker.sampling import SamplingParams
+from engine.batch import Generation, ModelEngine
+from engine.memory import DeviceLedger
+from engine.residency import make_residency
+from engine.sampling import SamplingParams
 from worker.shape import read_shape
 from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
 
@@ -89,6 +89,26 @@ def test_sequences_joining_and_leaving_mid_batch_get_their_tokens_alone(tiny_mod
     assert moves, "a sequence left from below the last slot: compaction moved the last one into its slot"
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_prompts_of_different_lengths_prefill_together_in_one_step(tiny_models, family):
+    """A chunk large enough for every prompt: one step prefills all four rows (padded to the longest, each
+    against its own slot), and each gets its tokens alone."""
+    residency = residency_of(tiny_models[family], "resident", None)
+    alone = []
+    for prompt in PROMPTS:
+        generation = greedy(prompt)
+        run(engine_of(residency, concurrency=1, chunk=80), {0: [generation]})
+        alone.append(generation.output_ids)
+    batch = [greedy(p) for p in PROMPTS]
+    engine = engine_of(residency, concurrency=len(PROMPTS), chunk=80)
+    for generation in batch:
+        engine.join(generation)
+    engine.step()
+    assert all(g.output_ids for g in batch), "every prompt was prefilled in the first step"
+    run(engine, {})
+    assert [g.output_ids for g in batch] == alone
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_running_sequences_decode(tiny_models):
     residency = residency_of(tiny_models["llama"], "resident", None)
     engine = engine_of(residency, concurrency=2, chunk=8)
@@ -150,13 +170,14 @@ def test_elastic_streams_each_layer_once_per_step_whatever_the_batch(tiny_models
     batch = [greedy(p, 5) for p in PROMPTS]
     run(engine, {0: batch})
     per_pass = sum(layer.host.numel() for layer in residency.streamed)
-    assert sum(streamed) == per_pass * engine.steps, "one stream of the non-resident layers per step"
+    first = residency.streamed[0].host.numel()  # copied ahead for the step after the last
+    assert sum(streamed) == per_pass * engine.steps + first, "one stream of the non-resident layers per step"
     assert engine.steps == 5, "the 4 prompts prefill in one step, then 4 decode steps serve all 4 sequences"
 
 
 @pytest.mark.parametrize("concurrency,expected", [(1, [1]), (2, [1, 2]), (8, [1, 2, 4, 8]), (12, [1, 2, 4, 8, 12])])
 def test_graph_buckets_are_powers_of_two_up_to_the_concurrency(concurrency, expected):
-    from worker.forward.graphs import buckets
+    from engine.forward.graphs import buckets
 
     assert buckets(concurrency) == expected
 
@@ -186,7 +207,7 @@ def test_graph_replayed_decode_gives_the_eager_tokens_on_cuda(tiny_models, mode)
 
 def graphed_engine(residency, capture, *, concurrency=4):
     """A decoder-path engine whose forward replays per-bucket decode steps through `capture`."""
-    from worker.forward.graphs import GraphedDecoder
+    from engine.forward.graphs import GraphedDecoder
 
     engine = engine_of(residency, concurrency=concurrency)
     engine.forward = GraphedDecoder(engine.forward, capture=capture)
@@ -194,41 +215,61 @@ def graphed_engine(residency, capture, *, concurrency=4):
 
 
 def test_bucketed_decode_replays_give_the_eager_tokens_with_joins_and_leaves(tiny_models):
-    """The graph path on CPU: static buffers padded to the bucket, rows mapped by slot, the shape-static
-    decode step over the whole context (eager_capture runs it without a graph)."""
-    from worker.forward.graphs import eager_capture
+    """The graph path on CPU: static buffers padded to the batch bucket, rows mapped by slot, the shape-static
+    decode step over the KV-length bucket of the longest row (eager_capture runs it without a graph)."""
+    from engine.forward.graphs import eager_capture
 
     residency = residency_of(tiny_models["qwen2"], "resident", None)
-    prompts, lengths = [[72, 105, 33], [1, 2, 3], [9, 8, 7], [4, 4, 4]], [6, 11, 3, 9]
+    prompts, lengths = [[72, 105, 33], [1, 2, 3], [9, 8, 7], [4, 4, 4]], [6, 40, 3, 9]
     arrivals = lambda batch: {0: batch[:3], 4: [batch[3]]}  # noqa: E731  (3 of 4 slots, then 4)
     eager = [greedy(p, n) for p, n in zip(prompts, lengths)]
     run(engine_of(residency, concurrency=4), arrivals(eager))
     replayed = [greedy(p, n) for p, n in zip(prompts, lengths)]
     engine = graphed_engine(residency, eager_capture)
+    replays = []
+    engine.forward.capture = lambda inner, b, n, prev: _counted(eager_capture(inner, b, n, prev), replays, (b, n))
     run(engine, arrivals(replayed))
     assert [g.output_ids for g in replayed] == [g.output_ids for g in eager]
-    assert sorted(engine.forward.graphs) == [1, 2, 4], "3 and 4 decoding used bucket 4 (3 padded), then 2 and 1"
+    assert {b for b, _ in replays} == {1, 2, 4}, "3 and 4 decoding used bucket 4 (3 padded), then 2 and 1"
+    assert {n for _, n in replays} == {32, 64}, "the KV length follows the longest row: 32 keys, then 64"
+
+
+def _counted(captured, replays, pair):
+    replay = captured.replay
+    captured.replay = lambda: (replays.append(pair), replay())
+    return captured
+
+
+def test_every_graph_is_captured_before_the_model_serves(tiny_models):
+    from engine.forward.graphs import GraphedDecoder, eager_capture
+
+    residency = residency_of(tiny_models["llama"], "resident", None)
+    engine = engine_of(residency, concurrency=4)
+    forward = GraphedDecoder(engine.forward, capture=eager_capture)
+    forward.release()
+    forward.allocate()
+    assert sorted(forward.graphs) == [(b, n) for b in (1, 2, 4) for n in (32, 64, 96)]
 
 
 def test_a_failed_capture_decodes_eagerly_and_a_pool_past_the_budget_is_not_kept(tiny_models, caplog):
-    from worker.forward.graphs import eager_capture
+    from engine.forward.graphs import eager_capture
 
     residency = residency_of(tiny_models["llama"], "resident", None)
     expected = [greedy(p) for p in PROMPTS[:2]]
     run(engine_of(residency, concurrency=4), {0: expected})
 
-    def broken(inner, bucket, previous):
+    def broken(inner, bucket, length, previous):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     failed = graphed_engine(residency, broken)
     batch = [greedy(p) for p in PROMPTS[:2]]
     run(failed, {0: batch})
     assert [g.output_ids for g in batch] == [g.output_ids for g in expected]
-    assert not failed.forward.graphs and set(failed.forward.eager_buckets) == {1, 2, 4}
+    assert not failed.forward.graphs and {b for b, _ in failed.forward.eager} == {1, 2, 4}
     assert "decoding eagerly" in caplog.text
 
-    def huge_pool(inner, bucket, previous):
-        captured = eager_capture(inner, bucket, previous)
+    def huge_pool(inner, bucket, length, previous):
+        captured = eager_capture(inner, bucket, length, previous)
         captured.pool_bytes = residency.ledger.budget_bytes
         return captured
 

@@ -7,13 +7,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from worker.engine import Generation, ModelEngine
-from worker.sampling import SamplingParams
-from worker.errors import BudgetExceeded
-from worker.memory import DeviceLedger
-from worker.residency import decoder_layers, make_residency
-from worker.residency.elastic import ElasticResidency
-from worker.transfer import Transfer
+from engine.batch import Generation, ModelEngine
+from engine.sampling import Choice, SamplingParams
+from engine.errors import BudgetExceeded
+from engine.memory import DeviceLedger
+from engine.residency import decoder_layers, make_residency
+from engine.residency.elastic import ElasticResidency
+from engine.transfer import Transfer
 from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
 
 CPU = torch.device("cpu")
@@ -114,7 +114,13 @@ def test_elastic_prefetches_one_layer_ahead_into_alternating_buffers(tiny_models
         ("wait", "copied:1"), ("copy", "copied:2 after free:init"), ("mark", "free:1"),
         ("wait", "copied:2"), ("copy", "copied:3 after free:1"), ("mark", "free:2"),  # buffer 1 reused after 1
         ("wait", "copied:3"), ("mark", "free:3"),
+        ("copy", "copied:1 after free:3"),  # the next pass's first layer, as soon as buffer 0 is free
     ]
+    transfer.log.clear()
+    with torch.inference_mode():
+        residency.model(input_ids=torch.tensor([PROMPT[:4]]))
+    assert transfer.log[:2] == [("wait", "copied:1"), ("copy", "copied:2 after free:2")], \
+        "the second pass starts on the layer copied ahead, with no copy of its own at its start"
 
 
 def test_elastic_streams_every_non_resident_layer_once_per_forward_pass(tiny_models):
@@ -123,7 +129,7 @@ def test_elastic_streams_every_non_resident_layer_once_per_forward_pass(tiny_mod
     residency.on_streamed_bytes = streamed.append
     greedy(residency, max_tokens=2, prefill_chunk=64)  # one prefill pass + one decode pass
     per_pass = [layer.host.numel() for layer in residency.streamed]
-    assert streamed == per_pass * 2
+    assert streamed == per_pass * 2 + per_pass[:1], "each pass once, and the next pass's first layer ahead"
 
 
 @pytest.mark.parametrize("mode,resident_layers", [("resident", None), ("swap", None), ("elastic", 1)])
@@ -183,9 +189,7 @@ def test_generation_stops(case, stop, eos, finish, text):
     for letter in "abcdef":
         if generation.done:
             break
-        logits = torch.zeros(256)
-        logits[ord(letter)] = 1
-        pieces.append(generation.accept(logits))
+        pieces.append(generation.accept(Choice(ord(letter))))
     assert ("".join(p for p in pieces if p), generation.finish_reason) == (text, finish), case
 
 
@@ -201,8 +205,6 @@ def test_text_is_never_emitted_inside_a_utf8_sequence_and_long_outputs_decode_in
     script = list("é".encode()) + [ord("x")] + [ord("y")] * 297
     pieces = []
     for token in script:
-        logits = torch.zeros(256)
-        logits[token] = 1
-        pieces.append(generation.accept(logits))
+        pieces.append(generation.accept(Choice(token)))
     assert pieces[:3] == ["", "é", "x"] and "".join(pieces) == "éx" + "y" * 297
     assert max(seen) <= 4, "each step decodes a few tokens of context, not the whole output"

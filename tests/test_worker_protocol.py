@@ -6,12 +6,14 @@ import pytest
 
 from worker.api import MAX_JSON_DEPTH, decode_json
 from worker.errors import InvalidRequest
-from worker.protocol import parse_chat, parse_completion
-from worker.sampling import SamplingParams
+from worker.protocol import Structure, parse_chat, parse_completion
+from engine.sampling import SamplingParams
 from hostile import CHAT_FIELDS, COMPLETION_FIELDS, HOSTILE, MESSAGE_FIELDS
 
 COMPLETION = {"model": "m", "prompt": "hi"}
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+WEATHER = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+CLOCK = {"type": "function", "function": {"name": "clock"}}
 
 
 
@@ -83,14 +85,29 @@ def _parses_or_names_a_field(parse, body: dict, field: str) -> None:
     ("chat-logprobs-number", {**CHAT, "logprobs": 3}, "logprobs", "InvalidField"),
     ("top-logprobs-without-logprobs", {**CHAT, "top_logprobs": 2}, "top_logprobs", "InvalidField"),
     ("top-logprobs-over-20", {**CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs", "InvalidField"),
-    ("json-object", {**CHAT, "response_format": {"type": "json_object"}}, "response_format",
-     "UnsupportedResponseFormat"),
-    ("json-schema", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
-     "response_format", "UnsupportedResponseFormat"),
+    ("json-schema-schema-not-object", {**CHAT, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": "object"}}}, "response_format", "InvalidField"),
+    ("response-format-unknown-type", {**CHAT, "response_format": {"type": "yaml"}}, "response_format",
+     "InvalidField"),
     ("response-format-string", {**CHAT, "response_format": "text"}, "response_format", "InvalidField"),
-    ("tool-choice-required", {**CHAT, "tool_choice": "required"}, "tool_choice", "UnsupportedField"),
-    ("tool-choice-named", {**CHAT, "tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice",
-     "UnsupportedField"),
+    ("tool-choice-required-without-tools", {**CHAT, "tool_choice": "required"}, "tool_choice", "InvalidField"),
+    ("tool-choice-names-an-unknown-function", {**CHAT, "tools": [WEATHER], "tool_choice": {
+        "type": "function", "function": {"name": "f"}}}, "tool_choice", "UnknownTool"),
+    ("tool-choice-unknown-word", {**CHAT, "tools": [WEATHER], "tool_choice": "any"}, "tool_choice", "InvalidField"),
+    ("tool-choice-without-name", {**CHAT, "tools": [WEATHER], "tool_choice": {"type": "function"}}, "tool_choice",
+     "InvalidField"),
+    ("json-and-a-forced-call", {**CHAT, "tools": [WEATHER], "tool_choice": "required",
+                                "response_format": {"type": "json_object"}}, "response_format",
+     "ConflictingConstraints"),
+    ("parallel-tool-calls-not-bool", {**CHAT, "tools": [WEATHER], "parallel_tool_calls": "no"},
+     "parallel_tool_calls", "InvalidField"),
+    ("parallel-tool-calls-not-bool-without-tools", {**CHAT, "parallel_tool_calls": 0}, "parallel_tool_calls",
+     "InvalidField"),
+    ("min-tokens-negative", {**CHAT, "min_tokens": -1}, "min_tokens", "InvalidField"),
+    ("min-tokens-over-max-tokens", {**CHAT, "max_tokens": 2, "min_tokens": 3}, "min_tokens", "InvalidField"),
+    ("stop-token-ids-not-a-list", {**COMPLETION, "stop_token_ids": 7}, "stop_token_ids", "InvalidField"),
+    ("stop-token-ids-strings", {**COMPLETION, "stop_token_ids": ["7"]}, "stop_token_ids", "InvalidField"),
+    ("ignore-eos-not-bool", {**COMPLETION, "ignore_eos": 1}, "ignore_eos", "InvalidField"),
     ("tools-not-functions", {**CHAT, "tools": [{"type": "retrieval"}]}, "tools", "InvalidField"),
     ("functions-deprecated", {**CHAT, "functions": [{"name": "f"}]}, "functions", "UnsupportedField"),
     ("image-part", {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
@@ -119,7 +136,8 @@ def test_supported_fields_reach_the_sampling_parameters():
     assert [k["seed"] for k in kwargs] == [(1 << 64) - 1, 0, 1]  # one seed per choice, wrapped into 64 bits
     assert kwargs[0] | {"seed": None} == {"temperature": 1.0, "top_p": 1.0, "seed": None, "stop": ("\n",), "top_k": 5,
                                           "presence_penalty": 0.5, "frequency_penalty": -1.0,
-                                          "logit_bias": ((3, 2.0), (7, -100.0)), "logprobs": 2}
+                                          "logit_bias": ((3, 2.0), (7, -100.0)), "logprobs": 2,
+                                          "ignore_eos": False, "min_tokens": 0, "stop_token_ids": ()}
     assert SamplingParams(max_tokens=4, **kwargs[1]).seed == 0  # the fields are the sampler's, one for one
 
 
@@ -170,3 +188,32 @@ def test_json_at_the_depth_limit_decodes():
     raw = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
     assert decode_json(raw) is not None
     assert decode_json('{"prompt": "héllo ☃"}'.encode()) == {"prompt": "héllo ☃"}
+
+
+@pytest.mark.parametrize("case,extra,structure", [
+    ("text", {"response_format": {"type": "text"}}, None),
+    ("json-object-is-any-object", {"response_format": {"type": "json_object"}}, Structure(schema={"type": "object"})),
+    ("json-schema", {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "integer"}, "strict": True}}}, Structure(schema={"type": "integer"})),
+    ("json-schema-without-schema-is-any-json", {"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x"}}}, Structure(schema={})),
+    ("tools-default-auto", {"tools": [WEATHER]}, Structure(tools=(WEATHER,))),
+    ("required", {"tools": [WEATHER, CLOCK], "tool_choice": "required"},
+     Structure(tools=(WEATHER, CLOCK), tool_choice="required")),
+    ("named", {"tools": [WEATHER, CLOCK], "tool_choice": {"type": "function", "function": {"name": "clock"}}},
+     Structure(tools=(WEATHER, CLOCK), tool_choice="clock")),
+    ("one-call-at-most", {"tools": [WEATHER], "parallel_tool_calls": False}, Structure(tools=(WEATHER,),
+                                                                                        parallel=False)),
+    ("none-renders-no-tools", {"tools": [WEATHER], "tool_choice": "none"}, None),
+    ("json-wins-over-auto", {"tools": [WEATHER], "response_format": {"type": "json_object"}},
+     Structure(schema={"type": "object"})),
+])
+def test_response_format_and_tool_choice_become_the_structure_to_enforce(case, extra, structure):
+    assert parse_chat({**CHAT, **extra}).structure == structure, case
+
+
+def test_vllm_extras_reach_the_sampling_parameters():
+    parsed = parse_completion({**COMPLETION, "max_tokens": 8, "ignore_eos": True, "min_tokens": 8,
+                               "stop_token_ids": [3, 5]})
+    assert SamplingParams(max_tokens=8, **parsed.sampling.as_kwargs()) == SamplingParams(
+        max_tokens=8, ignore_eos=True, min_tokens=8, stop_token_ids=(3, 5))

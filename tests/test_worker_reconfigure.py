@@ -127,3 +127,20 @@ def test_a_change_that_does_not_validate_is_skipped_and_the_worker_keeps_its_con
         assert worker.model_state("m") == "serving"
     finally:
         worker.stop()
+
+
+def test_a_re_laid_out_model_whose_new_files_are_unreadable_keeps_serving_its_previous_configuration(tiny_models):
+    before = [model_entry("m", tiny_models["llama"], "resident")]
+    worker = started_worker(config_document(before))
+    try:
+        engine = worker.served["m"].engine
+        worker.apply(config(model_entry("m", "/models/not-on-this-node", "resident")))
+        verdict = worker.verdicts["m"]
+        assert (verdict.verdict, worker.model_state("m")) == ("applied", "serving")
+        assert "ModelUnreadable" in verdict.message and "previous configuration" in verdict.message
+        assert worker.served["m"].engine is engine and worker.config.model("m").model == str(tiny_models["llama"])
+        sink = Collector()
+        worker.submit("m", generation(tokens=2), sink)
+        assert sink.done.wait(WAIT_S) and isinstance(sink.events[-1], FinishEvent)
+    finally:
+        worker.stop()

@@ -10,77 +10,25 @@ import asyncio
 import os
 import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
 from hostile import CHAT_FIELDS, COMPLETION_FIELDS, RAW_BODIES, message_mutations, mutations
-from worker_support import REPO_ROOT, config_document, model_entry, tiny_models  # noqa: F401
+from worker_support import WorkerProcess, config_document, model_entry, tiny_models  # noqa: F401
 
 SOAK_S = float(os.environ.get("GPUSHARE_SOAK_SECONDS", "10"))
 GRACE_S = 2  # --grace-seconds
+GRACE = ("--grace-seconds", str(GRACE_S))
 POD_GRACE_S = GRACE_S + 2  # the Pod's terminationGracePeriodSeconds, a little above it
 LIMIT = 256 * 1024
 CLIENTS = 6
 HEALTH_P99_S = 0.2
 RSS_GROWTH_BYTES = 64 << 20  # after warm-up; a leak of a request's buffers would pass it within seconds
-
-
-class WorkerProcess:
-    """`python -m worker` on a free port in its own session; `with` waits for readiness and kills leftovers."""
-
-    def __init__(self, tmp_path: Path, document: dict):
-        self.config = tmp_path / "worker.yaml"
-        self.config.write_text(yaml.safe_dump(document))
-        self.names = [m["name"] for m in document["models"]]
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> "WorkerProcess":
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        command = [sys.executable, "-m", "worker", "--config", str(self.config), "--port", str(self.port),
-                   "--log-level", "error", "--grace-seconds", str(GRACE_S)]
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True)
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.process.poll() is None, "the worker exited"
-            assert time.monotonic() < deadline, "the worker did not become ready in 90 s"
-            try:  # /readyz answers 200 once one model serves: wait until every model does
-                if all(httpx.get(f"{self.base_url}/readyz/{name}", timeout=1).status_code == 200
-                       for name in self.names):
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-
-    def rss_bytes(self) -> int:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
-
-    def terminate(self) -> float:
-        """SIGTERM; seconds until the process exited (it is killed past POD_GRACE_S + 10 s)."""
-        started = time.monotonic()
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=POD_GRACE_S + 10)
-        except subprocess.TimeoutExpired:
-            pass
-        return time.monotonic() - started
-
-    def __exit__(self, *exc) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
 
 
 def _document(tiny_models, **server) -> dict:
@@ -216,7 +164,7 @@ class HealthProbe(threading.Thread):
 
 @pytest.mark.slow
 def test_soak_mixed_abuse_no_server_errors_healthz_fast_rss_bounded_and_sigterm_in_grace(tiny_models, tmp_path):
-    with WorkerProcess(tmp_path, _document(tiny_models)) as worker:
+    with WorkerProcess(tmp_path, _document(tiny_models), args=GRACE) as worker:
         probe = HealthProbe(worker.base_url)
         probe.start()
         load = Load(worker.base_url, worker.port)
@@ -236,7 +184,7 @@ def test_soak_mixed_abuse_no_server_errors_healthz_fast_rss_bounded_and_sigterm_
         time.sleep(0.5)
         probe.stop.set()
         probe.join()
-        exit_s = worker.terminate()
+        exit_s = worker.terminate(POD_GRACE_S + 10)
         burst.join(timeout=10)
         returncode = worker.process.poll()
 
@@ -258,7 +206,7 @@ def test_soak_mixed_abuse_no_server_errors_healthz_fast_rss_bounded_and_sigterm_
 @pytest.mark.slow
 def test_sigterm_exits_within_the_grace_period_with_a_stream_that_would_never_finish(tiny_models, tmp_path):
     document = _document(tiny_models, min_residency_ms=600_000)
-    with WorkerProcess(tmp_path, document) as worker:
+    with WorkerProcess(tmp_path, document, args=GRACE) as worker:
         httpx.post(worker.base_url + "/v1/completions", json={"model": "sa", "prompt": "a", "max_tokens": 1},
                    timeout=30)  # sa holds the device for ten minutes: a request for sb waits that long
         lines: list[str] = []
@@ -277,7 +225,7 @@ def test_sigterm_exits_within_the_grace_period_with_a_stream_that_would_never_fi
         while not lines and time.monotonic() < deadline:  # the stream is open: keep-alive comments flow
             time.sleep(0.05)
         assert lines and lines[0] == ": keep-alive"
-        exit_s = worker.terminate()
+        exit_s = worker.terminate(POD_GRACE_S + 10)
         waiting.join(timeout=10)
         assert worker.process.poll() in (0, -signal.SIGTERM), "the worker did not stop on SIGTERM"
     assert exit_s < POD_GRACE_S, f"exited {exit_s:.2f} s after SIGTERM with a grace of {GRACE_S} s"

@@ -110,6 +110,6 @@ def test_a_model_that_fails_to_load_is_refused_and_republished_while_the_rest_se
             ready, body = worker.readiness()
         finally:
             worker.stop()
-    assert (entries["broken"]["reason"], entries["fits"]["verdict"]) == ("LoadFailed", "applied")
+    assert (entries["broken"]["reason"], entries["fits"]["verdict"]) == ("ModelUnreadable", "applied")
     assert "tokenizer" in entries["broken"]["message"]
-    assert ready and body["serving"] == ["fits"] and body["refused"] == {"broken": "LoadFailed"}
+    assert ready and body["serving"] == ["fits"] and body["refused"] == {"broken": "ModelUnreadable"}

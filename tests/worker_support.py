@@ -5,16 +5,23 @@ Imported by tests/test_worker_*.py (fixtures here are re-exported by each module
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
+import yaml
 
-from worker.engine import Generation
-from worker.sampling import SamplingParams
+from engine.batch import Generation
+from engine.sampling import SamplingParams
 from worker.scheduler import ErrorEvent, FinishEvent
 
 from tinymodels import save_tiny_model
@@ -49,6 +56,23 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
         _saved.update({family: save_tiny_model(root / family, family) for family in FAMILIES})
         _saved["llama-b"] = save_tiny_model(root / "llama-b", "llama", seed=1)
     return dict(_saved)
+
+
+# A chat template that renders tools and tool calls (as Qwen's and Llama 3's do), for the tiny models.
+TOOLS_TEMPLATE = (
+    "{% if tools %}<|tools|>{% for t in tools %}{{ t['function']['name'] }};{% endfor %}{{ '\\n' }}{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
+    "{% for c in m.get('tool_calls') or [] %}[{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }}]"
+    "{% endfor %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def with_tools_template(model: Path, directory: Path) -> Path:
+    """A copy of the saved `model` in `directory` whose chat template is TOOLS_TEMPLATE."""
+    copy = directory / f"{model.name}-tools"
+    shutil.copytree(model, copy)
+    (copy / "chat_template.jinja").write_text(TOOLS_TEMPLATE)
+    return copy
 
 
 def model_entry(name: str, path: Path, mode: str, *, budget: int = 320 * MiB, context: int = 256,
@@ -176,3 +200,59 @@ class KubeApiThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
         self.loop.close()
+
+
+class WorkerProcess:
+    """`python -m worker` on a free port in its own session, with `args` added to its command line and `env` to
+    its environment; `with` waits until each of `ready` (default: every model of `document`) serves, and kills
+    what is left on the way out."""
+
+    def __init__(self, tmp_path: Path, document: dict, *, args=(), env: dict | None = None, ready=None):
+        self.config = tmp_path / "worker.yaml"
+        self.write(document)
+        self.ready = list(ready) if ready is not None else [m["name"] for m in document["models"]]
+        self.args, self.env = list(args), env or {}
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def write(self, document: dict) -> None:
+        """Write the config file the worker reads (and watches, with --watch-seconds)."""
+        self.config.write_text(yaml.safe_dump(document))
+
+    def __enter__(self) -> "WorkerProcess":
+        env = {**os.environ, "OMP_NUM_THREADS": "1", **self.env}
+        command = [sys.executable, "-m", "worker", "--config", str(self.config), "--port", str(self.port),
+                   "--log-level", "error", *self.args]
+        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while True:
+            assert self.process.poll() is None, f"the worker exited with {self.process.returncode}"
+            assert time.monotonic() < deadline, "the worker did not become ready in 90 s"
+            try:  # /readyz answers 200 once one model serves: wait until every model asked for does
+                if all(httpx.get(f"{self.base_url}/readyz/{name}", timeout=1).status_code == 200
+                       for name in self.ready):
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+
+    def rss_bytes(self) -> int:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) * 1024
+
+    def terminate(self, timeout_s: float = 20) -> float:
+        """SIGTERM; seconds until the process exited (or `timeout_s` passed)."""
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        return time.monotonic() - started
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

@@ -25,6 +25,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="worker config YAML (schemas/worker-config.schema.json)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="also serve /metrics alone on this port (the PodMonitor's; open to Prometheus only)")
+    parser.add_argument("--authorization", choices=("kubernetes", "none"), default="none",
+                        help="kubernetes: authorise each request for the model's namespace (worker.auth)")
+    parser.add_argument("--api-key-secret", metavar="NAME/KEY",
+                        help="with --authorization kubernetes: each model namespace's API key, from this Secret")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--grace-seconds", type=float, default=25.0,
                         help="on SIGTERM, exit within this many seconds (keep it below the pod's "
@@ -45,13 +51,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from .api import create_app
-    from .auth import api_key_from_env, require_api_key
+    from .auth import install as install_auth
     from .serve import serve
     from .watch import ConfigWatch
 
     app = create_app(worker)
-    require_api_key(app, api_key_from_env())  # GPUSHARE_API_KEY: the composition's apiKeySecret
-    worker.start()
+    try:
+        install_auth(app, _authorizer(args), lambda: worker.config.models)
+    except Exception as exc:  # kubernetes mode without API credentials: never serve open
+        print(f"error: AuthorizationUnavailable: --authorization kubernetes needs the pod's ServiceAccount "
+              f"(or a kubeconfig) to review requests ({type(exc).__name__}); or run with --authorization none",
+              file=sys.stderr)
+        return 2
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port, addr=args.host, registry=worker.metrics.registry)
+    worker.start_in_background()  # /healthz answers while the models are fetched, read and loaded
     watch = ConfigWatch(args.config, worker, interval_s=args.watch_seconds)
     if args.watch_seconds > 0:
         watch.start()
@@ -61,6 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         watch.stop()
         worker.stop(timeout_s=1)
     return 0
+
+
+def _authorizer(args):
+    """--authorization kubernetes: requests checked against the API server (worker.auth); none: open."""
+    if args.authorization == "none":
+        return None
+    from .auth import Authorizer, KubernetesReviews, parse_key_secret
+    from contract.kube import api_client
+
+    return Authorizer(KubernetesReviews(api_client(), parse_key_secret(args.api_key_secret)))
 
 
 def _build(config, stall_s: float):

@@ -1,13 +1,15 @@
 """The HTTP API: OpenAI-compatible completions and chat (with SSE streaming), model listing,
-health, readiness, status and Prometheus metrics.
+health, readiness, status, Prometheus metrics, and its OpenAPI description
+(schemas/worker-api.openapi.json at /openapi.json).
 
 Thin shell over worker.runtime.Worker: bound the body (BodyLimit), decode JSON and
-tokenise in a worker thread (never on the event loop), parse (protocol.py), submit
-one Job per requested choice (`n`), relay their events, and shape them as OpenAI
-objects (responses.py). Every error leaves in OpenAI's shape {"error": {message,
-type, param, code}} where `code` is the worker's PascalCase reason: client mistakes
-are 4xx, unknown routes 404 and wrong methods 405 in that shape too. Called by
-`python -m worker` (uvicorn) and tests.
+tokenise in a worker thread (never on the event loop), parse (protocol.py), compile a
+response_format or tools grammar in a worker thread too (grammar.py), submit one Job per
+requested choice (`n`), relay their events, and shape them as OpenAI objects
+(responses.py; tools.py when tool calls may come back). Every error leaves in OpenAI's
+shape {"error": {message, type, param, code}} where `code` is the worker's PascalCase
+reason: client mistakes are 4xx, unknown routes 404 and wrong methods 405 in that shape
+too. Called by `python -m worker` (uvicorn) and tests.
 """
 from __future__ import annotations
 
@@ -21,9 +23,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+import schemas
+
+from .auth import access_of as _access
+from .auth import require_all, visible_health, visible_readiness, visible_status
 from .errors import InvalidRequest, RequestTooLarge, WorkerError
 from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, Sampling, parse_chat, parse_completion
 from .responses import ChatShape, CompletionShape
+from .tools import ToolCallShape
 from .runtime import ServedModel, Worker
 from .scheduler import ErrorEvent, Event, FinishEvent, TokenEvent
 
@@ -59,7 +66,7 @@ def create_app(worker: Worker) -> FastAPI:
         reason = _HTTP_REASONS.get(exc.status_code, "HTTPError")
         path = request.url.path[:200]
         message = {404: f"no route {path}; the worker serves /v1/models, /v1/completions, /v1/chat/completions, "
-                        "/healthz, /readyz, /status and /metrics",
+                        "/healthz, /readyz, /status, /metrics and /openapi.json",
                    405: f"{request.method} is not allowed on {path}"}.get(exc.status_code, exc.detail)
         error = WorkerError(reason, message)
         error.status, error.error_type = exc.status_code, "invalid_request_error"
@@ -70,46 +77,56 @@ def create_app(worker: Worker) -> FastAPI:
         return error_response(WorkerError("InternalError", f"the worker failed: {type(exc).__name__}; see its log"))
 
     @app.get("/healthz")
-    async def healthz() -> JSONResponse:
+    async def healthz(request: Request) -> JSONResponse:
         live, body = worker.health()
-        return JSONResponse({"status": "ok" if live else "stalled", **body}, status_code=200 if live else 503)
+        return JSONResponse({"status": "ok" if live else "stalled", **visible_health(body, _access(request))},
+                            status_code=200 if live else 503)
 
     @app.get("/readyz")
-    async def readyz() -> JSONResponse:
+    async def readyz(request: Request) -> JSONResponse:
         ready, body = worker.readiness()
-        return JSONResponse(body, status_code=200 if ready else 503)
+        return JSONResponse(visible_readiness(body, _access(request), worker.config.models),
+                            status_code=200 if ready else 503)
 
     @app.get("/readyz/{name}")
-    async def model_readyz(name: str) -> JSONResponse:
-        worker.lookup_config(name)
+    async def model_readyz(request: Request, name: str) -> JSONResponse:
+        worker.lookup_config(name, _access(request).allows)
         ready, body = worker.readiness(name)
         return JSONResponse({**body, "model": name, "state": worker.model_state(name)},
                             status_code=200 if ready else 503)
 
     @app.get("/status")
-    async def status() -> dict:
-        return worker.status()
+    async def status(request: Request) -> dict:
+        return visible_status(worker.status(), _access(request))
+
+    @app.get("/openapi.json")
+    async def openapi() -> JSONResponse:
+        return JSONResponse(schemas.document("worker-api.openapi.json"))
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        require_all(_access(request), worker.config.models)
         return Response(generate_latest(worker.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
-    async def models() -> dict:
+    async def models(request: Request) -> dict:
+        access = _access(request)
         return {"object": "list", "data": [_model_card(worker, m.name) for m in sorted(
-            worker.config.models, key=lambda m: m.name) if worker.model_state(m.name) != "refused"]}
+            worker.config.models, key=lambda m: m.name)
+            if worker.model_state(m.name) != "refused" and access.allows(m.namespace, m.name)]}
 
     @app.get("/v1/models/{name:path}")
-    async def model(name: str) -> dict:
-        if worker.model_state(name) == "refused" or not worker.config.model(name):
-            worker.lookup(name)  # raises: 404 unknown, 503 with the refusal's reason
+    async def model(request: Request, name: str) -> dict:
+        worker.lookup_config(name, _access(request).allows)
+        if worker.model_state(name) == "refused":
+            worker.lookup(name)  # raises 503 with the refusal's reason
         return _model_card(worker, name)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         parsed = parse_completion(await _json(request))
         request.state.model = parsed.model
-        served = worker.lookup(parsed.model)
+        served = worker.lookup(parsed.model, _access(request).allows)
         _check_fanout(worker, served, parsed.n, parsed.sampling)
         if isinstance(parsed.prompt, str):
             prompt_ids = await asyncio.to_thread(served.prompts.encode, parsed.prompt)
@@ -127,13 +144,17 @@ def create_app(worker: Worker) -> FastAPI:
     async def chat(request: Request) -> Response:
         parsed = parse_chat(await _json(request))
         request.state.model = parsed.model
-        served = worker.lookup(parsed.model)
+        served = worker.lookup(parsed.model, _access(request).allows)
         _check_fanout(worker, served, parsed.n, parsed.sampling)
         prompt_ids = await asyncio.to_thread(served.prompts.chat, parsed.messages, parsed.tools)
+        structure = parsed.structure
+        constraints = (await asyncio.to_thread(served.grammars.constraints, structure, parsed.n) if structure
+                       else [None] * parsed.n)
         generations = [worker.generation(served, prompt_ids, max_tokens=parsed.sampling.max_tokens,
-                                         default_max_tokens=None, prompt_param="messages",
-                                         **parsed.sampling.as_kwargs(i)) for i in range(parsed.n)]
-        shape = ChatShape(parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
+                                         default_max_tokens=None, prompt_param="messages", constraint=constraint,
+                                         **parsed.sampling.as_kwargs(i)) for i, constraint in enumerate(constraints)]
+        shape = (ToolCallShape if structure and structure.tools else ChatShape)(
+            parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
         return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
                               parsed.include_usage, keepalive_s)
 
@@ -259,6 +280,7 @@ def _check_fanout(worker: Worker, served: ServedModel, n: int, sampling: Samplin
                              f"({worker.config.max_queued_requests}): each choice is a request of its own; lower n",
                              param="n")
     served.prompts.check_ids([token for token, _ in sampling.logit_bias], "logit_bias")
+    served.prompts.check_ids(sampling.fields["stop_token_ids"], "stop_token_ids")
 
 
 def _token_texts(served: ServedModel):

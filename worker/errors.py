@@ -1,7 +1,7 @@
 """Typed worker errors: each carries a PascalCase `reason`, a message that says what
 failed, why and the fix, and the HTTP status the API answers with.
 
-Raised by config loading, admission, residency, the scheduler and request parsing;
+Raised by config loading, admission, the scheduler and request parsing;
 api.py turns them into OpenAI-shaped error bodies.
 """
 from __future__ import annotations
@@ -26,10 +26,6 @@ class ConfigError(WorkerError):
 
 class ModelLoadError(WorkerError):
     """A model's files cannot be found or read (shape or weights)."""
-
-
-class BudgetExceeded(WorkerError):
-    """Placing a tensor would take a model's device bytes past its budget."""
 
 
 class InvalidRequest(WorkerError):
@@ -73,3 +69,10 @@ class RequestTooLarge(WorkerError):
 
     status = 413
     error_type = "invalid_request_error"
+
+
+class Unauthenticated(WorkerError):
+    """A request without a credential where the worker authorises each request (worker.auth)."""
+
+    status = 401
+    error_type = "authentication_error"

@@ -2,13 +2,17 @@
 
 Called by the runtime: `resolve` before admission (to read the shape), `load` after
 a model was admitted. A hub id missing from the cache downloads into it on first use
-(worker.download), unless HF_HUB_OFFLINE is set; loading reads local files only.
+(worker.download), unless HF_HUB_OFFLINE is set; loading reads local files only. Whatever goes
+wrong with one model's files (a path missing on the node, files transformers cannot read) is a
+ModelLoadError with reason ModelUnreadable, so the runtime refuses that model alone.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
+
+from contract.hub import looks_like_path
 
 from .config import ModelConfig
 from .download import snapshot
@@ -17,9 +21,13 @@ from .errors import ModelLoadError
 
 def resolve(model: ModelConfig) -> Path:
     """The local directory holding `model.model` (a path, or a hub id from the local cache)."""
-    path = Path(model.model)
+    path = Path(model.model).expanduser()
     if path.is_dir():
         return path
+    if looks_like_path(model.model):
+        raise ModelLoadError("ModelUnreadable", f"{model.model} is not a directory on this node; put the saved "
+                             "model there (the composition's model cache is mounted at /cache), or set "
+                             "spec.model to a hub id")
     return snapshot(model.model, model.revision)
 
 
@@ -33,7 +41,8 @@ def load(directory: Path, dtype: str):
             directory, dtype="auto" if dtype == "auto" else getattr(torch, dtype), local_files_only=True,
             device_map=None,
         )
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError("LoadFailed", f"loading {directory} failed: {exc}; the directory needs "
-                             "config.json, safetensors weights and the tokenizer files") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the files are, this model alone is refused
+        raise ModelLoadError("ModelUnreadable", f"loading {directory} failed: {type(exc).__name__}: {exc}; the "
+                             "directory needs config.json, complete safetensors weights and the tokenizer "
+                             "files: re-save or re-download the model") from exc
     return tokenizer, model.eval()

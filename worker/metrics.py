@@ -32,7 +32,7 @@ PREFIX = "gpushare_worker_"
 
 
 class Ledger(Protocol):
-    """What the metrics read of a model's device ledger (worker.memory.DeviceLedger)."""
+    """What the metrics read of a model's device ledger (engine.memory.DeviceLedger)."""
 
     placed_bytes: int
     total_bytes: int
@@ -142,6 +142,9 @@ class WorkerMetrics:
                                   "right-sizing loop compares its last change with).", ["model"], registry=r)
         self.missing_bytes = Gauge(PREFIX + "missing_bytes", "Bytes a refused model lacked at admission (0 when "
                                    "applied).", ["model"], registry=r)
+        self.slo_seconds = Gauge(PREFIX + "slo_seconds", "The model's latency SLO from its ElasticModel (kind: ttft, "
+                                 "tpot), beside the measured ttft_seconds and tpot_seconds.", ["model", "kind"],
+                                 registry=r)
         if nvml is not None:
             r.register(_NvmlCollector(nvml))
 

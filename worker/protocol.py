@@ -11,6 +11,7 @@ with `param` set to the offending field.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from .errors import InvalidRequest
@@ -18,22 +19,26 @@ from .errors import InvalidRequest
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # as OpenAI's legacy completions endpoint
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
 MAX_LOGIT_BIAS = 1024  # biased tokens per request: each costs the engine work on every step
+MAX_STOP_TOKEN_IDS = 1024  # stop_token_ids per request, bounded like logit_bias
 MAX_MODEL_NAME = 253  # a Kubernetes object name, which the served names are
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)  # what a 64-bit generator seed can hold
+_TOKEN_KEY = re.compile(r"-?[0-9]+")  # a logit_bias key: one token id in decimal ("--5" is none)
 _ROLES = {"system", "user", "assistant", "developer", "tool"}
 # Accepted and without effect on a self-hosted worker (OpenAI account features).
-_NO_EFFECT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+_NO_EFFECT = {"user", "metadata", "store", "service_tier"}
+# vLLM's extra sampling fields, which benchmark clients send
+_VLLM_EXTRA = {"ignore_eos", "min_tokens", "stop_token_ids"}
 _COMMON = {"model", "stream", "stream_options", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-           "n", "presence_penalty", "frequency_penalty", "logit_bias", *_NO_EFFECT}
+           "n", "presence_penalty", "frequency_penalty", "logit_bias", *_NO_EFFECT, *_VLLM_EXTRA}
 _COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs", "echo", "suffix", "best_of"}
 _CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "logprobs", "top_logprobs", "response_format",
-                          "tools", "tool_choice"}
+                          "tools", "tool_choice", "parallel_tool_calls"}
 _MESSAGE_FIELDS = {"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "annotations"}
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """A request's completion limit (None: the model's default) and its worker.sampling.SamplingParams fields."""
+    """A request's completion limit (None: the model's default) and its engine.sampling.SamplingParams fields."""
 
     max_tokens: int | None
     fields: dict
@@ -50,6 +55,19 @@ class Sampling:
         """SamplingParams keyword arguments for the `index`-th of n sequences (each its own seed)."""
         seed = self.fields["seed"]
         return {**self.fields, "seed": None if seed is None else (seed + index) % (1 << 64)}
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a chat answer must be, enforced by a grammar (worker/grammar.py): a JSON document matching
+    `schema` (response_format; {} is any JSON value), or tool calls of `tools` (`tool_choice` "auto": text
+    or calls, "required": at least one call, else the one function of that name; `parallel` False: at
+    most one call)."""
+
+    schema: dict | None = None
+    tools: tuple[dict, ...] = ()
+    tool_choice: str = "auto"
+    parallel: bool = True
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,7 @@ class ChatRequest:
     stream: bool
     include_usage: bool
     tools: list[dict] | None = None
+    structure: Structure | None = None
 
 
 def parse_completion(body: object) -> CompletionRequest:
@@ -102,7 +121,7 @@ def parse_chat(body: object) -> ChatRequest:
                              param="messages")
     parsed = [_message(message, i) for i, message in enumerate(messages)]
     limit_field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    _response_format(body.get("response_format"))
+    schema = _response_format(body.get("response_format"))
     logprobs = body.get("logprobs")
     if logprobs is not None and not isinstance(logprobs, bool):
         raise InvalidRequest("InvalidField", "logprobs must be true or false", param="logprobs")
@@ -110,9 +129,17 @@ def parse_chat(body: object) -> ChatRequest:
     if top is not None and not logprobs:
         raise InvalidRequest("InvalidField", "top_logprobs needs logprobs: true", param="top_logprobs")
     reported = (top or 0) if logprobs else None
+    tools, choice = _tools(body)
+    parallel = _parallel(body)
+    if schema is not None and choice != "auto":
+        raise InvalidRequest("ConflictingConstraints", "response_format asks for a JSON answer and tool_choice "
+                             f"{choice!r} for a tool call; send one of them (tool arguments follow their own "
+                             "parameters schema)", param="response_format")
+    structure = (Structure(schema=schema) if schema is not None
+                 else Structure(tools=tuple(tools), tool_choice=choice, parallel=parallel) if tools else None)
     return ChatRequest(model=_model(body), messages=parsed, sampling=_sampling(body, limit_field, reported),
                        n=_count(body, "n"), stream=_stream(body), include_usage=_include_usage(body),
-                       tools=_tools(body))
+                       tools=tools, structure=structure)
 
 
 def _object(body: object, fields: set[str], route: str) -> dict:
@@ -188,38 +215,69 @@ def _tool_calls(calls: object, i: int) -> list[dict]:
                                  "arguments (a JSON string)}}}}", param=f"{where}[{j}]")
         try:
             arguments = json.loads(function.get("arguments", "{}"))
-        except ValueError:
-            arguments = function.get("arguments")  # the model wrote invalid JSON: hand it back as it was
+        except (ValueError, RecursionError):  # invalid or too deeply nested JSON: hand it back as it was
+            arguments = function.get("arguments")
         parsed.append({"id": call.get("id"), "type": "function",
                        "function": {"name": function["name"], "arguments": arguments}})
     return parsed
 
 
-def _tools(body: dict) -> list[dict] | None:
+def _tools(body: dict) -> tuple[list[dict] | None, str]:
+    """The tools the template renders (None: none, or tool_choice "none") and the tool choice: "auto",
+    "required" or the name of the one function to call."""
     tools, choice = body.get("tools"), body.get("tool_choice")
-    if choice not in (None, "auto", "none"):
-        raise InvalidRequest("UnsupportedField", f"tool_choice={choice!r} is not supported: the worker cannot force "
-                             "a tool call; send tool_choice \"auto\" or \"none\"", param="tool_choice")
-    if tools is None:
-        return None
-    if not isinstance(tools, list) or not all(
+    if tools is not None and (not isinstance(tools, list) or not all(
             isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
             and isinstance(t["function"].get("name"), str) and isinstance(t["function"].get("parameters", {}), dict)
-            for t in tools):
+            for t in tools)):
         raise InvalidRequest("InvalidField", "tools must be a list of {type: function, function: {name, "
                              "description, parameters (an object)}}", param="tools")
-    return None if choice == "none" or not tools else tools
+    names = [t["function"]["name"] for t in tools or ()]
+    if isinstance(choice, dict):
+        function = choice.get("function") if choice.get("type") == "function" else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str):
+            raise InvalidRequest("InvalidField", "tool_choice must be \"none\", \"auto\", \"required\" or "
+                                 "{type: function, function: {name}}", param="tool_choice")
+        if name not in names:
+            raise InvalidRequest("UnknownTool", f"tool_choice names function {name[:100]!r}, which is not among "
+                                 f"the tools sent ({', '.join(names) or 'none'}); name one of them",
+                                 param="tool_choice")
+        choice = name
+    elif choice == "required" and not names:
+        raise InvalidRequest("InvalidField", "tool_choice \"required\" needs tools", param="tool_choice")
+    elif choice not in (None, "auto", "none", "required"):
+        raise InvalidRequest("InvalidField", "tool_choice must be \"none\", \"auto\", \"required\" or "
+                             "{type: function, function: {name}}", param="tool_choice")
+    if choice == "none" or not tools:
+        return None, "auto"
+    return tools, choice or "auto"
 
 
-def _response_format(value: object) -> None:
+def _parallel(body: dict) -> bool:
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise InvalidRequest("InvalidField", "parallel_tool_calls must be true or false", param="parallel_tool_calls")
+    return parallel is not False
+
+
+def _response_format(value: object) -> dict | None:
+    """The JSON schema the answer must match ({} for any JSON value, json_object: any object); None: text."""
     kind = value.get("type") if isinstance(value, dict) else None
     if value is None or kind == "text":
-        return
-    if kind in ("json_object", "json_schema"):
-        raise InvalidRequest("UnsupportedResponseFormat", f"response_format {kind} is not supported: this worker "
-                             "has no constrained decoding; send {\"type\": \"text\"} and ask for JSON in the prompt",
-                             param="response_format")
-    raise InvalidRequest("InvalidField", "response_format must be {\"type\": \"text\"}", param="response_format")
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        schema = spec.get("schema", {}) if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise InvalidRequest("InvalidField", "response_format json_schema must be {type: json_schema, "
+                                 "json_schema: {name, schema (an object), strict}}", param="response_format")
+        return schema
+    raise InvalidRequest("InvalidField", "response_format must be {\"type\": \"text\"}, {\"type\": "
+                         "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {...}}",
+                         param="response_format")
 
 
 def _sampling(body: dict, limit_field: str, logprobs: int | None) -> Sampling:
@@ -236,7 +294,21 @@ def _sampling(body: dict, limit_field: str, logprobs: int | None) -> Sampling:
         "top_k": max(top_k or 0, 0),
         "presence_penalty": _number(body, "presence_penalty", 0.0, -2.0, 2.0),
         "frequency_penalty": _number(body, "frequency_penalty", 0.0, -2.0, 2.0),
-        "logit_bias": _logit_bias(body.get("logit_bias")), "logprobs": logprobs})
+        "logit_bias": _logit_bias(body.get("logit_bias")), "logprobs": logprobs, **_vllm_extra(body, max_tokens)})
+
+
+def _vllm_extra(body: dict, max_tokens: int | None) -> dict:
+    """ignore_eos, min_tokens and stop_token_ids, as vLLM defines them."""
+    ignore_eos = body.get("ignore_eos")
+    if ignore_eos is not None and not isinstance(ignore_eos, bool):
+        raise InvalidRequest("InvalidField", "ignore_eos must be true or false", param="ignore_eos")
+    min_tokens = _optional_int(body, "min_tokens", 0, max_tokens)
+    ids = body.get("stop_token_ids")
+    if ids is not None and (not isinstance(ids, list) or len(ids) > MAX_STOP_TOKEN_IDS
+                            or not all(_is_int(i) for i in ids)):
+        raise InvalidRequest("InvalidField", f"stop_token_ids must be a list of at most {MAX_STOP_TOKEN_IDS} token "
+                             "ids", param="stop_token_ids")
+    return {"ignore_eos": bool(ignore_eos), "min_tokens": min_tokens or 0, "stop_token_ids": tuple(ids or ())}
 
 
 def _stop(stop: object) -> tuple[str, ...]:
@@ -258,7 +330,7 @@ def _logit_bias(bias: object) -> tuple[tuple[int, float], ...]:
         raise InvalidRequest("InvalidField", f"{message}, at most {MAX_LOGIT_BIAS} of them", param="logit_bias")
     pairs = []
     for key, value in bias.items():
-        if not (key.isascii() and key.lstrip("-").isdigit() and len(key) <= 20) or not _in_range(value, -100, 100):
+        if not (_TOKEN_KEY.fullmatch(key) and len(key) <= 20) or not _in_range(value, -100, 100):
             raise InvalidRequest("InvalidField", f"{message}; got {key[:40]!r}: {str(value)[:40]}",
                                  param="logit_bias")
         pairs.append((int(key), float(value)))

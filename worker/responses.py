@@ -1,7 +1,7 @@
 """OpenAI response objects for /v1/completions and /v1/chat/completions: whole answers, stream
 chunks, usage, and log-probabilities in each endpoint's own shape.
 
-Pure: api.py hands it texts, the sampler's Choices (worker.sampling.Choice) and finish
+Pure: api.py hands it texts, the sampler's Choices (engine.sampling.Choice) and finish
 events; `token_texts` turns token ids into the text each one decodes to.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from .sampling import Choice
+from engine.sampling import Choice
 from .scheduler import FinishEvent
 
 TokenTexts = Callable[[list[int]], list[str]]

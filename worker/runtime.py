@@ -1,9 +1,10 @@
 """The worker: admission, loading, and the state the API serves (verdicts, readiness, status).
 
-`Worker.start` reads every model's shape, admits against the memory really available,
-publishes the verdicts, then loads the applied models in a background thread, smallest
-first; each model serves (its own executor thread starts) as soon as it is loaded, without
-waiting for its neighbours. Called by `python -m worker` and tests; the API reads it
+`Worker.start` reads every model's shape (fetching its files first when they are not in the
+cache), admits against the memory really available, publishes the verdicts, then loads the
+applied models in a background thread, smallest first (`start_in_background` runs all of it
+off the caller's thread, so the API serves health from the first second); each model serves
+(its own executor thread starts) as soon as it is loaded, without waiting for its neighbours. Called by `python -m worker` and tests; the API reads it
 through `lookup`, `submit`, `status`, `model_state`, `readiness` and `health`.
 """
 from __future__ import annotations
@@ -18,19 +19,21 @@ from typing import Callable
 
 import torch
 
+from contract.gpu_catalog import gpu_uuid
 from contract.verdicts import Verdict, refused, render_document
 
 from .admission import admit, need_for
 from .config import ModelConfig, WorkerConfig
-from .engine import Generation, ModelEngine
-from .sampling import SamplingParams
-from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable, WorkerError
+from engine.batch import Generation, ModelEngine
+from engine.sampling import SamplingParams, TokenConstraint
+from .grammar import Grammars
+from .errors import ConfigError, InvalidRequest, ModelLoadError, ModelNotFound, ModelUnavailable
 from .loader import load, resolve
-from .memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
+from engine.memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_free_bytes, no_probe
 from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
-from .residency import Residency, make_residency
+from engine.residency import Residency, make_residency
 from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
@@ -51,9 +54,11 @@ class ServedModel:
     vocab_size: int
     lock: threading.Lock = field(default_factory=threading.Lock)
     prompts: PromptEncoder = field(init=False)
+    grammars: Grammars = field(init=False)
 
     def __post_init__(self) -> None:
         self.prompts = PromptEncoder(self.tokenizer, self.config.name, self.vocab_size)
+        self.grammars = Grammars(self.prompts, self.vocab_size, self.eos_ids)
 
     def decode(self, ids: list[int]) -> str:
         with self.lock:
@@ -72,6 +77,9 @@ class Worker:
                                                 nvml=_nvml_reader(self.device))
         for model in config.models:
             self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
+            for kind, ms in (("ttft", model.ttft_ms), ("tpot", model.tpot_ms)):
+                if ms is not None:
+                    self.metrics.slo_seconds.labels(model.name, kind).set(ms / 1000)
         self.scheduler = Scheduler(min_residency_s=config.min_residency_ms / 1000,
                                    max_queued=config.max_queued_requests, metrics=self.metrics, clock=clock,
                                    stall_s=stall_s)
@@ -101,6 +109,21 @@ class Worker:
         self.scheduler.start()
         self._loader.start()
 
+    def start_in_background(self) -> None:
+        """`start` on its own thread, for `python -m worker`: the API answers /healthz from the process's first
+        seconds while the models are fetched (a download may take hours), read and admitted, so the pod's
+        startup probe never depends on the models; each model is `loading` until then. A failure there fails
+        liveness, as a loader that died does."""
+        def run() -> None:
+            try:
+                self.start()
+            except BaseException as exc:  # a bug while starting: liveness must see it
+                log.exception("starting the worker failed")
+                self._loader_died = f"{type(exc).__name__}: {exc}"
+                self._loaded.set()
+
+        threading.Thread(target=run, name="worker-start", daemon=True).start()
+
     def wait_loaded(self, timeout_s: float | None = None) -> bool:
         return self._loaded.wait(timeout_s)
 
@@ -129,6 +152,7 @@ class Worker:
                 return change
             self.scheduler.retune(min_residency_s=new.min_residency_ms / 1000, max_queued=new.max_queued_requests)
             staying = {m.name for m in new.models if m.name in change.unchanged} | {m.name for m in change.retuned}
+            serving_verdicts = {name: self.verdicts[name] for name in self.served}
             incoming = self._read_shapes([*change.relaid, *change.added])
             order = [m for m in new.models if m.name in staying] + [m for m in new.models if m.name in incoming]
             verdicts = {v.name: v for v in admit([(m, self.shapes[m.name] if m.name in staying else incoming[m.name])
@@ -151,16 +175,23 @@ class Worker:
                                  drain_timeout_s)
             to_load = [m for m in to_load if m.name not in stuck]
             effective = tuple(kept_old.get(m.name, m) for m in new.models)
-            with self._lock:
-                self.config = replace(new, models=effective)
-                for name in change.removed:
-                    self.verdicts.pop(name, None)
-            for name, verdict in verdicts.items():
+            for name in kept_old.keys() - verdicts.keys():  # its new files are unreadable: the old layout serves on
+                refusal = self.verdicts[name]
+                self._set_verdict(replace(serving_verdicts[name], message=f"{refusal.reason}: {refusal.message}; it "
+                                                                          "keeps serving its previous configuration"))
+            for name, verdict in verdicts.items():  # before the new config lists them: /status reads both
                 if name in kept_old:
                     self._set_verdict(replace(verdict, message=f"{verdict.message}; it keeps serving its "
                                                                "previous configuration"))
                 elif name in incoming:
                     self._set_verdict(verdict)
+            for model in effective:
+                self.metrics.budget_bytes.labels(model.name).set(model.budget_bytes)
+            with self._lock:
+                self.config = replace(new, models=effective)
+                gone = [self.verdicts.pop(name) for name in change.removed if name in self.verdicts]
+            for old in gone:
+                self.metrics.verdict.remove(old.name, old.namespace, old.mode, old.verdict, old.reason)
             for model in sorted(to_load, key=lambda m: incoming[m.name].weight_bytes):
                 self.shapes[model.name] = incoming[model.name]
                 self._load_guarded(model)
@@ -174,17 +205,18 @@ class Worker:
             self._publish.stop()
 
     # serving
-    def lookup_config(self, name: str) -> ModelConfig:
-        """The configured model `name`, or ModelNotFound."""
+    def lookup_config(self, name: str, allows: Callable[[str, str], bool] | None = None) -> ModelConfig:
+        """The configured model `name`, or ModelNotFound (also when `allows(namespace, name)` denies it: a model
+        the caller may not reach is answered exactly as an unknown one, worker.auth)."""
         model = self.config.model(name)
-        if model is None:
+        if model is None or (allows is not None and not allows(model.namespace, model.name)):
             raise ModelNotFound("ModelNotFound", f"model {name!r} is not served here; GET /v1/models lists "
                                 "the served names (the ElasticModel names)", param="model")
         return model
 
-    def lookup(self, name: str) -> ServedModel:
+    def lookup(self, name: str, allows: Callable[[str, str], bool] | None = None) -> ServedModel:
         """The model `name` ready to serve, or ModelNotFound / ModelUnavailable (refused or loading)."""
-        name = self.lookup_config(name).name  # a spec.servedNames alias serves as the model it names
+        name = self.lookup_config(name, allows).name  # a spec.servedNames alias serves as the model it names
         verdict = self.verdicts.get(name)
         if verdict is not None and verdict.verdict == "refused":
             raise ModelUnavailable(verdict.reason, f"model {name!r} was refused: {verdict.message}")
@@ -195,7 +227,8 @@ class Worker:
         return served
 
     def generation(self, served: ServedModel, prompt_ids: list[int], *, max_tokens: int | None,
-                   default_max_tokens: int | None, prompt_param: str, **sampling) -> Generation:
+                   default_max_tokens: int | None, prompt_param: str, constraint: TokenConstraint | None = None,
+                   **sampling) -> Generation:
         """A Generation for a prompt, or InvalidRequest when prompt + max_tokens exceed contextTokens."""
         context = served.config.context_tokens
         if not prompt_ids:
@@ -212,7 +245,7 @@ class Worker:
                                  f"of model {served.config.name}; lower max_tokens to at most {room}",
                                  param="max_tokens")
         return Generation(prompt_ids=prompt_ids, params=SamplingParams(max_tokens=wanted, **sampling),
-                          eos_ids=served.eos_ids, decode=served.decode)
+                          eos_ids=served.eos_ids, decode=served.decode, constraint=constraint)
 
     def submit(self, name: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
         return self.scheduler.submit(name, generation, sink)
@@ -258,12 +291,13 @@ class Worker:
         ready, _ = self.readiness()
         models = []
         for model in self.config.models:
-            verdict = self.verdicts[model.name]
+            verdict = self.verdicts.get(model.name)  # None: not admitted yet (its files are being fetched)
             ledger = self.ledgers.get(model.name)
             served = self.served.get(model.name)
-            entry = verdict.as_dict()
+            entry = verdict.as_dict() if verdict else {"name": model.name, "namespace": model.namespace,
+                                                       "mode": model.mode}
             entry.update(
-                state="refused" if verdict.verdict == "refused" else ("serving" if served else "loading"),
+                state="refused" if verdict and verdict.verdict == "refused" else ("serving" if served else "loading"),
                 budgetBytes=model.budget_bytes, contextTokens=model.context_tokens, concurrency=model.concurrency,
                 deviceBytes=ledger.total_bytes if ledger else 0,
                 peakDeviceBytes=ledger.peak_bytes if ledger else 0,
@@ -271,6 +305,8 @@ class Worker:
             )
             if served:
                 entry["forward"] = served.engine.path
+                if served.engine.fallback:
+                    entry["fallback"] = f"runs one sequence at a time (no batched forward): {served.engine.fallback}"
                 entry["running"] = len(served.engine.seated)
             if served and model.mode == "elastic":
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())
@@ -300,7 +336,7 @@ class Worker:
         """Load one admitted model; a failure refuses it alone."""
         try:
             self._load_one(model)
-        except (WorkerError, RuntimeError) as exc:  # BudgetExceeded, LoadFailed, a CUDA out-of-memory
+        except Exception as exc:  # noqa: BLE001 - BudgetExceeded, ModelUnreadable, a CUDA out-of-memory, a bug
             log.exception("loading %s failed", model.ref)
             message = getattr(exc, "message", str(exc))
             self._set_verdict(refused(model.name, model.namespace, model.mode,
@@ -317,6 +353,11 @@ class Worker:
                 shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
             except ModelLoadError as exc:
                 self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
+            except Exception as exc:  # noqa: BLE001 - whatever one model's files do, it alone is refused
+                log.exception("reading %s failed", model.ref)
+                self._set_verdict(refused(model.name, model.namespace, model.mode, "ModelUnreadable",
+                                          f"reading {model.model} failed: {type(exc).__name__}: {exc}; check the "
+                                          "model's files (config.json, safetensors weights)"))
         return shapes
 
     def _retune(self, model: ModelConfig, verdict: Verdict) -> bool:
@@ -398,7 +439,7 @@ class Worker:
     def _publish_verdicts(self) -> None:
         if self._publish is not None:
             ordered = [self.verdicts[m.name] for m in self.config.models]
-            self._publish.submit(render_document(self.config.slot_id, ordered))
+            self._publish.submit(render_document(self.config.slot_id, ordered, _device_uuid(self.device)))
 
 
 def _nvml_reader(device: torch.device) -> PynvmlReader | None:
@@ -407,6 +448,13 @@ def _nvml_reader(device: torch.device) -> PynvmlReader | None:
         return None
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
     return PynvmlReader.open(device.index or 0, f"GPU-{uuid}" if uuid is not None else None)
+
+
+def _device_uuid(device: torch.device) -> str | None:
+    """The UUID of the worker's GPU (published beside its verdicts); None on CPU."""
+    if device.type != "cuda":
+        return None
+    return gpu_uuid(torch.cuda.get_device_properties(device).uuid)
 
 
 def _pick_device(choice: str) -> torch.device:

@@ -26,11 +26,11 @@ from typing import Callable
 
 import torch
 
-from .engine import Generation, ModelEngine
+from engine.batch import Generation, ModelEngine
 from .errors import ModelUnavailable, QueueFull, WorkerError
 from .metrics import WorkerMetrics
 from .policy import Idle, QueuePolicy, SwapIn
-from .sampling import Choice
+from engine.sampling import Choice
 
 log = logging.getLogger(__name__)
 DEFAULT_STALL_S = 60.0

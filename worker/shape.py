@@ -71,12 +71,46 @@ def estimated_terms(shape: ModelShape) -> Terms:
                  overhead_bytes=default_overhead_bytes(shape.weight_bytes))
 
 
+MAX_HEADER_BYTES = 100 * 1000 * 1000  # the safetensors format's own bound on its JSON header
+
+
 def read_safetensors_header(path: Path) -> dict[str, dict]:
-    """The tensor table of one .safetensors file: name -> {dtype, shape, data_offsets}."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
+    """The tensor table of one .safetensors file: name -> {dtype, shape, data_offsets}. A header that is
+    short, oversized, not JSON, or whose tensors end past the file's last byte (a truncated download) is
+    ModelUnreadable: the worker refuses the checkpoint before admitting it."""
+    def unreadable(why: str) -> ModelLoadError:
+        return ModelLoadError("ModelUnreadable", f"{path} is not a complete safetensors file: {why}; re-save or "
+                              "re-download the model")
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise unreadable(f"{size} bytes, shorter than its 8-byte header length")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > min(MAX_HEADER_BYTES, size - 8):
+                raise unreadable(f"its header claims {length} bytes of a {size}-byte file")
+            header = json.loads(f.read(length))
+    except OSError as exc:
+        raise unreadable(str(exc)) from exc
+    except ValueError as exc:  # not UTF-8, not JSON
+        raise unreadable(f"its header is not JSON ({exc})") from exc
+    if not isinstance(header, dict):
+        raise unreadable("its header is not a JSON object")
     header.pop("__metadata__", None)
+    end = 0
+    for name, info in header.items():
+        try:
+            start, stop = info["data_offsets"]
+            end = max(end, int(stop))
+            if not 0 <= int(start) <= int(stop) or info["dtype"] not in _DTYPE_BYTES or not all(
+                    isinstance(d, int) and d >= 0 for d in info["shape"]):
+                raise ValueError
+        except (KeyError, TypeError, ValueError) as exc:
+            raise unreadable(f"tensor {name!r} has no valid dtype, shape and data_offsets") from exc
+    if 8 + length + end > size:
+        raise unreadable(f"its tensors end at byte {8 + length + end} but the file has {size} (truncated)")
     return header
 
 
@@ -88,6 +122,9 @@ def read_shape(model_dir: Path, dtype: str = "auto") -> ModelShape:
     except (OSError, ValueError) as exc:
         raise ModelLoadError("ModelUnreadable", f"cannot read {model_dir}/config.json: {exc}; "
                              "point spec.model at a saved transformers model directory") from exc
+    if not isinstance(config, dict):
+        raise ModelLoadError("ModelUnreadable", f"{model_dir}/config.json is not a JSON object; point spec.model "
+                             "at a saved transformers model directory")
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise ModelLoadError("ModelUnreadable", f"{model_dir} has no *.safetensors file; the worker "
@@ -95,7 +132,12 @@ def read_shape(model_dir: Path, dtype: str = "auto") -> ModelShape:
     tensors: dict[str, dict] = {}
     for file in files:
         tensors.update(read_safetensors_header(file))
-    return shape_from(config, tensors, dtype)
+    try:
+        return shape_from(config, tensors, dtype)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:  # numbers of the wrong kind
+        raise ModelLoadError("ModelUnreadable", f"{model_dir}/config.json does not describe the checkpoint "
+                             f"({type(exc).__name__}: {exc}); the worker supports decoder-only transformers "
+                             "causal LMs") from exc
 
 
 def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> ModelShape:

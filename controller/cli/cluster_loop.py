@@ -3,7 +3,7 @@
 Owns the shell around the pass in a cluster: `ClusterReconciler.reconcile_once()` is one
 pass (leader check -> the right-sizing pass when due (controller.cli.rightsizing_loop;
 the leader only, its pushes guarded by the Lease) -> facts from the API -> render and
-publish to git -> observe -> status), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
+publish to git -> worker pods' host memory resized in place (controller.kube.resize) -> observe -> status), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
 backoff with jitter after API or git errors, Lease renewals while it waits), and
 `run_cluster(args)` builds the adapters from the command line. Every I/O adapter is
 passed in (Cluster, WorkingCopy, the election, clock, sleep), so tests drive a pass
@@ -39,6 +39,7 @@ from controller.rightsizing.records import observed_models
 from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView, application_for, model_views,
                                      not_in_git, render_in_cluster, status_model, verdict_sources)
 from controller.kube.leader import LeaderElection
+from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, prune_share_setting
@@ -147,7 +148,9 @@ class ClusterReconciler:
         self.install = install  # the install's composition parameters (--worker-image)
         self.review = review  # --write-back pr:NAME: opens or updates the review branch's pull request
         self.rightsizing = rightsizing  # --prometheus: the right-sizing pass, on its own cadence
+        self.resizer = WorkerResizer(cluster)  # each worker pod's host memory request, in place
         self._last: _Last | None = None
+        self._devices: dict[str, str] = {}  # slot id -> the GPU UUID its worker reported (profilers beside it)
         self._commits: dict[tuple[str, tuple[str, ...]], str | None] = {}
         self._contains: dict[tuple[str, str, tuple[str, ...]], bool] = {}
 
@@ -220,7 +223,9 @@ class ClusterReconciler:
         applications = [a for a in (self.cluster.application(ns, name) for ns, name in self.applications) if a]
         report.published, report.output = self._publish(facts, report)
         self._count_modes(report.output)
+        report.warnings += self.resizer.resize()
         verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered))
+        self._devices = {v.slot: v.device_uuid for v in verdicts.values() if v.device_uuid}  # for the next pass
         report.warnings += [(problem.reason, problem.message) for problem in broken]
         views = model_views(report.output)
         revision = report.published.heads.get(report.published.branch) or report.published.upstream
@@ -265,9 +270,11 @@ class ClusterReconciler:
 
     def _facts(self, report: PassReport) -> ClusterFacts:
         slots, node_errors = gpu_slots(self.cluster.nodes())
+        slots = tuple(replace(slot, device_uuid=self._devices.get(slot.id)) for slot in slots)
         documents, broken = self.cluster.profile_documents()
         report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
-        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors))
+        return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors),
+                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
         """Render and push; the Lease is renewed at the end of each render, right before its commit is

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from controller.cli import report
 from controller.cli.offline import OfflineResult
 from controller.cli.review import open_proposal, open_review
 from controller.rendering.compositions import shipped_compositions
+from controller.rendering.cache_policy import host_path_root
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
 from gitops.forge import PullRequest, forge_for
@@ -26,10 +28,38 @@ log = logging.getLogger("gpushare.review")
 
 
 def credentials_from(args) -> Credentials | None:
+    from_directory(args)
     if not (args.git_token_file or args.git_ssh_key_file):
         return None
     return Credentials(token_file=args.git_token_file, username=args.git_username,
                        ssh_key_file=args.git_ssh_key_file, known_hosts_file=args.git_known_hosts_file)
+
+
+def from_directory(args) -> None:
+    """--git-credentials-dir DIR (the install's mounted Secret gpushare-git): `token` there is HTTPS (and the
+    forge's token), else `ssh-privatekey` with `known_hosts` is SSH; explicit file flags win. So switching
+    between HTTPS and SSH is a change of the Secret, never of the Deployment's arguments."""
+    directory = getattr(args, "git_credentials_dir", None)
+    if directory is None or args.git_token_file or args.git_ssh_key_file:
+        return
+    if (directory / "token").is_file():
+        args.git_token_file = directory / "token"
+    elif (directory / "ssh-privatekey").is_file():
+        args.git_ssh_key_file = directory / "ssh-privatekey"
+        known = directory / "known_hosts"
+        args.git_known_hosts_file = args.git_known_hosts_file or (known if known.is_file() else None)
+
+
+FORGE_SETTINGS = {"forge": "GPUSHARE_FORGE", "forge_api_url": "GPUSHARE_FORGE_API_URL"}
+
+
+def forge_from_settings(args, environ=os.environ) -> None:
+    """The install's forge settings (FORGE, FORGE_API_URL in deploy/default/settings.env, which the Deployment
+    passes as GPUSHARE_FORGE and GPUSHARE_FORGE_API_URL) where --forge and --forge-api-url are not given; empty
+    is unset. An unknown forge is refused by gitops.forge (ForgeUnknown) when a pull request is due."""
+    for attribute, variable in FORGE_SETTINGS.items():
+        if getattr(args, attribute, None) is None:
+            setattr(args, attribute, environ.get(variable, "").strip() or None)
 
 
 def default_workdir(repo: str, branch: str) -> Path:
@@ -69,7 +99,7 @@ def outcome_line(published: PublishResult) -> str:
 def install_values(args) -> dict[str, object]:
     """The install's composition parameters (--worker-image), checked against the composition schema
     (InstallParameterInvalid); every pass applies them to the compositions it reads."""
-    values = install_parameters(worker_image=args.worker_image)
+    values = install_parameters(worker_image=args.worker_image, host_path_root=host_path_root())
     with_install_parameters(shipped_compositions(), values)  # refuse a bad value before any pass
     return values
 

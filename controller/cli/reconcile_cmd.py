@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import (credentials_from, default_workdir, fail, install_values, outcome_line,
-                                   reviewers, show)
+from controller.cli.common import (credentials_from, default_workdir, fail, forge_from_settings, from_directory,
+                                   install_values, outcome_line, reviewers, show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
@@ -100,6 +100,8 @@ def add_commands(sub) -> None:
     rec.add_argument("--git-token-file", type=Path, help="HTTPS token, read from a file (a mounted Secret)")
     rec.add_argument("--git-username", default="x-access-token")
     rec.add_argument("--git-ssh-key-file", type=Path)
+    rec.add_argument("--git-credentials-dir", type=Path, metavar="DIR",
+                     help="a mounted Secret: its `token` (HTTPS) or `ssh-privatekey` and `known_hosts` (SSH)")
     rec.add_argument("--git-known-hosts-file", type=Path)
     from controller.cli.cluster_loop import add_cluster_arguments
 
@@ -114,7 +116,21 @@ def add_commands(sub) -> None:
     demo.set_defaults(run=_demo)
 
 
+def warn_direct(args) -> bool:
+    """A polling controller (--kube or --interval) that commits straight to the tracked branch says so in its log:
+    `direct` is an explicit choice, never a silent default of the install."""
+    if args.write_back.review is not None or not (args.kube or args.interval):
+        return False
+    logging.getLogger("gpushare.reconcile").warning(
+        "--write-back direct: every pass commits straight to %s, which Argo CD syncs (and prunes) without review; "
+        "the install's default is a review branch (WRITE_BACK in deploy/default/settings.env, docs/guide.md)",
+        args.branch)
+    return True
+
+
 def _reconcile(args) -> int:
+    from_directory(args)  # before anything reads a credential flag (the forge's token too)
+    forge_from_settings(args)
     try:
         install = install_values(args)
     except InstallParameterInvalid as exc:
@@ -125,6 +141,7 @@ def _reconcile(args) -> int:
     except PrometheusUrlInvalid as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 2
+    warn_direct(args)
     if args.kube:
         from controller.cli.cluster_loop import run_cluster
 

@@ -112,14 +112,13 @@ def _show(value: Any) -> str:
 
 
 def schema_errors(doc: Any, schema: str, file: str, document: int | None, obj: str | None) -> list[InputError]:
-    """One InputError per offending JSON path (the most relevant violation there), in path order; numbers
-    that are not finite or beyond 64 bits first (the schema cannot see them)."""
-    numbers = _number_errors(doc, file, document, obj)
-    if numbers:
-        return numbers
-    if schemas.is_valid(schema)(doc):
+    """One InputError per offending JSON path (the most relevant violation there), in path order; at a number
+    that is not finite or beyond 64 bits, that (the schema cannot see it). Every path is checked, so a caller
+    that skips the parts with an error (a GPU inventory's bad nodes) never reads an unchecked one."""
+    best = {e.path: e for e in _number_errors(doc, file, document, obj)}
+    _whole_floats_to_ints(doc)
+    if not best and schemas.is_valid(schema)(doc):
         return []
-    best: dict[str, InputError] = {}
     for err in sorted(schemas.validator(schema).iter_errors(doc), key=relevance, reverse=True):
         for path, reason, message, fix in _explain(err, schema):
             best.setdefault(path, InputError(file=file, document=document, path=path, message=message, fix=fix,
@@ -198,6 +197,21 @@ def _quantity_problem(at: str, value: Any) -> tuple[str, str]:
         return f"{at} is {amount} bytes; it must be at least 1 byte", "write a positive quantity such as 4Gi"
     return (f"{at}: {_show(value)} is not written as a Kubernetes quantity",
             "write a number with an optional suffix, e.g. 4Gi, 4096Mi, 1.5Gi, 16G or 500M")
+
+
+def _whole_floats_to_ints(doc: Any) -> None:
+    """Every whole YAML float (`count: 1.0`, `memoryBudget: 1.5e9`) becomes the int it equals, in place: JSON
+    Schema counts it as an integer, and the values read from the document are then ints wherever the schema
+    asks for one (a GPU count that reaches range(), a token count that sizes a tensor)."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            if isinstance(value, float) and value.is_integer():
+                node[key] = int(value)
+            elif isinstance(value, dict | list):
+                stack.append(value)
 
 
 def _number_errors(doc: Any, file: str, document: int | None, obj: str | None) -> list[InputError]:

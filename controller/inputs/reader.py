@@ -229,8 +229,11 @@ def read_inventory(root: Path) -> TreeRead:
 
 def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[InputError]]:
     docs, errors = load_documents(text, rel)
-    if not docs:
-        return [], errors
+    if not docs:  # an empty or truncated file is no inventory of zero GPUs: that is `nodes: []`
+        return [], errors or [InputError(rel, None, "", reason="EmptyInventory",
+                                         message=f"{rel} holds no document, so it lists no GPU",
+                                         fix="restore its nodes; to plan onto no GPU at all, write a GPUInventory "
+                                             "with `nodes: []`")]
     (first, doc), extra = docs[0], docs[1:]
     slots, errors_here = parse_inventory(doc, rel, first)
     return list(slots), errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]

@@ -18,8 +18,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from contract.wire import (ARGO_GROUP, ARGO_PLURAL, ARGO_VERSION, GPU_PRODUCT_LABEL, GROUP, MERGE_PATCH, PLURAL,
-                           PROFILE_LABEL, VERDICTS_LABEL, VERSION)
+from contract.wire import (ARGO_GROUP, ARGO_PLURAL, ARGO_VERSION, GPU_PRODUCT_LABEL, GROUP, JSON_PATCH, MERGE_PATCH,
+                           PLURAL, PROFILE_LABEL, VERDICTS_LABEL, VERSION, WORKER_POD_LABEL)
 from controller.observe.facts import (ClusterError, ProfileDocument, VerdictKey, job_state, profile_document,
                                       worker_verdicts, workload_state)
 from controller.observe.status import JobState, WorkerVerdict, WorkloadState
@@ -53,6 +53,12 @@ class Cluster:
         result = _call("list GPU nodes", lambda: self.core.list_node(
             label_selector=GPU_PRODUCT_LABEL, _request_timeout=self.timeout))
         return [self._plain(n) for n in result.items]
+
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves `plural` in `group`/`version` (API discovery; a missing group is a 404)."""
+        found = _get(f"discover {group}/{version}", lambda: self.custom.get_api_resources(
+            group, version, _request_timeout=self.timeout))
+        return found is not None and any(r.name == plural for r in found.resources or ())
 
     def profile_documents(self) -> tuple[list[ProfileDocument], list[ClusterError]]:
         """Profile ConfigMaps in every namespace; broken ones are reported apart. Which of them the pass
@@ -106,9 +112,33 @@ class Cluster:
             ARGO_GROUP, ARGO_VERSION, namespace, ARGO_PLURAL, name, _request_timeout=self.timeout))
 
     def workload(self, namespace: str, name: str) -> WorkloadState | None:
+        found = self.deployment(namespace, name)
+        return None if found is None else workload_state(found)
+
+    def deployment(self, namespace: str, name: str) -> dict | None:
         found = _get(f"get Deployment {namespace}/{name}", lambda: self.apps.read_namespaced_deployment(
             name, namespace, _request_timeout=self.timeout))
-        return None if found is None else workload_state(self._plain(found))
+        return None if found is None else self._plain(found)
+
+    def worker_pods(self) -> list[dict]:
+        """The worker pods of every namespace (by the label every worker pod template carries)."""
+        result = _call("list worker pods", lambda: self.core.list_pod_for_all_namespaces(
+            label_selector=f"{WORKER_POD_LABEL[0]}={WORKER_POD_LABEL[1]}", _request_timeout=self.timeout))
+        return [self._plain(p) for p in result.items]
+
+    def resize_pod(self, namespace: str, name: str, patch: list[dict]) -> bool:
+        """JSON-patch the pod's `resize` subresource (in-place pod resize); False when the API server answers
+        404 (a cluster that does not serve in-place resize, or a pod gone since it was listed)."""
+        try:
+            self.core.patch_namespaced_pod_resize(name, namespace, patch, _content_type=JSON_PATCH,
+                                                  _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise _api_error(f"resize pod {namespace}/{name}", exc) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise _unreachable(f"resize pod {namespace}/{name}", exc) from exc
+        return True
 
     def profiler_job(self, namespace: str, name: str) -> JobState | None:
         found = _get(f"get Job {namespace}/{name}", lambda: self.batch.read_namespaced_job(

@@ -122,7 +122,8 @@ def worker_verdicts(configmap: dict) -> dict[VerdictKey, WorkerVerdict]:
                            "rewrites it on its next admission: check the worker's logs") from exc
     return {(v.namespace, v.name, doc.slot): WorkerVerdict(
         mode=v.mode, verdict=v.verdict, slot=doc.slot, reason=v.reason, message=v.message, need_bytes=v.need_bytes,
-        available_bytes=v.available_bytes, missing_bytes=v.missing_bytes) for v in doc.verdicts}
+        available_bytes=v.available_bytes, missing_bytes=v.missing_bytes, device_uuid=doc.device_uuid)
+        for v in doc.verdicts}
 
 
 def app_state(application: dict, contains_commit: Callable[[str], bool]) -> AppState:

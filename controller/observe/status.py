@@ -76,6 +76,7 @@ class WorkerVerdict:
     need_bytes: int = 0
     available_bytes: int = 0
     missing_bytes: int = 0
+    device_uuid: str | None = None  # the GPU the worker was given (a profiler beside it gets the same one)
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ class ClusterFacts:
     slots: tuple[GpuSlot, ...]
     profiles: tuple[ProfileDocument, ...]
     errors: tuple[InputError, ...] = ()
+    pod_monitors: bool = False  # the API server serves monitoring.coreos.com/v1 PodMonitor (API discovery)
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,8 @@ def render_in_cluster(tree: TreeInputs, facts: ClusterFacts, max_prune_share: fl
     would shrink the rendered objects by more than `max_prune_share` keeps upstream's tree (`hold`). `install`:
     the install's composition parameters (controller.rendering.site) over the defaults compositions leave unset."""
     compositions = tree.compositions
-    if install and compositions is not None:
+    install = {"podMonitor": facts.pod_monitors, **(install or {})}  # a composition that sets podMonitor wins
+    if compositions is not None:
         compositions = with_install_parameters(compositions, install)
     measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots))
     replaced = frozenset(measured.files)

@@ -22,6 +22,7 @@ import os
 import posixpath
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from contract.quantity import format_bytes as fb
 from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR, RIGHTSIZING_DIR
@@ -208,11 +209,12 @@ def _causes(changes: tuple[Change, ...]) -> list[tuple[str, str]]:
 
 
 PRUNE_SHARE_DEFAULT = 0.5
+PRUNE_SETTING = "--max-prune-share (or GPUSHARE_MAX_PRUNE_SHARE)"
 
 
 @dataclass(frozen=True)
 class PruneHold:
-    """A pass held back because it would leave too small a share of the rendered objects."""
+    """A pass held back because it would remove more than `max_share` of the rendered objects upstream holds."""
 
     before: int
     after: int
@@ -221,23 +223,44 @@ class PruneHold:
     @property
     def message(self) -> str:
         gone = self.before - self.after
-        return (f"this pass would shrink the rendered objects from {self.before} to {self.after} ({gone / self.before:.0%}"
-                f" fewer), more than the allowed {self.max_share:.0%}; nothing is committed (an Argo CD prune would "
-                "take those workloads down)")
+        removed, limit = _percents(Fraction(gone, self.before), exact_share(self.max_share))
+        return (f"this pass would shrink the rendered objects from {self.before} to {self.after}: it removes {gone} of "
+                f"{self.before} ({removed}), more than the limit of {limit} ({PRUNE_SETTING} = {self.max_share:g}); "
+                "nothing is committed (an Argo CD prune would take those workloads down)")
 
     fix = ("check gpus.yaml, profiles/ and compositions/ for a mistake; if the removal is intended, run one "
            "pass with --max-prune-share 1 (or GPUSHARE_MAX_PRUNE_SHARE=1)")
 
 
+def exact_share(share: float) -> Fraction:
+    """The share as the decimal it was written as (0.29, not the binary float just below it), so the guard's
+    boundary is exact: removing exactly that share of the objects is allowed."""
+    return Fraction(repr(float(share)))
+
+
+def _percents(removed: Fraction, limit: Fraction) -> tuple[str, str]:
+    """Both shares as percentages, with as many decimals as it takes to show that they differ."""
+    for digits in range(0, 7):
+        shown = tuple(f"{float(x * 100):.{digits}f}%" for x in (removed, limit))
+        if shown[0] != shown[1]:
+            return shown
+    return f"{removed.numerator}/{removed.denominator}", f"{float(limit):g}"
+
+
 def prune_hold(before: Iterable[str], after: Iterable[str], max_share: float) -> PruneHold | None:
     """The hold when the rendered objects (files under rendered/ but PLAN.md) would shrink from `before`
-    (upstream's paths) to `after` (the pass's paths) by more than `max_share` of `before`; None otherwise.
-    Net numbers: a model that moves, or whose profiler Job gives way to its worker, replaces what it removes."""
-    count = lambda paths: sum(1 for p in paths if p.startswith(f"{RENDERED_DIR}/") and p != PLAN_MD)  # noqa: E731
-    old, new = count(before), count(after)
-    if old and old - new > max_share * old:
-        return PruneHold(old, new, max_share)
+    (upstream's paths) to `after` (the paths the pass leaves) by more than `max_share` of `before`; None
+    otherwise: removing exactly the share is allowed, and share 1 allows any removal. Distinct paths count,
+    in exact arithmetic. Net numbers: a model that moves, or whose profiler Job gives way to its worker,
+    replaces what it removes."""
+    old, new = _objects(before), _objects(after)
+    if old and Fraction(len(old) - len(new), len(old)) > exact_share(max_share):
+        return PruneHold(len(old), len(new), max_share)
     return None
+
+
+def _objects(paths: Iterable[str]) -> set[str]:
+    return {p for p in paths if p.startswith(f"{RENDERED_DIR}/") and p != PLAN_MD}
 
 
 @dataclass(frozen=True)
@@ -253,9 +276,10 @@ def guarded_change(before: Iterable[str], files: Mapping[str, bytes], max_share:
                    keep: frozenset[str] = frozenset()) -> Guarded:
     """The files and kept paths of a pass, or, when it would shrink the rendered objects by more than
     `max_share`, no files and every path upstream holds under the generated prefixes (`before`) kept as it
-    is, so nothing is committed, with the hold that says why."""
-    before = list(before)
-    hold = prune_hold(before, [*files, *keep], max_share)
+    is, so nothing is committed, with the hold that says why. What the pass leaves is its files and the kept
+    paths upstream holds (a kept path upstream lacks is no object)."""
+    before = set(before)
+    hold = prune_hold(before, set(files) | (keep & before), max_share)
     if hold is not None:
         return Guarded({}, frozenset(before), hold)
     return Guarded(files, keep)

@@ -5,7 +5,8 @@ composition's profiling objects; per (GPU slot, composition) a worker (ConfigMap
 with worker.yaml, Deployment, its RBAC); per placed ElasticModel a Service; per
 decision `decisions/<namespace>/<name>.yaml`; and rendered/PLAN.md. Every object
 is rendered in the sandbox (controller.rendering.render), validated against Kubernetes'
-schemas (controller.rendering.kube_validate) and written with sorted keys to a path built
+schemas (controller.rendering.kube_validate) and the API server's rules beyond them
+(controller.rendering.kube_rules) and written with sorted keys to a path built
 only from DNS-1123 names. One bad model is reported in `errors` and never blocks
 the others. Pure: no I/O besides reading the template files when no compositions
 are passed in. Called by the reconcile pass; gitops writes `files`.
@@ -24,14 +25,16 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from controller.rendering.compose_errors import (ComposeError, InvalidName, ManifestInvalid, MixedCompositions, OutputConflict,
-                                       RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
+from controller.rendering.cache_policy import host_path_problem, host_path_root
+from controller.rendering.compose_errors import (RULE_ERRORS, ComposeError, HostPathOutsideRoot, InvalidName,
+                                                 ManifestInvalid, MixedCompositions, NameCollision, OutputConflict,
+                                                 RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
 from controller.rendering.compositions import Composition, shipped_compositions
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
-from controller.rendering.names import (dns_label, is_dns_label, is_label_value, profile_configmap_name, profiler_job_name,
-                              service_name, worker_name)
-from controller.planning.occupancy import device_bytes
+from controller.rendering.kube_rules import Problem, is_dns_label, is_label_value, object_problems
+from controller.rendering.names import (dns_label, profile_configmap_name, profiler_job_name, service_name,
+                                        worker_name)
 from controller.rendering.profiling_place import Beside, profiling_place
 from controller.rendering.planmd import Change, LastPlan, created_jobs, decision_changes, plan_markdown
 from controller.rendering.rollouts import Rollouts, worker_rollouts
@@ -45,9 +48,9 @@ RENDERED = "rendered"
 DECISIONS = "decisions"
 PLAN_FILE = f"{RENDERED}/PLAN.md"
 MIB = 1 << 20
-STARTUP_BASE_S = 120  # python, torch and CUDA start, admission: before the first byte of weights loads
-STARTUP_LOAD_BYTES_PER_S = 200 * 10**6  # a slow network volume; local NVMe reads several times faster
+STARTUP_BASE_S = 120  # python and torch start until /healthz answers (models are fetched and load after)
 STARTUP_PROBE_PERIOD_S = 10  # templates/worker-deployment.yaml.j2 startupProbe.periodSeconds
+STARTUP_FAILURE_THRESHOLD = math.ceil(STARTUP_BASE_S / STARTUP_PROBE_PERIOD_S)
 _PATH_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -149,7 +152,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
-    _namespaces(tree)
+    _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
     changes = decision_changes(previous, plan)
     rollouts = (worker_rollouts(previous_workers, tree.files, tree.deployments) if previous_workers is not None
                 else None)
@@ -298,25 +301,45 @@ def _group(decisions: Sequence[Decision], by_key: Mapping, slot_by_id: Mapping[s
 
 def _serving_step(workers: Mapping[tuple[GpuSlot, str], list[_Served]],
                   compositions: Mapping[str, Composition], tree: _Tree, errors: list[ComposeError]) -> list[Decision]:
-    """One worker per (slot, composition), then a Service per model it serves; the decisions fully rendered."""
-    served = []
+    """One worker per (slot, composition), then a Service per model it serves; the decisions fully rendered.
+    A model whose Service cannot be rendered is left out of its worker; a worker whose name another
+    (slot, composition) already took is refused (NameCollision) rather than merged into that one."""
+    served, named = [], {}
     for (slot, name), members in sorted(workers.items(), key=lambda item: (item[0][0].id, item[0][1])):
-        composition, refs = compositions[name], [m.model.ref for m in members]
+        composition = compositions[name]
         try:
-            worker = _worker(slot, composition, members)
-            tree.add(worker.unit, refs)
-            tree.verdict_sources.add((worker.context["worker"]["namespace"], worker.context["worker"]["verdicts"]))
+            context = _worker_context(slot, composition, members, named)
+            services = _services(members, composition, context, errors)
+            if len(services) < len(members):  # a model whose Service fails is not served by the worker either
+                members = [m for m in members if m.model.ref in services]
+                if not members:
+                    continue
+                context = _worker_context(slot, composition, members, named)
+                services = _services(members, composition, context, errors)
+            tree.add(_render(composition, composition.per_worker, context, members[0].model.ref), list(services))
+            tree.verdict_sources.add((context["worker"]["namespace"], context["worker"]["verdicts"]))
         except ComposeError as exc:
-            errors.extend(exc.for_ref(ref) for ref in refs)
+            errors.extend(exc.for_ref(m.model.ref) for m in members)
             continue
         for member in members:
-            if _guarded(errors, lambda m: tree.add(_service(m.model, composition, worker.context), [m.model.ref]),
-                        member):
+            if _guarded(errors, lambda m: tree.add(services[m.model.ref], [m.model.ref]), member):
                 served.append(member.decision)
                 model = member.model  # its endpoint, when the composition rendered its Service in its namespace
                 if f"{RENDERED}/{model.namespace}/service-{model.name}.yaml" in tree.objects:
                     tree.urls[model.ref] = model_url(model, int(composition.parameters["servicePort"]))
     return served
+
+
+def _services(members: Sequence[_Served], composition: Composition, context: dict,
+              errors: list[ComposeError]) -> dict[str, list[_File]]:
+    """Each member's Service files, by its ref; a member whose Service fails is recorded in `errors`."""
+    services = {}
+    for member in members:
+        try:
+            services[member.model.ref] = _service(member.model, composition, context)
+        except ComposeError as exc:
+            errors.append(exc)
+    return services
 
 
 def _admit(item: Decision | Pending, by_key: Mapping, compositions: Mapping[str, Composition]):
@@ -335,6 +358,9 @@ def _admit(item: Decision | Pending, by_key: Mapping, compositions: Mapping[str,
         raise UnknownComposition(ref, f"spec.compositionRef.name {model.composition!r} names no composition "
                                  f"(known: {', '.join(sorted(compositions))})",
                                  "use one of the known names or add the composition to templates/compositions/")
+    outside = host_path_problem(composition.parameters, host_path_root())
+    if outside:
+        raise HostPathOutsideRoot(ref, f"composition {composition.name}: {outside[0]}", outside[1])
     return model, composition
 
 
@@ -392,16 +418,21 @@ def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
     return _render(composition, composition.profiling, context, model.ref)
 
 
-@dataclass(frozen=True)
-class _Worker:
-    unit: list[_File]
-    context: dict
-
-
-def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> _Worker:
+def _worker_context(slot: GpuSlot, composition: Composition, members: list[_Served],
+                    named: dict[str, tuple[str, str]]) -> dict:
+    """What the worker templates of one (slot, composition) render from; its name is claimed in `named`."""
     ref = members[0].model.ref
     _require_label_values(ref, {"node name": slot.node, "GPU product": slot.product})
     name = worker_name(slot, composition.name)
+    first = named.setdefault(name, (slot.id, composition.name))
+    if first != (slot.id, composition.name):
+        raise NameCollision(ref, f"the worker of GPU slot {slot.id} (composition {composition.name!r}) would be "
+                            f"named {name!r}, which the worker of GPU slot {first[0]} (composition {first[1]!r}) "
+                            "already has: the node, GPU index and composition of the two join into one name, so "
+                            "they would be one worker",
+                            f"rename one of the two: the node {slot.node!r} or {first[0].rsplit('/', 1)[0]!r} in "
+                            "gpus.yaml (offline), or the composition (copy it under another metadata.name in "
+                            f"compositions/ and point the models on {slot.id} at it with spec.compositionRef.name)")
     namespace = str(composition.parameters["workerNamespace"])
     verdicts = dns_label(name, "verdicts")
     try:
@@ -410,9 +441,9 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
         raise ManifestInvalid(ref, f"worker.yaml for slot {slot.id} breaks schemas/worker-config.schema.json: "
                               f"{exc.message}", "fix the GPU inventory entry of that slot") from exc
     decisions = [m.decision for m in members]
-    host_bytes = int(composition.parameters["workerBaseMemoryBytes"]) + sum(
-        d.need_bytes for d in decisions if d.mode in ("swap", "elastic"))
-    context = {
+    base_bytes = int(composition.parameters["workerBaseMemoryBytes"])
+    host_bytes = base_bytes + sum(d.need_bytes for d in decisions if d.mode in ("swap", "elastic"))
+    return {
         "params": composition.parameters,
         "worker": {
             "name": name,
@@ -420,22 +451,18 @@ def _worker(slot: GpuSlot, composition: Composition, members: list[_Served]) -> 
             "node": slot.node,
             "product": slot.product,
             "slot": slot.id,
+            "capacity_bytes": slot.usable_bytes,  # worker.yaml's slot.capacityBytes: a change of it rolls the pod
             "config": config,
             "checksum": hashlib.sha256(config.encode()).hexdigest(),
-            "gpu_memory_mib": math.ceil(min(slot.memory_bytes, device_bytes(decisions) + slot.reserved_bytes) / MIB),
-            "host_memory": f"{math.ceil(host_bytes / MIB)}Mi",
-            "startup_failure_threshold": startup_failure_threshold(sum(d.need_bytes for d in decisions)),
+            # the pod template takes nothing from the slot's models, so a model change never rolls the pod:
+            "gpu_memory_mib": math.ceil(slot.memory_bytes / MIB),  # the slot's GPU share (the planner fills it)
+            "host_memory": f"{math.ceil(base_bytes / MIB)}Mi",  # the fixed request the pod starts with
+            "host_memory_need": f"{math.ceil(host_bytes / MIB)}Mi",  # resized in place (controller.kube.resize)
+            "startup_failure_threshold": STARTUP_FAILURE_THRESHOLD,
             "verdicts": verdicts,
             "namespaces": sorted({m.model.namespace for m in members}),  # whose pods the NetworkPolicy admits
         },
     }
-    return _Worker(_render(composition, composition.per_worker, context, ref), context)
-
-
-def startup_failure_threshold(load_bytes: int) -> int:
-    """The worker's startup probe failures allowed: its start plus the bytes its models load (their full
-    need, an upper bound of their weights) at a slow volume's read rate, in probe periods."""
-    return math.ceil((STARTUP_BASE_S + load_bytes / STARTUP_LOAD_BYTES_PER_S) / STARTUP_PROBE_PERIOD_S)
 
 
 def _service(model: ElasticModel, composition: Composition, worker_context: dict) -> list[_File]:
@@ -458,17 +485,28 @@ def model_url(model: ElasticModel, service_port: int) -> str:
 NAMESPACE_SYNC_OPTIONS = "Prune=false,Delete=false"  # Argo CD never deletes a namespace it created for models
 
 
-def _namespaces(tree: _Tree) -> None:
-    """A Namespace object for each namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so Argo CD
-    creates model namespaces before the objects in them (sync wave -1) and never prunes or deletes one."""
+# Model namespaces hold profiler Jobs (no node directory: templates/_pod-cache-volume.j2) and Services: baseline is
+# enforced, restricted audited and warned about. Worker namespaces are the install's (config/namespace.yaml):
+# the tree never renders them, so it never fights their labels.
+MODEL_NAMESPACE_POD_SECURITY = {"pod-security.kubernetes.io/enforce": "baseline",
+                                "pod-security.kubernetes.io/audit": "restricted",
+                                "pod-security.kubernetes.io/warn": "restricted"}
+
+
+def _namespaces(tree: _Tree, install_owned: Collection[str]) -> None:
+    """A Namespace object for each model namespace the tree writes into (rendered/<ns>/namespace-<ns>.yaml), so
+    Argo CD creates it before the objects in it (sync wave -1) and never prunes or deletes it; never one of
+    `install_owned` (the compositions' worker namespaces, which the install creates with its own labels)."""
     inside: dict[str, set[str]] = defaultdict(set)
     for path in tree.files:
         if path.startswith(f"{RENDERED}/"):
             inside[path.split("/")[1]].update(tree.owners[path])
     for namespace, refs in sorted(inside.items()):
+        if namespace in install_owned:
+            continue
         doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "gpushare"},
+            "labels": {"app.kubernetes.io/managed-by": "gpushare", **MODEL_NAMESPACE_POD_SECURITY},
             "annotations": {"argocd.argoproj.io/sync-options": NAMESPACE_SYNC_OPTIONS,
                             "argocd.argoproj.io/sync-wave": "-1"}}}
         path = _safe_path(sorted(refs)[0] if refs else namespace, RENDERED, namespace, f"namespace-{namespace}.yaml")
@@ -497,12 +535,13 @@ def _render(composition: Composition, templates: Sequence[str], context: Mapping
         except RenderError as exc:
             raise RenderFailed(ref, f"composition {composition.name}: {exc}",
                                "fix the template; every printed value must pass through `| quote`") from exc
-        unit.extend(_object_file(doc, ref, f"{composition.name}/{template}") for doc in docs)
+        unit.extend(_object_file(doc, ref, f"{composition.name}/{template}", composition, context) for doc in docs)
     return unit
 
 
-def _object_file(doc: dict, ref: str, origin: str) -> _File:
-    """The checked path and canonical text of one rendered object."""
+def _object_file(doc: dict, ref: str, origin: str, composition: Composition, context: Mapping) -> _File:
+    """The checked path and canonical text of one rendered object: valid against Kubernetes' schema and the
+    rules the API server applies beyond it (controller.rendering.kube_rules)."""
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     name, namespace = metadata.get("name"), metadata.get("namespace")
     what = f"{origin}: {doc.get('kind')} {namespace}/{name}"
@@ -517,8 +556,62 @@ def _object_file(doc: dict, ref: str, origin: str) -> _File:
                               "fix the template that renders this object") from exc
     except NoSchema as exc:
         raise ManifestInvalid(ref, f"{what}: {exc}", "compositions may render built-in Kubernetes kinds only") from exc
+    problems = object_problems(doc)
+    if problems:
+        raise _refused(problems, ref, what, origin, composition, context)
     return _File(_safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"), dump(doc),
                  RenderedObject(doc["kind"], namespace, name), doc)
+
+
+def _refused(problems: Sequence[Problem], ref: str, what: str, origin: str, composition: Composition,
+             context: Mapping) -> ComposeError:
+    """The typed error of an object the API server would refuse: every broken rule (the first three), and the
+    fix named after the input the first offending value came from."""
+    shown = "; ".join(f"{p.where} {_shown(p.value)}: {p.message}" for p in problems[:3])
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    source = _source(problems[0].value, composition, context)
+    fix = (f"change {source}" if source else f"fix the template {origin} that renders it") + \
+        " to a value Kubernetes accepts (docs/limits.md, \"Rendered objects\")"
+    return RULE_ERRORS[problems[0].reason](ref, f"{what}: the Kubernetes API server would refuse it: {shown}{more}",
+                                           fix)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}…"
+
+
+def _source(value: object, composition: Composition, context: Mapping) -> str | None:
+    """The input a rendered value came from, named as its user edits it: a composition parameter, a field of
+    the ElasticModel, or the GPU inventory; None when no input holds it (the template wrote it)."""
+    text = str(value)
+    where = composition.source or f"the shipped composition {composition.name!r}"
+    for name, parameter in sorted(composition.parameters.items()):
+        for path, leaf in _leaves(parameter, f"spec.parameters.{name}"):
+            if str(leaf) == text:
+                return f"{path} in {where}"
+    model = context.get("model")
+    if isinstance(model, Mapping):
+        for field, spelled in (("name", "metadata.name"), ("namespace", "metadata.namespace"), ("model", "spec.model")):
+            if model.get(field) == text:
+                return f"{spelled} of the ElasticModel {model['ref']}"
+    worker = context.get("worker")
+    if isinstance(worker, Mapping) and text in (worker.get("node"), worker.get("product")):
+        return f"the node name or GPU product of slot {worker['slot']} (gpus.yaml, or the cluster's Node)"
+    return None
+
+
+def _leaves(value: object, at: str):
+    """(path, scalar) of every scalar, and every mapping key, inside a parameter's value."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            yield f"{at}.{key}", key
+            yield from _leaves(item, f"{at}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{at}[{i}]")
+    elif value is not None:
+        yield at, value
 
 
 def _safe_path(ref: str, root: str, *parts: str) -> str:

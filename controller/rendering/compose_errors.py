@@ -63,3 +63,40 @@ class OutputConflict(ComposeError):
     """Two different objects would be written to the same file."""
 
     reason = "OutputConflict"
+
+
+class HostPathOutsideRoot(ComposeError):
+    """The composition mounts a node directory outside the install's cache root (controller.rendering.cache_policy)."""
+
+    reason = "HostPathOutsideRoot"
+
+
+class NameCollision(ComposeError):
+    """Two sources whose names are equal once sanitised into one Kubernetes name: the second is refused."""
+
+    reason = "NameCollision"
+
+
+class InvalidLabel(ComposeError):
+    """A label key or value (metadata, a selector, a nodeSelector) the API server refuses."""
+
+    reason = "InvalidLabel"
+
+
+class InvalidAnnotation(ComposeError):
+    reason = "InvalidAnnotation"
+
+
+class InvalidQuantity(ComposeError):
+    """A resource request or limit that is not a non-negative Kubernetes quantity."""
+
+    reason = "InvalidQuantity"
+
+
+class InvalidToleration(ComposeError):
+    reason = "InvalidToleration"
+
+
+# The error of each kube_rules reason.
+RULE_ERRORS: dict[str, type[ComposeError]] = {cls.reason: cls for cls in (
+    InvalidName, InvalidLabel, InvalidAnnotation, InvalidQuantity, InvalidToleration)}

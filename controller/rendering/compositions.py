@@ -3,8 +3,9 @@
 Owns reading `compositions/*.yaml` beside the templates (the shipped ones), parsing a
 repository's composition documents (`parse_composition`; controller.inputs.reader reads
 the files), validating each against schemas/composition.schema.json, filling unset
-parameters from the schema's defaults, and compiling the templates once into a sandboxed
-environment. A repository composition adds a name or replaces the shipped composition of
+parameters from the schema's defaults, checking each parameter against the Kubernetes rule of the
+field it fills (`parameter_problems`, controller.rendering.kube_rules), and compiling the templates once
+into a sandboxed environment. A repository composition adds a name or replaces the shipped composition of
 the same name; it names shipped templates only, so the repository configures (image,
 model cache, worker namespace, scheduling parameters) but never injects template code.
 Called by controller.rendering.compose and controller.inputs.reader.
@@ -23,6 +24,10 @@ from jinja2.sandbox import SandboxedEnvironment
 
 import schemas
 from controller.inputs.load import kind_error, schema_errors
+from controller.rendering.cache_policy import REASON as HOST_PATH_REASON
+from controller.rendering.cache_policy import host_path_problem, host_path_root
+from controller.rendering import kube_rules
+from controller.rendering.kube_rules import Problem
 from controller.rendering.render import environment
 from controller.types import InputError
 from templates import TEMPLATE_DIR
@@ -79,6 +84,9 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         raise CompositionInvalid(
             f"{path}: {where}: {first.message}; see schemas/composition.schema.json for the allowed fields"
         )
+    problems = parameter_problems(doc["spec"].get("parameters", {}))
+    if problems:
+        raise CompositionInvalid(f"{path}: {problems[0].where}: {_said(problems[0])} ({problems[0].reason})")
     steps = doc["spec"]["steps"]
     lists = (steps["profiling"]["perModel"], steps["serving"]["perWorker"], steps["serving"]["perModel"])
     missing = sorted({name for names in lists for name in names} - available)
@@ -114,6 +122,10 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
     errors = schema_errors(doc, "composition", file, document, None)
     if errors:
         return None, errors
+    errors = [InputError(file, document, f"spec.{p.where}", reason=p.reason, message=f"spec.{p.where}: {_said(p)}",
+                         fix=PARAMETER_FIX[p.reason]) for p in parameter_problems(doc["spec"].get("parameters", {}))]
+    if errors:
+        return None, errors
     steps = doc["spec"]["steps"]
     lists = {"spec.steps.profiling.perModel": steps["profiling"]["perModel"],
              "spec.steps.serving.perWorker": steps["serving"]["perWorker"],
@@ -126,6 +138,10 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
                                          message=f"{path}[{index}] names template {name!r}, which gpushare does "
                                                  "not ship",
                                          fix=f"use one of: {', '.join(sorted(available))}"))
+    outside = host_path_problem(doc["spec"].get("parameters", {}), host_path_root())
+    if outside:
+        errors.append(InputError(file, document, "spec.parameters.modelCache.hostPath", reason=HOST_PATH_REASON,
+                                 message=outside[0], fix=outside[1]))
     if errors:
         return None, errors
     return Composition(
@@ -143,3 +159,38 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
 def _with_defaults(given: Mapping[str, object]) -> dict[str, object]:
     declared = schemas.load("composition")["$defs"]["parameters"]["properties"]
     return {name: given.get(name, spec["default"]) for name, spec in sorted(declared.items())}
+
+
+def _scalar(rule, reason: str):
+    """A parameter that fills one field of that rule: its problems as Problems at `parameters.NAME`."""
+    return lambda value, at: [Problem(reason, at, value, m) for m in rule(str(value))]
+
+
+# Each parameter checked against the rule of the Kubernetes field it fills (the JSON schema checks types).
+PARAMETER_RULES = {
+    "workerCpu": _scalar(kube_rules.quantity, "InvalidQuantity"),  # resources.requests.cpu of the worker
+    "profilerCpu": _scalar(kube_rules.quantity, "InvalidQuantity"),  # resources.requests.cpu of the profiler
+    "profilerMemory": _scalar(kube_rules.quantity, "InvalidQuantity"),  # resources.requests.memory of the profiler
+    "kaiQueue": _scalar(kube_rules.label_value, "InvalidLabel"),  # the kai.scheduler/queue label
+    "image": _scalar(kube_rules.container_image, "InvalidImage"),  # containers[].image
+    "nodeSelector": kube_rules.labels,  # spec.nodeSelector
+    "tolerations": kube_rules.tolerations,  # spec.tolerations
+}
+PARAMETER_FIX = {
+    "InvalidQuantity": "write a Kubernetes quantity: " + kube_rules.QUANTITY_HINT,
+    "InvalidLabel": "write label keys as " + kube_rules.KEY_HINT + ", and label values as " + kube_rules.LABEL_HINT,
+    "InvalidImage": "write an image reference without surrounding whitespace (e.g. registry/worker:0.1.0)",
+    "InvalidToleration": "write a toleration as Kubernetes accepts it: a key in the form of a label key (or none "
+                         "with operator Exists), a label value (none with Exists), effect NoExecute when "
+                         "tolerationSeconds is set",
+}
+
+
+def parameter_problems(parameters: Mapping[str, object]) -> list[Problem]:
+    """What the Kubernetes fields these composition parameters fill would refuse, at `parameters.NAME...`."""
+    return [problem for name, check in PARAMETER_RULES.items() if name in parameters
+            for problem in check(parameters[name], f"parameters.{name}")]
+
+
+def _said(problem: Problem) -> str:
+    return f"{problem.value!r} {problem.message}"

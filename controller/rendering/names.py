@@ -10,23 +10,11 @@ from __future__ import annotations
 import hashlib
 import re
 
+from controller.rendering.kube_rules import MAX_LABEL, is_dns_label
 from controller.types import GpuSlot
 
-MAX_LABEL = 63
 HASH_CHARS = 8
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _INVALID_RUN = re.compile(r"[^a-z0-9]+")
-
-
-def is_dns_label(text: str) -> bool:
-    """True for a DNS-1123 label: lowercase alphanumerics and '-', at most 63 characters."""
-    return len(text) <= MAX_LABEL and bool(_DNS_LABEL.match(text))
-
-
-def is_label_value(text: str) -> bool:
-    """True for a valid Kubernetes label value (at most 63 characters, alphanumeric ends)."""
-    return len(text) <= MAX_LABEL and bool(_LABEL_VALUE.match(text))
 
 
 def digest(*parts: str) -> str:
@@ -48,9 +36,12 @@ def dns_label(*parts: str) -> str:
     return keyed_label(parts, key=parts)
 
 
-def keyed_label(readable: tuple[str, ...], key: tuple[str, ...]) -> str:
-    """A DNS-1123 label: the sanitised readable parts, cut to fit, then a hash of `key`."""
+def keyed_label(readable: tuple[str, ...], key: tuple[str, ...], *, letter_first: bool = False) -> str:
+    """A DNS-1123 label: the sanitised readable parts, cut to fit, then a hash of `key`. `letter_first`: a
+    DNS-1035 label (a Service name), so a head that starts with a digit gets an `m-` in front."""
     clean = _INVALID_RUN.sub("-", "-".join(readable).lower()).strip("-")
+    if letter_first and not clean[:1].isalpha():
+        clean = f"m-{clean}"
     head = clean[: MAX_LABEL - HASH_CHARS - 1].rstrip("-") or "x"
     return f"{head}-{digest(*key)}"
 
@@ -62,8 +53,9 @@ def worker_name(slot: GpuSlot, composition: str) -> str:
 
 def service_name(namespace: str, name: str) -> str:
     """The Service that routes one ElasticModel's traffic. It lives in the shared worker namespace, so the
-    hash keeps llm/a-b and llm-a/b apart even though both read `llm-a-b`."""
-    return keyed_label((namespace, name), key=(namespace, name))
+    hash keeps llm/a-b and llm-a/b apart even though both read `llm-a-b`. A DNS-1035 label, as Service names
+    must be: a namespace that starts with a digit gets an `m-` in front."""
+    return keyed_label((namespace, name), key=(namespace, name), letter_first=True)
 
 
 def profile_configmap_name(model: str, revision: str, gpu_product: str) -> str:

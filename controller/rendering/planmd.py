@@ -101,9 +101,10 @@ def _is_job(path: str) -> bool:
 
 
 def review_summary(plan_md: str, commit: str, base: str) -> str:
-    """The pull request body: PLAN.md's summary line and latest changes, and where the whole plan is."""
+    """The pull request body: PLAN.md's summary line, its workers line (which restart, and the models down
+    meanwhile), its latest changes, and where the whole plan is."""
     plan = last_change_lines(plan_md)
-    body = [plan.summary or "", "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(plan.changes or ["None."]), "",
+    body = [plan.summary or "", *(["", plan.workers] if plan.workers else []), "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(plan.changes or ["None."]), "",
             f"The whole plan: `rendered/PLAN.md` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
             "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
             "counts)."]

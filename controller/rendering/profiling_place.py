@@ -5,8 +5,8 @@ places any model on it (its worker requests the GPU). When a slot of the product
 held, the Job asks for a whole GPU (`nvidia.com/gpu: 1`) as before. When every slot of the
 product is held, the Job runs beside the workers on the held slot with the most free memory
 (memory minus the plan's device bytes and the slot's reserve; ties by slot id) and gets that
-much of it: the composition's templates say how (the GPU by index for the whole-GPU device
-plugin, a `gpu-memory` share for KAI, an `nvidia.com/gpumem` vGPU for HAMi). Pure; called by
+much of it: the composition's templates say how (for the whole-GPU device plugin the GPU the worker
+was given, by the UUID its verdicts report, else by index until it has reported, a `gpu-memory` share for KAI, an `nvidia.com/gpumem` vGPU for HAMi). Pure; called by
 controller.compose for each model awaiting a profile.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Beside:
 
     def context(self) -> dict:
         return {"slot": self.slot.id, "node": self.slot.node, "gpuIndex": str(self.slot.index),
-                "gpuMemoryMiB": str(self.free_mib)}
+                "gpuUuid": self.slot.device_uuid or "", "gpuMemoryMiB": str(self.free_mib)}
 
 
 def profiling_place(product: str, slots: Sequence[GpuSlot], decisions: Sequence[Decision]) -> Beside | None:

@@ -1,9 +1,13 @@
-"""Which workers a commit restarts and which reconfigure in place (terraform-style "1 restart · 2 in place").
+"""Which workers a commit restarts and which reconfigure in place (terraform-style "1 restart · 2 in place"),
+and which models go down while a worker restarts, for about how long.
 
-A worker's Deployment rolls only when its pod template changes (image, resources, GPU
-share, volumes); a changed worker.yaml alone reaches the running worker through its
-mounted ConfigMap and is applied in place. Pure: compares the previous rendered tree's
-worker Deployments and ConfigMaps with the new ones. Called by controller.rendering.compose
+A worker's Deployment rolls only when its pod template changes (image, a composition parameter of the
+pod's shape, the slot); a changed worker.yaml alone reaches the running worker through its mounted
+ConfigMap and is applied in place. A model that served on a restarting worker and stays on it is down
+until the new pod loads it: the worker loads its models one after another, smallest first, so a model
+waits for the weights of those before it and its own, read at LOAD_BYTES_PER_S (the weights come from
+each entry's footprint terms, i.e. its profile). Pure: compares the previous rendered tree's worker
+Deployments and ConfigMaps with the new ones. Called by controller.rendering.compose
 for PLAN.md (its summary and its workers line) and by controller.passes.reconcile for the commit message.
 
 The new tree's Deployments come as the objects compose rendered, so what a pass wrote is never
@@ -18,8 +22,31 @@ from dataclasses import dataclass
 
 import yaml
 
-WORKER_LABEL = ("app.kubernetes.io/name", "gpushare-worker")
+from contract.footprint import terms_from_document
+from contract.wire import WORKER_CONFIG_DATA_KEY
+from contract.wire import WORKER_POD_LABEL as WORKER_LABEL
+
 LINE_PREFIX = "Workers: "
+LOAD_BYTES_PER_S = 200 * 10**6  # weights read from a slow network volume; local NVMe reads several times faster
+
+
+@dataclass(frozen=True)
+class Down:
+    """A model that serves before a worker restarts and after it: down until the new pod has loaded it."""
+
+    model: str  # namespace/name
+    seconds: float | None  # about how long, from the pod's start; None: a model before it has no footprint terms
+
+    @property
+    def words(self) -> str:
+        if self.seconds is None:
+            return f"{self.model} (load time unknown: no profile)"
+        return f"{self.model} ~{_duration(self.seconds)}"
+
+
+def _duration(seconds: float) -> str:
+    whole = max(1, round(seconds))
+    return f"{whole} s" if whole < 120 else f"{whole // 60} min {whole % 60:02d} s"
 
 
 @dataclass(frozen=True)
@@ -28,6 +55,7 @@ class Rollouts:
     in_place: tuple[str, ...] = ()
     new: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
+    down: tuple[tuple[str, tuple[Down, ...]], ...] = ()  # per restarting worker, the models it takes down
 
     @property
     def any(self) -> bool:
@@ -53,7 +81,10 @@ class Rollouts:
         named = [f"{what}: {', '.join(names)}" for what, names in
                  (("restart", self.restart), ("in place", self.in_place), ("new", self.new),
                   ("removed", self.removed)) if names]
-        return f"{LINE_PREFIX}{self.summary} ({'; '.join(named)})."
+        down = [f" Down while {worker} restarts (from the new pod's start, loading smallest first at "
+                f"{LOAD_BYTES_PER_S // 10**6} MB/s): {', '.join(d.words for d in models)}."
+                for worker, models in self.down if models]
+        return f"{LINE_PREFIX}{self.summary} ({'; '.join(named)}).{''.join(down)}"
 
 
 _Worker = tuple[str, dict, list[str]]  # a worker Deployment's name, pod template, mounted ConfigMap names
@@ -101,12 +132,49 @@ def worker_rollouts(previous: Mapping[str, str], current: Mapping[str, str],
     parsed)."""
     parsed = {current[path]: _worker(doc) for path, doc in (rendered or {}).items() if path in current}
     before, after = _workers(previous, parsed), _workers(current, parsed)
-    restart, in_place = [], []
+    restart, in_place, down = [], [], []
     for name in sorted(set(before) & set(after)):
         (old_template, old_config), (new_template, new_config) = before[name], after[name]
         if old_template != new_template:
             restart.append(name)
+            down.append((name, models_down(old_config, new_config)))
         elif old_config != new_config:
             in_place.append(name)
     return Rollouts(tuple(restart), tuple(in_place), tuple(sorted(set(after) - set(before))),
-                    tuple(sorted(set(before) - set(after))))
+                    tuple(sorted(set(before) - set(after))), tuple(down))
+
+
+def models_down(old_config: str | None, new_config: str | None) -> tuple[Down, ...]:
+    """The models of a restarting worker that serve before and after (texts of its old and new ConfigMap), each
+    with about how long it is down: the new pod loads every model smallest first, each after the ones before."""
+    serving = {_ref(m) for m in _entries(old_config)}
+    elapsed: float | None = 0.0
+    out = []
+    for entry in sorted(_entries(new_config), key=lambda m: (_weight_bytes(m) or 0, _ref(m))):
+        weight = _weight_bytes(entry)
+        elapsed = None if elapsed is None or weight is None else elapsed + weight / LOAD_BYTES_PER_S
+        if _ref(entry) in serving:
+            out.append(Down(_ref(entry), elapsed))
+    return tuple(out)
+
+
+def _entries(configmap: str | None) -> list[dict]:
+    """The model entries of a worker ConfigMap's worker.yaml ([] when it is missing or unreadable)."""
+    if not configmap:
+        return []
+    try:
+        document = yaml.load(_parse(configmap)["data"][WORKER_CONFIG_DATA_KEY], Loader=yaml.CSafeLoader)
+        return [m for m in document["models"] if isinstance(m, dict)]
+    except (TypeError, KeyError, yaml.YAMLError):
+        return []
+
+
+def _ref(entry: dict) -> str:
+    return f"{entry.get('namespace')}/{entry.get('name')}"
+
+
+def _weight_bytes(entry: dict) -> int | None:
+    try:
+        return terms_from_document(entry["footprint"]).weight_bytes
+    except (KeyError, TypeError, ValueError):
+        return None

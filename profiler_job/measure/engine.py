@@ -1,11 +1,12 @@
-"""The worker's engine, as the profiler drives it: a narrow session interface and its one implementation.
+"""The engine the worker serves with, as the profiler drives it: a narrow session interface and its one
+implementation.
 
 Owns the seam through which latency is measured: an `EngineSession` holds
-`slots` sequences in the engine the worker serves with, prefills prompts the way
-the worker does (chunked), runs one decode step of every running sequence, and
-frees its KV cache on `close`. `worker_engine` opens one; it is the only place
-the profiler reaches worker code (lazily, in the Job's process), so that a
-profile predicts what the worker will do. Tests and benches pass another
+`slots` sequences in the engine package (engine/, the one the worker serves with),
+prefills prompts the way the worker does (chunked), runs one decode step of every
+running sequence, and frees its KV cache on `close`. `worker_engine` opens one; it
+is the only place the profiler reaches the engine (lazily, in the Job's process), so
+that a profile predicts what the worker will do. Tests and benches pass another
 `EngineFactory` through profiler_job.run.Adapters. Called by measure.latency.
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ UNBOUNDED_BYTES = 1 << 62  # the session's ledger: the profiler measures, it has
 
 def worker_engine(model: Any, device: Device, *, slots: int, context_tokens: int,
                   prefill_chunk_tokens: int) -> EngineSession:
-    """A session in the worker's engine (worker.engine.ModelEngine), greedy, with no end-of-text token."""
+    """A session in the worker's engine (engine.batch.ModelEngine), greedy, with no end-of-text token."""
     return _WorkerEngineSession(model, device, slots, context_tokens, prefill_chunk_tokens)
 
 
@@ -54,14 +55,16 @@ class _WorkerEngineSession:
     def __init__(self, model: Any, device: Device, slots: int, context_tokens: int, prefill_chunk_tokens: int):
         import torch
 
-        from worker.engine import Generation, ModelEngine
-        from worker.memory import DeviceLedger
-        from worker.residency.resident import ResidentResidency
-        from worker.sampling import SamplingParams
+        from engine.batch import Generation, ModelEngine
+        from engine.memory import DeviceLedger
+        from engine.residency.resident import ResidentResidency
+        from engine.sampling import SamplingParams
 
         where = torch.device("cuda", torch.cuda.current_device()) if device.is_cuda else torch.device("cpu")
-        # The weights already lie where the profiler loaded them: the residency wraps them, it loads nothing.
+        # The weights already lie where the profiler loaded them; the residency packs each decoder layer as the
+        # worker's does (one allocation per layer: the merged projections the engine reads), layer by layer.
         residency = ResidentResidency(model, DeviceLedger("profiler", UNBOUNDED_BYTES, where), where, pin=False)
+        residency.load()
         self._engine = ModelEngine(residency, concurrency=slots, context_tokens=context_tokens, kv_bytes=0,
                                    prefill_chunk=prefill_chunk_tokens)
         self._new = lambda prompt: Generation(prompt_ids=list(prompt), eos_ids=frozenset(), decode=_no_text,
