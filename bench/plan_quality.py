@@ -183,7 +183,7 @@ def mixed_fleets(n: int, seed: int) -> None:
     for name in ("plan", "greedy"):
         print(f"  {name + '()' if name == 'plan' else 'greedy':<8} {totals[name]} targets met; same refusals as the "
               f"reference on {same_refusals[name]}/{n}; as many targets met with the same refusals on "
-              f"{equal[name]}/{n} ({equal[name] / n:.1%}); refused while the reference served it on another "
+              f"{equal[name]}/{n} ({equal[name] / max(n, 1):.1%}); refused while the reference served it on another "
               f"product or GPU: {other_product[name]}")
 
 
@@ -253,7 +253,8 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     small_fleets(max(args.fleets, 2), args.seed)
-    mixed_fleets(args.mixed, args.seed)
+    if args.mixed:
+        mixed_fleets(args.mixed, args.seed)
     at_scale()
     churn(args.trials, args.seed)
 
