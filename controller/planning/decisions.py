@@ -20,8 +20,9 @@ def decisions(states: list[SlotState], refused: list[Ask]) -> list[Decision]:
         out.extend(_slot_decisions(state))
     if refused:
         room = _room_before_growth(states)
-        for ask in refused:
-            out.append(_refused(ask, *_no_room_code(ask, states, room)))
+        for ask in refused:  # judged on the slots of the product it is reported on
+            mine = [s for s in states if s.slot.product == ask.profile.gpu_product]
+            out.append(_refused(ask, *_no_room_code(ask, mine, room)))
     return out
 
 
