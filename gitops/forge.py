@@ -2,8 +2,11 @@
 
 Owns the forges' HTTP APIs for `--write-back pr:BRANCH`: find the open request from the review
 branch into the tracked branch, update its title and body when it exists, create it when not, so a
-branch never has two. The token is read from a file (the mounted Secret), sent only in the
-Authorization (or PRIVATE-TOKEN) header, and never logged or put into an error. Requests:
+branch never has two. Every call goes through gitops.outbound (total deadline, size limit, no
+credentialed redirect to another host); the token is read from a file (the mounted Secret) into a
+`Secret`, sent only in the Authorization (or PRIVATE-TOKEN) header, and never logged or put into an
+error; userinfo in `--forge-api-url` is dropped (the token authenticates). An answer that is not the
+API's documented JSON is a ForgeAnswerNotAsDocumented error. Requests:
 
 | forge | find | create | update |
 |---|---|---|---|
@@ -19,19 +22,19 @@ from __future__ import annotations
 
 import json
 import logging
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from gitops.errors import GitError
+from gitops.outbound import OutboundError, Secret, address, answer_json, request
 
 log = logging.getLogger("gpushare.forge")
 Kind = Literal["github", "gitlab", "gitea"]
 KINDS: tuple[Kind, ...] = ("github", "gitlab", "gitea")
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0  # the whole call: connect, headers and body
+MAX_ANSWER_BYTES = 8 << 20
 GITEA_PAGE = 50
 GITEA_MAX_PAGES = 20
 
@@ -97,17 +100,17 @@ class Forge:
         if self.kind == "github":
             owner, name = self._owner_name()
             query = urllib.parse.urlencode({"head": f"{owner}:{head}", "base": base, "state": "open"})
-            found = self._call("GET", f"/repos/{self.repository}/pulls?{query}")
+            found = self._list("GET", f"/repos/{self.repository}/pulls?{query}")
             return self._identify(found[0]) if found else None
         if self.kind == "gitlab":
             query = urllib.parse.urlencode({"source_branch": head, "target_branch": base, "state": "opened"})
-            found = self._call("GET", f"/projects/{self._project()}/merge_requests?{query}")
+            found = self._list("GET", f"/projects/{self._project()}/merge_requests?{query}")
             return self._identify(found[0]) if found else None
         for page in range(1, GITEA_MAX_PAGES + 1):
             query = urllib.parse.urlencode({"state": "open", "limit": GITEA_PAGE, "page": page})
-            found = self._call("GET", f"/repos/{self.repository}/pulls?{query}")
+            found = self._list("GET", f"/repos/{self.repository}/pulls?{query}")
             for pull in found:
-                if (pull.get("head") or {}).get("ref") == head and (pull.get("base") or {}).get("ref") == base:
+                if _ref(pull, "head") == head and _ref(pull, "base") == base:
                     return self._identify(pull)
             if len(found) < GITEA_PAGE:
                 return None
@@ -125,41 +128,63 @@ class Forge:
                                                                                    "description": body}
         return "PATCH", f"/repos/{self.repository}/pulls/{number}", {"title": title, "body": body}
 
-    def _identify(self, pull: dict) -> tuple[int, str]:
-        number = pull["iid"] if self.kind == "gitlab" else pull["number"]
-        return int(number), str(pull.get("web_url") or pull.get("html_url") or pull.get("url") or "")
+    def _identify(self, pull) -> tuple[int, str]:
+        number = pull.get("iid" if self.kind == "gitlab" else "number") if isinstance(pull, dict) else None
+        if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+            raise self._undocumented(f"a pull request without a positive `{'iid' if self.kind == 'gitlab' else 'number'}`")
+        url = pull.get("web_url") or pull.get("html_url") or pull.get("url") or ""
+        return number, url if isinstance(url, str) else ""
 
-    def _headers(self) -> dict[str, str]:
-        token = self.token_file.read_text(encoding="utf-8").strip()
+    def _headers(self) -> dict[str, str | Secret]:
+        try:
+            token = self.token_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ForgeError("ForgeTokenUnreadable", f"cannot read the forge token file {self.token_file}: "
+                             f"{getattr(exc, 'strerror', None) or 'not UTF-8 text'}",
+                             "mount the git credentials Secret with a `token` key") from None
         if self.kind == "github":
-            return {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
+            return {"Authorization": Secret(f"Bearer {token}"), "Accept": "application/vnd.github+json",
                     "X-GitHub-Api-Version": "2022-11-28"}
         if self.kind == "gitlab":
-            return {"PRIVATE-TOKEN": token}
-        return {"Authorization": f"token {token}"}
+            return {"PRIVATE-TOKEN": Secret(token)}
+        return {"Authorization": Secret(f"token {token}")}
+
+    def _list(self, method: str, path: str) -> list:
+        found = self._call(method, path)
+        if not isinstance(found, list):
+            raise self._undocumented(f"{type(found).__name__} where the API documents a list of pull requests")
+        return found
+
+    def _undocumented(self, found: str) -> ForgeError:
+        return ForgeError("ForgeAnswerNotAsDocumented", f"the {self.kind} API at {self.api} sent {found}",
+                          "check --forge and --forge-api-url: they must name this forge's API")
 
     def _call(self, method: str, path: str, body: dict | None = None):
         data = None if body is None else json.dumps(body).encode()
+        headers = {**self._headers(), "Content-Type": "application/json"}
+        what = f"the {self.kind} API"
         try:
-            headers = {**self._headers(), "Content-Type": "application/json", "User-Agent": "gpushare"}
-        except OSError as exc:
-            raise ForgeError("ForgeTokenUnreadable", f"cannot read the forge token file {self.token_file}: "
-                             f"{exc.strerror}", "mount the git credentials Secret with a `token` key") from None
-        request = urllib.request.Request(self.api.rstrip("/") + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-                text = answer.read()
-        except urllib.error.HTTPError as exc:
-            raise _refusal(self, method, path, exc.code, exc.read()[:300].decode(errors="replace")) from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise ForgeError("ForgeUnreachable", f"{self.kind} API {self.api} did not answer {method} {path}: "
-                             f"{getattr(exc, 'reason', exc)}", "check --forge-api-url and the controller's "
-                             "egress to the forge") from None
-        return json.loads(text) if text.strip() else {}
+            answer = request(method, self.api.rstrip("/") + path, what=what, headers=headers, body=data,
+                             deadline_s=TIMEOUT_S, max_bytes=MAX_ANSWER_BYTES)
+            return answer_json(answer, what) if answer.body.strip() else {}
+        except OutboundError as exc:
+            raise _refusal(exc) from None
 
 
-def _refusal(forge: Forge, method: str, path: str, status: int, detail: str) -> ForgeError:
-    what = f"{forge.kind} answered {status} to {method} {path.split('?')[0]}: {detail.strip()}"
+_REASONS = {"RemoteUnreachable": "ForgeUnreachable", "RemoteTimeout": "ForgeTimeout",
+            "AnswerTooLarge": "ForgeAnswerTooLarge", "AnswerNotAsDocumented": "ForgeAnswerNotAsDocumented",
+            "RedirectRefused": "ForgeRedirectRefused", "RemoteRedirectLoop": "ForgeRedirectRefused",
+            "InvalidRemoteUrl": "InvalidForgeApiUrl", "RemoteRateLimited": "ForgeRateLimited"}
+
+
+def _refusal(exc: OutboundError) -> ForgeError:
+    """The forge's own reason for a failed call: the status classes it documents, the outbound classes renamed."""
+    status, what, detail = exc.status, exc.message, exc.detail
+    if status is None or status == 429 or status >= 500:
+        reason = _REASONS.get(exc.reason, "ForgeRequestFailed")
+        fix = "check --forge-api-url and the controller's egress to the forge" if reason in (
+            "ForgeUnreachable", "InvalidForgeApiUrl", "ForgeRedirectRefused") else exc.fix
+        return ForgeError(reason, what, fix)
     if status in (401, 403):
         return ForgeError("ForgeAuthFailed", what, "give the token in the git credentials Secret the scope to "
                           "open pull requests (GitHub: pull_requests write; GitLab: api; Gitea: write:repository)")
@@ -199,4 +224,14 @@ def forge_for(repo_url: str, kind: str | None, api: str | None, token_file: Path
     if token_file is None:
         raise ForgeError("ForgeTokenMissing", "--write-back pr: needs a token to open pull requests",
                          "pass --git-token-file (the mounted git credentials Secret's `token`)")
-    return Forge(kind, api or default_api, repository, token_file)
+    try:
+        clean = address(api or default_api, "--forge-api-url").url  # userinfo dropped: the token authenticates
+    except OutboundError as exc:
+        raise ForgeError("InvalidForgeApiUrl", exc.message, exc.fix) from None
+    return Forge(kind, clean, repository, token_file)
+
+
+def _ref(pull, side: str):
+    """A Gitea pull's head or base branch name, or None when the answer has no such field."""
+    found = pull.get(side) if isinstance(pull, dict) else None
+    return found.get("ref") if isinstance(found, dict) else None

@@ -198,3 +198,49 @@ def test_inferred_forges_and_their_default_apis(tmp_path):
     gitlab = forge_for("https://gitlab.example.com/g/r.git", None, None, tmp_path / "t")
     assert (github.kind, github.api, gitlab.kind, gitlab.api) == (
         "github", "https://api.github.com", "gitlab", "https://gitlab.example.com/api/v4")
+
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    from tests.remotedouble import HostileRemote
+    with HostileRemote() as remote:
+        yield remote
+
+
+HOSTILE_FORGE = [  # (id, base path on the hostile remote, the forge's reason)
+    ("garbage", "/garbage", "ForgeAnswerNotAsDocumented"),
+    ("login-page", "/html", "ForgeAnswerNotAsDocumented"),
+    ("json-not-a-list", "/json", "ForgeAnswerNotAsDocumented"),
+    ("slow-body", "/slow-body", "ForgeTimeout"),
+    ("too-large", "/big", "ForgeAnswerTooLarge"),
+    ("redirect-to-another-host", "/redirect", "ForgeRedirectRefused"),
+    ("echoes-headers-401", "/status/401", "ForgeAuthFailed"),
+    ("echoes-headers-404", "/status/404", "ForgeRepositoryNotFound"),
+    ("echoes-headers-422", "/status/422", "ForgeRequestFailed"),
+    ("echoes-headers-429", "/status/429", "ForgeRateLimited"),
+    ("echoes-headers-500", "/status/500", "ForgeRequestFailed"),
+    ("echoes-headers-503", "/status/503", "ForgeRequestFailed"),
+    ("unreachable", None, "ForgeUnreachable"),
+]
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab", "gitea"])
+@pytest.mark.parametrize("case,base,reason", HOSTILE_FORGE, ids=[c[0] for c in HOSTILE_FORGE])
+def test_a_hostile_forge_is_a_typed_error_that_never_shows_the_token(kind, case, base, reason, hostile, tmp_path,
+                                                                    monkeypatch):
+    import traceback
+
+    import gitops.forge
+    monkeypatch.setattr(gitops.forge, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(gitops.forge, "MAX_ANSWER_BYTES", 64 << 10)
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    api = "http://127.0.0.1:1" if base is None else hostile.url + base
+    with_userinfo = api.replace("http://", f"http://user:{TOKEN}x@")
+    forge = forge_for(f"https://forge.example.com/{REPO}", kind, with_userinfo, tmp_path / "token")
+    with pytest.raises(ForgeError) as failed:
+        forge.ensure(BRANCH, "main", "title", "body")
+    exc = failed.value
+    assert exc.reason == reason
+    shown = "".join(traceback.format_exception(exc)) + repr(exc) + repr(forge)
+    assert TOKEN not in shown

@@ -21,7 +21,8 @@ GUIDE = REPO_ROOT / "docs" / "guide.md"
 FLEET = REPO_ROOT / "examples" / "fleet"
 # A cluster, or a Prometheus: `usage export` reads one and the replay after it reads its export (the
 # replay itself is tested on recorded series in tests/test_rightsizing_pass.py).
-NEEDS_A_CLUSTER = ("kubectl ", "ssh-keyscan ", "gpushare reconcile --kube", "gpushare rightsize --git ",
+NEEDS_A_CLUSTER = ("kubectl ", "ssh-keyscan ", "gpushare reconcile --kube",
+                   "gpushare rightsize --repo https://",
                    "gpushare usage export ", "gpushare rightsize --repo ./fleet --usage usage.jsonl")
 
 

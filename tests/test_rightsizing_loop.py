@@ -50,7 +50,7 @@ def test_offline_reconcile_runs_right_sizing_first_and_its_pass_plans_with_the_r
         code = main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r"),
                      "--prometheus", prom.url, "--rightsize-window", "3h", "--rightsize-step", "60s"])
     assert code == 0
-    assert prom.asked and {a["step"] for a in prom.asked} == {"60"}
+    assert prom.asked and {a["step"] for a in prom.asked} == {"60", "1800"}  # the scrape grid, the history peaks
     files = git_server.files("fleet")
     chat = yaml.safe_load(files["decisions/rightsizing/llm/chat-small.yaml"])
     assert chat["policy"] == "Recommend" and chat["budgetBytes"] < chat["specBudgetBytes"] == 4 * GiB
@@ -105,7 +105,7 @@ def world(kube, git_server, tmp_path) -> World:  # noqa: F811
 
 
 def _schedule(world: World, url: str, metrics: ControllerMetrics) -> RightsizingSchedule:
-    return RightsizingSchedule(lambda start, end: read_usage(url, start, end, STEP), interval_s=300,
+    return RightsizingSchedule(lambda start, end, fleet: read_usage(url, start, end, STEP, fleet=fleet), interval_s=300,
                                window_s=3 * HOUR, metrics=metrics, clock=world.clock, jitter=lambda low, high: high)
 
 
@@ -174,7 +174,7 @@ def test_under_a_review_write_back_the_status_shows_the_records_awaiting_review_
     prom = PrometheusDouble({"llm/chat": _usage(GiB)}, STEP)
     try:
         metrics = ControllerMetrics()
-        schedule = RightsizingSchedule(lambda start, end: read_usage(prom.url, start, end, STEP), interval_s=300,
+        schedule = RightsizingSchedule(lambda start, end, fleet: read_usage(prom.url, start, end, STEP, fleet=fleet), interval_s=300,
                                        window_s=3 * HOUR, metrics=metrics, clock=world.clock,
                                        jitter=lambda low, high: high, records_target=f"branch:{RECORDS_BRANCH}")
         leader = world.reconciler("pod-a", metrics=metrics, rightsizing=schedule, target="branch:gpushare/plan")
@@ -196,7 +196,7 @@ def test_under_a_review_write_back_the_status_shows_the_records_awaiting_review_
 
 
 def test_a_crashing_right_sizing_pass_is_backed_off_and_the_reconcile_pass_still_runs(world, caplog):
-    def crash(start, end):
+    def crash(start, end, fleet):
         raise RuntimeError("a bug in a usage reader")
 
     metrics = ControllerMetrics()
@@ -226,7 +226,7 @@ def test_a_leader_that_lost_its_lease_pushes_no_right_sizing_commit(git_server, 
     url = git_server.create_repo("fleet", _fleet(tmp_path))
     metrics = ControllerMetrics()
     with PrometheusDouble({"llm/chat-small": _usage(GiB)}, STEP) as prom:
-        schedule = RightsizingSchedule(lambda start, end: read_usage(prom.url, start, end, STEP), window_s=3 * HOUR,
+        schedule = RightsizingSchedule(lambda start, end, fleet: read_usage(prom.url, start, end, STEP, fleet=fleet), window_s=3 * HOUR,
                                        metrics=metrics)
         assert schedule.run_if_due(WorkingCopy(url, "main", tmp_path / "w"), guard=lost) is None
     assert not any(path.startswith("decisions/rightsizing/") for path in git_server.files("fleet"))
@@ -245,7 +245,7 @@ def test_the_lease_is_renewed_while_a_long_right_sizing_pass_runs(world):
         renewed.set()
         return renew()
 
-    def slow_read(start, end):
+    def slow_read(start, end, fleet):
         renewed.clear()
         assert renewed.wait(10), "nothing renewed the Lease while the right-sizing pass ran"
         return []

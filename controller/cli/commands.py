@@ -54,7 +54,9 @@ def _parser() -> argparse.ArgumentParser:
 
     explain_cmd = sub.add_parser("explain", help="the arithmetic behind one model's mode, in plain words")
     explain_cmd.add_argument("name", metavar="[NS/]NAME")
-    explain_cmd.add_argument("--repo", type=Path, default=Path("."), help="the GitOps repo (default: .)")
+    explain_cmd.add_argument("--repo", default=".", help="the GitOps repository: a URL or a local path, as on every "
+                                                          "command (default: .)")
+    explain_cmd.add_argument("--branch", default="main", help="the tracked branch of a repository URL (default: main)")
     explain_cmd.add_argument("-n", "--namespace")
     explain_cmd.set_defaults(run=_explain)
 
@@ -147,9 +149,16 @@ def _explain(args) -> int:
     except ValueError as exc:
         print(f"gpushare: [InvalidName] {exc}", file=sys.stderr)
         return 2
-    _require_dir(args.repo)
-    snapshot = read_repo(args.repo)
-    inputs, _ = snapshot.planned()  # exactly what `plan` and a reconcile pass plan
+    from controller.rightsizing.cli import local_tree
+    from gitops import GitError
+    try:
+        with local_tree(args.repo, args.branch) as root:  # a URL: its tracked branch, checked out for the call
+            _require_dir(root)
+            snapshot = read_repo(root)
+            inputs, _ = snapshot.planned()  # exactly what `plan` and a reconcile pass plan
+    except GitError as exc:
+        print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
+        return 1
     try:
         sys.stdout.write(explain(inputs, plan(inputs, snapshot.previous), name, namespace))
     except ModelNotFound as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import shutil
 import sys
 import tempfile
@@ -26,21 +25,13 @@ from controller.cli.rightsizing_loop import PrometheusUrlInvalid, prometheus_url
 from controller.cli.rightsizing_loop import add_arguments as add_rightsizing_arguments
 from controller.rightsizing.cli import print_pass as show_rightsizing
 from controller.rendering.site import InstallParameterInvalid
+from contract.durations import duration_flag
 from gitops import GitError, Identity, PublishResult, WorkingCopy, parse_target
 from gitops.forge import KINDS
 from gitops.git import Git
 
 log = logging.getLogger("gpushare.reconcile")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}
-
-
-def duration(text: str) -> float:
-    """`30s`, `2m`, `500ms`, `1h`, or plain seconds."""
-    match = _DURATION.match(text.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; write e.g. 30s, 2m or 500ms")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+duration = duration_flag  # the one duration syntax (contract.durations)
 
 
 def share(text: str) -> float:

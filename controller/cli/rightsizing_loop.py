@@ -25,7 +25,8 @@ from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
 from controller.cli.metrics import ControllerMetrics
 from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
 from controller.rightsizing.records import RECORDS_BRANCH
-from controller.rightsizing.prometheus import read_usage
+from controller.rightsizing.policy import DEFAULT_WINDOW_S
+from controller.rightsizing.prometheus import DETAIL_S, READ_DEADLINE_S, read_usage
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target
 
 log = logging.getLogger("gpushare.rightsizing")
@@ -33,7 +34,6 @@ ReviewProposal = Callable[[bool, PublishResult], None]
 """Hears each Recommend proposal the pass published (new or carried): opens or updates its pull request."""
 
 DEFAULT_INTERVAL_S = 300        # a pass every 5 minutes: 20 scrapes, well inside upsizeAfter's default
-DEFAULT_WINDOW_S = 2 * 86400    # the usage each pass replays: two diurnal cycles
 DEFAULT_STEP_S = 60             # the sample grid: 2,880 points a series over 2d (15 s would be 11,520, every
                                 # 5 minutes); peaks survive it: gauges are read as max_over_time over two steps
 
@@ -127,7 +127,7 @@ class RightsizingSchedule:
 
 
 def add_arguments(parser) -> None:
-    from controller.rightsizing.cli import duration
+    from contract.durations import duration_flag as duration
 
     group = parser.add_argument_group("right-sizing (docs/guide.md, Right-sizing)")
     group.add_argument("--prometheus", metavar="URL", default="",
@@ -167,7 +167,10 @@ def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Call
     step = args.rightsize_step
     log.info("right-sizing on: a pass every %.0f s over %.0f s of usage from %s", args.rightsize_interval,
              args.rightsize_window, url)
-    return RightsizingSchedule(lambda start, end: read_usage(url, start, end, step),
+    deadline = min(READ_DEADLINE_S, args.rightsize_interval)  # a slow Prometheus costs one interval at most
+    detail = args.rightsize_interval + DETAIL_S  # the scrape grid since the last pass, and a margin
+    return RightsizingSchedule(lambda start, end, fleet: read_usage(url, start, end, step, fleet=fleet,
+                                                                    deadline_s=deadline, detail_s=detail),
                                interval_s=args.rightsize_interval, window_s=args.rightsize_window,
                                metrics=metrics, clock=clock, review=review,
                                records_target=(f"branch:{RECORDS_BRANCH}" if parse_target(args.write_back).review

@@ -94,6 +94,7 @@ def read_tree(root: Path) -> TreeInputs:
                  if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
     rightsizing = read_records(root)
+    model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
     return TreeInputs(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values), tuple(profiles.errors),
                       tuple(inventory.values), tuple(inventory.errors), load_decision_records(root),
                       read_plan_md(root), committed, compositions.compositions, tuple(compositions.read.errors),

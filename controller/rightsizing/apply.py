@@ -9,7 +9,9 @@ function passed in (Prometheus, or a file), then:
   branch, Auto's effective budgets and every condition with them; when the controller writes
   back for review (`--write-back branch:` or `pr:`), to their own review branch RECORDS_BRANCH
   instead, so nothing reaches the tracked branch unreviewed.
-Usage that cannot be read changes no budget: the records say UsageMissing. `guard` runs right
+Usage that cannot be read changes no budget: the records say UsageMissing; a model whose series
+Prometheus sent could not be trusted holds alone, with the reader's reason (UsageImplausible,
+UsageMalformed). `guard` runs right
 before each commit is pushed (a cluster leader renews its Lease there and raises if it lost
 it). Called by `gpushare rightsize --git`, the reconcile loops (controller.cli.rightsizing_loop)
 and tests.
@@ -17,7 +19,7 @@ and tests.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -25,15 +27,15 @@ from controller.inputs.reader import load_decision_records, load_repo
 from contract.quantity import format_bytes
 from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, publish
 
-from .edit import set_memory_budget
+from .edit import BudgetEditError, set_memory_budget
 from .prices import read_prices
-from .prometheus import UsageUnavailable
-from .records import RECORDS_BRANCH, RECORDS_DIR, Record, read_records, records_from
-from .step import Proposal, StepResult, step
+from .prometheus import Usage, UsageUnavailable
+from .records import RECORDS_BRANCH, RECORDS_DIR, Condition, Records, read_records, records_from
+from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
-ReadUsage = Callable[[float, float], list[Sample]]
+ReadUsage = Callable[[float, float, frozenset[str]], list[Sample]]  # (start, end, the fleet's namespace/name)
 
 
 @dataclass(frozen=True)
@@ -52,17 +54,28 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
     inputs = load_repo(root)
-    usage_error = None
+    usage_error, held = None, {}
     try:
-        usage = by_model(read_usage(now - window_s, now))
+        read = read_usage(now - window_s, now, frozenset(m.ref for m in inputs.models if m.rightsizing.enabled))
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
-    records = read_records(root)
+    else:
+        usage = by_model(read)
+        if isinstance(read, Usage):
+            held = read.held
+            if read.outside:
+                log.info("usage: %d series of models outside the fleet were skipped", read.outside)
+    read = read_records(root)
+    problems = list(read.problems)
+    records = dict(read)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
-        records = {**records, **_records_at(copy, heads[review])}
-    result = step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()), inputs.slots,
-                  records, usage, now, read_prices(root), inputs.profiles)
+        pending = _records_at(copy, heads[review])
+        records, problems = {**records, **pending}, [*problems, *pending.problems]
+    bad = {p.key: f"{p.path}: {p.message}" for p in problems if p.key is not None and p.key not in records}
+    result = _editable(root, step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()),
+                                  inputs.slots, records, usage, now, read_prices(root), inputs.profiles, held,
+                                  bad))
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -75,7 +88,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     return PassResult(result, published, records, usage_error)
 
 
-def _records_at(copy: WorkingCopy, commit: str) -> dict[tuple[str, str], Record]:
+def _records_at(copy: WorkingCopy, commit: str) -> Records:
     """The records `commit` holds (regular files under RECORDS_DIR), read from git without a checkout."""
     texts = {path: copy.git.run("cat-file", "blob", object_id).stdout.decode("utf-8", errors="replace")
              for path, (mode, object_id) in copy.entries(commit, (RECORDS_DIR + "/",)).items()
@@ -83,14 +96,36 @@ def _records_at(copy: WorkingCopy, commit: str) -> dict[tuple[str, str], Record]
     return records_from(texts)
 
 
+def _editable(root: Path, result: StepResult) -> StepResult:
+    """The step's result without the proposals whose file cannot be edited safely: each such model's record says
+    why (ProposalWritten False, the edit's reason and fix); the other proposals go on."""
+    kept, records = [], dict(result.records)
+    for proposal in result.proposals:
+        model = proposal.model
+        try:
+            text = (root / model.source.file).read_bytes().decode("utf-8")
+            set_memory_budget(text, model.namespace, model.name, proposal.budget_bytes)
+        except (OSError, UnicodeDecodeError, BudgetEditError) as exc:
+            reason = getattr(exc, "reason", "UnparsableModelFile")
+            message = str(exc) if isinstance(exc, BudgetEditError) else "the model's file cannot be read as UTF-8"
+            log.warning("%s: no proposal written: %s: %s", model.ref, reason, message)
+            record = records[model.key]
+            records[model.key] = replace(record, conditions=(*record.conditions, Condition(
+                "ProposalWritten", "False", reason, f"{message}; the recommendation stays in this record")))
+            continue
+        kept.append(proposal)
+    return StepResult(records, tuple(kept))
+
+
 def _propose(copy: WorkingCopy, proposal: Proposal, guard: Callable[[], None]) -> PublishResult:
-    source = proposal.model.source
-    path, document = source.file, source.document
+    model = proposal.model
+    path = model.source.file
 
     def render(root: Path) -> Change:
         guard()
         text = (root / path).read_bytes().decode("utf-8")
-        return Change(files={path: set_memory_budget(text, document, proposal.budget_bytes).encode()},
+        return Change(files={path: set_memory_budget(text, model.namespace, model.name,
+                                                     proposal.budget_bytes).encode()},
                       message=proposal.message)
 
     return publish(copy, render, owned=(path,), target=Target(proposal.branch))
@@ -100,7 +135,7 @@ def _records_message(result: StepResult, usage_error: str | None) -> str:
     lines = []
     for record in sorted(result.records.values(), key=lambda r: r.key):
         ref = f"{record.namespace}/{record.name}"
-        held = [c for c in record.conditions if c.status == "False" or c.type in ("NeedsCapacity", "AtMaxBudget")]
+        held = [c for c in record.conditions if c.status == "False" or c.type in ("NeedsCapacity", *HOLD_CONDITIONS)]
         if record.open:
             verb = "applies" if record.policy == "Auto" else "proposes"
             lines.append(f"{ref}: {record.policy} {verb} {format_bytes(record.spec_budget_bytes)} → "

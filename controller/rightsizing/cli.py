@@ -1,40 +1,50 @@
 """`gpushare rightsize` and `gpushare usage export`: the right-sizing loop from the command line.
 
-- `gpushare rightsize --repo PATH --usage FILE` replays a usage file (controller.rightsizing.usage)
+`--repo` is the GitOps repository, a URL or a local path, as on every command (`--git` is its
+old spelling); every duration flag takes contract.durations' one syntax.
+- `gpushare rightsize --repo URL_OR_PATH --usage FILE` replays a usage file (controller.rightsizing.usage)
   against the repo's models and prints every decision the loop would have taken, with timestamps.
-- `gpushare rightsize --git URL --prometheus URL` runs one right-sizing pass: reads usage over
+- `gpushare rightsize --repo URL_OR_PATH --prometheus URL` runs one right-sizing pass: reads usage over
   `--window` from Prometheus, commits Recommend proposals to review branches and the records to
   the tracked branch, or with `--review` to their review branch (controller.rightsizing.apply).
 - `gpushare usage export --prometheus URL --since 1h` writes the usage format from Prometheus.
-Owns arguments and printing only. Exit codes: 0 ok, 1 usage or repo unusable, 2 bad arguments.
+Owns arguments and printing only. Exit codes: 0 ok, 1 usage or repo unusable (a pass that could not
+read usage still commits its records, each saying UsageMissing, and exits 1), 2 bad arguments.
 """
 from __future__ import annotations
 
-import argparse
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from controller.inputs.reader import load_repo
+from controller.inputs.reader import load_decision_records, load_repo
+from gitops import GitError, WorkingCopy
+from contract.durations import duration_flag as duration
 from contract.quantity import format_bytes
 
-from .policy import PolicyError, parse_duration
-from .prometheus import UsageUnavailable, read_usage
+from .prometheus import DETAIL_S, UsageUnavailable, read_usage
+from .bounds import limits_for
 from .recommender import Change, Slo, replay
+from .policy import DEFAULT_WINDOW_S
 from .records import RECORDS_BRANCH
-from .usage import UsageFormatError, by_model, dump_lines, format_time, read_samples
+from .step import profile_of
+from .usage import UsageFormatError, by_model, dump_lines, escape, format_time, read_samples
 
 
 def add_commands(sub) -> None:
     rs = sub.add_parser("rightsize", help="replay usage and print the loop's decisions, or run one right-sizing pass")
-    rs.add_argument("--repo", type=Path, help="replay: a checked-out GitOps repo (with models/)")
+    rs.add_argument("--repo", "--git", dest="repo", help="the GitOps repository: a URL or a local path, as on every "
+                                                          "command (replay reads it, a pass commits to it)")
     rs.add_argument("--usage", type=Path, help="replay: a usage file, one JSON sample per line ('-': stdin)")
     rs.add_argument("--all", action="store_true", help="replay models whose policy is Off too")
-    rs.add_argument("--git", help="pass: the GitOps repository (URL or path) to commit to")
-    rs.add_argument("--branch", default="main", help="pass: the tracked branch (default: main)")
+    rs.add_argument("--branch", default="main", help="the tracked branch of a repository URL (default: main)")
     rs.add_argument("--workdir", type=Path, help="pass: the checkout to use (default: a temporary directory)")
     rs.add_argument("--prometheus", help="pass: Prometheus' base URL, e.g. http://prometheus:9090")
-    rs.add_argument("--window", type=duration, default=2 * 86400, help="pass: usage window (default: 2d)")
+    rs.add_argument("--window", type=duration, default=DEFAULT_WINDOW_S,
+                    help="the usage window each pass reads; replay forgets what is older (default: 2d, the "
+                         "installed loop's --rightsize-window)")
     rs.add_argument("--step", type=duration, default=15, help="pass: sample grid (default: 15s, the scrape interval)")
     rs.add_argument("--review", action="store_true",
                     help=f"pass: commit the records to the review branch {RECORDS_BRANCH} instead of --branch (as "
@@ -51,35 +61,55 @@ def add_commands(sub) -> None:
     export.set_defaults(run=_export)
 
 
-def duration(text: str) -> int:
-    """A duration flag (`90s`, `5m`, `6h`, `2d`): these commands' and reconcile's --rightsize-* flags."""
-    try:
-        return parse_duration(text)
-    except PolicyError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _fail(message: str, code: int = 1) -> int:
     print(f"gpushare: {message}", file=sys.stderr)
     return code
 
 
 def _rightsize(args) -> int:
-    if args.git or args.prometheus:
-        if not (args.git and args.prometheus) or args.usage or args.repo:
-            return _fail("a right-sizing pass takes --git and --prometheus (and not --repo/--usage)", 2)
+    if not args.repo or bool(args.usage) == bool(args.prometheus):
+        return _fail("rightsize takes --repo URL_OR_PATH and either --usage FILE (replay) or --prometheus URL "
+                     "(one pass)", 2)
+    if args.prometheus:
         return _pass(args)
-    if not (args.repo and args.usage):
-        return _fail("replay takes --repo PATH and --usage FILE; a pass takes --git URL and --prometheus URL", 2)
-    if not (args.repo / "models").is_dir():
-        return _fail(f"{args.repo} has no models/ directory; pass the root of a GitOps repo", 2)
     try:
         lines = sys.stdin if str(args.usage) == "-" else args.usage.read_text(encoding="utf-8").splitlines()
         samples = by_model(read_samples(lines, str(args.usage)))
     except (OSError, UsageFormatError) as exc:
-        return _fail(f"cannot read usage: {exc}")
-    inputs = load_repo(args.repo)
+        return _fail(f"cannot read usage: {escape(str(exc))}")
+    try:
+        with local_tree(args.repo, args.branch) as root:
+            if not (root / "models").is_dir():
+                return _fail(f"{escape(args.repo)} has no models/ directory; pass the root of a GitOps repo", 2)
+            return _replay(args, load_repo(root), samples,
+                           tuple(r.decision for r in load_decision_records(root).values()))
+    except GitError as exc:
+        return _fail(f"git: {exc}")
+
+
+@contextmanager
+def local_tree(repo: str, branch: str):
+    """The tree of `repo` to read: a local directory as it is, else a checkout of `branch` of the URL (or of a
+    path that is no directory) in a temporary directory removed afterwards."""
+    if Path(repo).is_dir() and not _is_url(repo):
+        yield Path(repo)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpushare-repo-") as scratch:
+        copy = WorkingCopy(repo, branch, Path(scratch) / "repo")
+        copy.sync()
+        yield copy.root
+
+
+def _is_url(repo: str) -> bool:
+    return "://" in repo or (":" in repo and "@" in repo.split(":", 1)[0])
+
+
+def _replay(args, inputs, samples, decisions) -> int:
+    """The installed loop's rule on each model's series: its bounds (the planner's view: GPU, elastic minimum,
+    whether memory helps latency) and its window (the percentiles forget what is older than --window)."""
     models = inputs.models  # Auto models carry their effective budget (controller.inputs.reader)
+    profiles = {p.key: p for p in inputs.profiles}
+    by_key = {d.key: d for d in decisions}
     shown = 0
     for model in sorted(models, key=lambda m: m.key):
         if not (model.rightsizing.enabled or args.all):
@@ -89,8 +119,10 @@ def _rightsize(args) -> int:
             print(f"{model.ref}: no usage samples in {args.usage}")
             continue
         shown += 1
+        decision = by_key.get(model.key)
+        limits = limits_for(model, model.rightsizing, decision, inputs.slots, profile_of(model, decision, profiles))
         events, loop = replay(series, model.ref, model.budget_bytes, model.rightsizing,
-                              Slo(model.slo.ttft_ms, model.slo.tpot_ms))
+                              Slo(model.slo.ttft_ms, model.slo.tpot_ms), limits=limits, window_s=args.window)
         print(f"{model.ref}: policy {model.rightsizing.policy}, budget {format_bytes(model.budget_bytes)}, "
               f"{loop.samples} samples {format_time(series[0].time)} .. {format_time(series[-1].time)}")
         for e in events:
@@ -98,7 +130,7 @@ def _rightsize(args) -> int:
         print(f"  → budget {format_bytes(loop.budget)}" + (" (unchanged)" if loop.budget == model.budget_bytes else ""))
     unknown = sorted(set(samples) - {m.ref for m in models})
     if unknown:
-        print(f"usage for models not in the repo (ignored): {', '.join(unknown)}")
+        print(f"usage for models not in the repo (ignored): {escape(', '.join(unknown[:20]))}")
     if not shown:
         print("no model with a rightsizing policy has usage (add spec.rightsizing, or pass --all)")
     return 0
@@ -115,22 +147,19 @@ def _event_line(e) -> str:
 
 
 def _pass(args) -> int:
-    import tempfile
-
-    from gitops import GitError, WorkingCopy
-
     from .apply import rightsize_once
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="gpushare-rightsize-"))
-    try:
-        copy = WorkingCopy(args.git, args.branch, workdir)
-        result = rightsize_once(copy, lambda start, end: read_usage(args.prometheus, start, end, args.step),
-                                time.time(), args.window,
-                                records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
-    except GitError as exc:
-        return _fail(f"git: {exc}")
+    with tempfile.TemporaryDirectory(prefix="gpushare-rightsize-") as scratch:  # removed on every exit
+        try:
+            copy = WorkingCopy(args.repo, args.branch, args.workdir or Path(scratch) / "repo")
+            result = rightsize_once(copy, lambda start, end, fleet: read_usage(args.prometheus, start, end, args.step,
+                                                                               fleet=fleet, detail_s=DETAIL_S),
+                                    time.time(), args.window,
+                                    records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
+        except GitError as exc:
+            return _fail(f"git: {exc}")
     print_pass(result)
-    return 0
+    return 1 if result.usage_error else 0
 
 
 def print_pass(result) -> None:

@@ -7,15 +7,14 @@ the schema cannot see (minBudget above maxBudget). Called by controller.load.
 """
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass
 from typing import Literal
 
+from contract import durations
 from contract.quantity import parse_bytes
 
 Policy = Literal["Off", "Recommend", "Auto"]
-_DURATION = re.compile(r"^([0-9]+)(s|m|h|d)$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 DEFAULT_POLICY: Policy = "Recommend"
 DEFAULT_HEADROOM_PERCENT = 15.0
@@ -26,6 +25,8 @@ HALF_LIFE_S = 86400                  # the decaying histogram's half-life (as th
 PERCENTILE = 0.99                    # the usage percentile the target starts from
 DOWNSIZE_MARGIN = 0.10               # a downsize must free at least this share of the budget (no flapping)
 KV_NEAR_FRACTION = 0.90              # KV in use at or above this share of its reservation is a breach
+DEFAULT_WINDOW_S = 2 * 86400         # the usage each pass reads (--rightsize-window): two diurnal cycles
+MAX_CHANGES_PER_DAY = 6              # budget changes per model in any 24 h; one more holds (ChangeCapReached)
 
 
 class PolicyError(ValueError):
@@ -35,11 +36,11 @@ class PolicyError(ValueError):
 
 
 def parse_duration(text: str) -> int:
-    """Seconds in `90s`, `5m`, `6h` or `1d`."""
-    match = _DURATION.match(str(text).strip())
-    if not match:
-        raise PolicyError(f"{text!r} is not a duration; write a whole number with s, m, h or d, e.g. 5m or 1d")
-    return int(match.group(1)) * _UNIT_S[match.group(2)]
+    """Whole seconds in a duration (`90s`, `5m`, `6h`, `1d`: contract.durations' syntax)."""
+    try:
+        return math.ceil(durations.parse_duration(text))
+    except ValueError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 @dataclass(frozen=True)

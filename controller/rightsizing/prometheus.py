@@ -3,26 +3,44 @@
 Owns the queries over the worker's metrics (docs/worker.md) and the grid they are read
 on: one point per `step` seconds for every model seen in the range. A point Prometheus
 has no value for (it was down, the worker was not scraped) becomes a sample without
-`deviceBytes`, which the recommender treats as missing data. A Prometheus that cannot
-be reached or answers an error raises UsageUnavailable. A range longer than Prometheus
-answers in one query (11,000 points per series) is read in pieces of MAX_POINTS. Called by
-`gpushare usage export` and the controller's right-sizing pass; the HTTP GET is a function
-passed in.
+`deviceBytes`, which the recommender treats as missing data. A range longer than Prometheus
+answers in one query (11,000 points per series) is read in pieces of MAX_POINTS.
+
+Every answer is untrusted. Each call goes through gitops.outbound (a deadline per query, all
+of them within READ_DEADLINE_S, MAX_ANSWER_BYTES, credentials from URL userinfo as a Secret).
+A Prometheus that cannot be reached, is too slow, answers an error or anything that is not a
+query_range matrix raises UsageUnavailable (with the reason): every model holds. Within a
+matrix, a series of the wrong shape holds its model (UsageMalformed), a sample that is
+negative, ±Inf, NaN where a gauge must have a value, or beyond the usage format's limits
+holds its model (UsageImplausible): such models get no samples, so nothing is acted on and no
+memory grows for them. Series of models outside `fleet` are skipped before anything is kept
+for them, and counted. Called by `gpushare usage export` and the controller's right-sizing
+pass; the HTTP GET is a function passed in.
 """
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
+import time
 import urllib.parse
-import urllib.request
 from array import array
-from typing import Callable
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Collection, Mapping
 
-from .usage import Sample
+from gitops.outbound import OutboundError, Secret, address, answer_json, request
 
-Fetch = Callable[[str], bytes]
+from .usage import LIMITS, Sample, escape
+
+Fetch = Callable[[str, float], bytes]  # (url, seconds left) -> the answer's body
 MAX_POINTS = 10_000  # points per series in one query_range (Prometheus refuses more than 11,000)
+QUERY_DEADLINE_S = 30.0  # one query_range call, connect to last byte
+READ_DEADLINE_S = 120.0  # every query of one read together: a slow Prometheus costs one pass at most
+MAX_ANSWER_BYTES = 256 << 20
+QUERY_CONCURRENCY = 2  # queries of one read in flight at once (each within its deadline, all within the read's)
+HISTORY_STEP_S = 1800  # the loop reads the window before its last interval as one peak per half hour
+HISTORY_FIELDS = ("deviceBytes", "kvUsedBytes", "kvReservedBytes", "budgetBytes")  # what targets are made of
+DETAIL_S = 900  # beyond the pass interval, how much of the scrape grid a pass reads: breaches are judged on it
+_RATES = frozenset({"queueWaitSeconds", "ttftSeconds", "tpotSeconds", "ooms"})  # NaN there: no requests, no value
 
 # Each model's namespace comes from its verdict series on the same target.
 _NS = ("* on(model, instance) group_left(namespace) "
@@ -30,7 +48,8 @@ _NS = ("* on(model, instance) group_left(namespace) "
 
 
 def queries(step_s: int) -> dict[str, str]:
-    """The PromQL of each usage field; `step_s` is the grid (the scrape interval or a multiple)."""
+    """The PromQL of each usage field; `step_s` is the grid (the scrape interval or a multiple), whole seconds."""
+    step_s = whole_step(step_s)
     rng = f"{2 * step_s}s"  # two grid steps: a scrape that lands just after a grid point still counts
     win = f"{max(4 * step_s, 60)}s"  # rate() needs a few scrapes
 
@@ -57,62 +76,142 @@ def queries(step_s: int) -> dict[str, str]:
 
 
 class UsageUnavailable(Exception):
-    reason = "UsageUnavailable"
+    """No usage at all this pass; `reason` names why (UsageUnavailable, or the outbound client's reason)."""
+
+    def __init__(self, message: str, reason: str = "UsageUnavailable") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-def http_get(timeout_s: float = 10.0) -> Fetch:
-    def fetch(url: str) -> bytes:
+class Usage(list):
+    """The samples read (a list, sorted by time), with `held`: namespace/name -> (reason, message) for each
+    model whose series could not be trusted (it has no samples), and `outside`: how many series were of
+    models outside the fleet (skipped)."""
+
+    def __init__(self, samples=(), held: Mapping[str, tuple[str, str]] | None = None, outside: int = 0) -> None:
+        super().__init__(samples)
+        self.held = dict(held or {})
+        self.outside = outside
+
+
+def http_get(credentials: Mapping[str, Secret] | None = None) -> Fetch:
+    """A GET through the one outbound client, with the URL's credentials (its userinfo, as a Secret)."""
+    def fetch(url: str, deadline_s: float) -> bytes:
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (an http(s) URL we built)
-                return response.read()
-        except urllib.error.HTTPError as exc:
-            raise UsageUnavailable(f"Prometheus answered {exc.code} to {url.split('?')[0]}: "
-                                   f"{exc.read(300).decode(errors='replace')}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise UsageUnavailable(f"Prometheus at {url.split('/api/')[0]} is unreachable: "
-                                   f"{getattr(exc, 'reason', exc)}; check --prometheus and that it runs") from None
+            return request("GET", url, what="Prometheus", headers=credentials, deadline_s=deadline_s,
+                           max_bytes=MAX_ANSWER_BYTES).body
+        except OutboundError as exc:
+            raise UsageUnavailable(f"{exc.message}; check --prometheus and that Prometheus runs ({exc.fix})",
+                                   exc.reason) from None
     return fetch
 
 
-def query_range(base_url: str, query: str, start: float, end: float, step_s: int, fetch: Fetch) -> list[dict]:
-    """The `result` of one range query (matrix): [{"metric": {...}, "values": [[t, "v"], ...]}]."""
+def query_range(base_url: str, query: str, start: float, end: float, step_s: int, fetch: Fetch,
+                deadline_s: float = QUERY_DEADLINE_S) -> list:
+    """The `result` of one range query, checked to be a matrix: a list of series (each checked by the reader)."""
     params = urllib.parse.urlencode({"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": step_s})
-    body = fetch(f"{base_url.rstrip('/')}/api/v1/query_range?{params}")
+    body = fetch(f"{base_url.rstrip('/')}/api/v1/query_range?{params}", deadline_s)
     try:
-        doc = json.loads(body)
-    except json.JSONDecodeError:
-        raise UsageUnavailable(f"Prometheus answered something that is not JSON: {body[:200]!r}") from None
-    if doc.get("status") != "success":
-        raise UsageUnavailable(f"Prometheus refused the query: {doc.get('errorType')}: {doc.get('error')}")
-    return doc["data"]["result"]
+        doc = answer_json(body, "Prometheus")
+    except OutboundError as exc:
+        raise UsageUnavailable(exc.message, exc.reason) from None
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        said = doc if not isinstance(doc, dict) else f"{doc.get('errorType')}: {doc.get('error')}"
+        raise UsageUnavailable(f"Prometheus refused the query: {escape(str(said)[:200])}", "UsageQueryRefused")
+    data = doc.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        kind = data.get("resultType") if isinstance(data, dict) else type(data).__name__
+        raise UsageUnavailable(f"Prometheus answered a {escape(str(kind)[:40])} where query_range documents a matrix; "
+                               "check that --prometheus is Prometheus' own API", "AnswerNotAMatrix")
+    return data["result"]
 
 
-def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetch | None = None) -> list[Sample]:
-    """Samples on the grid start, start + step, ... end for every model any query saw, sorted by time. Each
-    field's values are kept in one float array per model over the grid (NaN: no value), so a window of
-    hundreds of models costs tens of megabytes before the samples are built."""
-    fetch = fetch or http_get()
-    grid_start = math.floor(start / step_s) * step_s
-    end = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
-    count = int((end - grid_start) // step_s) + 1 if end >= grid_start else 0
-    fields = queries(step_s)
-    values: dict[str, dict[str, array]] = {}  # model -> field -> one value per grid point
-    pieces = _pieces(grid_start, end, step_s)
-    for field, promql in fields.items():
-        for a, b in pieces:
-            for series in query_range(base_url, promql, a, b, step_s, fetch):
-                labels = series.get("metric", {})
-                if "namespace" not in labels or "model" not in labels:
+def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetch | None = None,
+               fleet: Collection[str] | None = None, deadline_s: float = READ_DEADLINE_S,
+               detail_s: float | None = None) -> Usage:
+    """Samples for every model of `fleet` (None: every model) any query saw, sorted by time. `detail_s` None: the
+    grid start, start + step, ... end for every field. Otherwise the last `detail_s` only on that grid (every
+    field: the breaches a pass acts on), and before it one point per HISTORY_STEP_S of the byte fields, each
+    the peak of its slot (max_over_time: never below what a finer grid shows): the values a pass reads per model
+    are bounded by window / HISTORY_STEP_S + detail / step, not by the scrape rate."""
+    try:
+        where = address(base_url, "Prometheus")
+    except OutboundError as exc:
+        raise UsageUnavailable(exc.message, exc.reason) from None
+    reader = _Reader(where, fetch or http_get(where.credentials), None if fleet is None else frozenset(fleet),
+                     time.monotonic() + deadline_s, deadline_s)
+    step_s = whole_step(step_s)
+    last = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
+    if detail_s is None or detail_s >= last - start:
+        return reader.read([(math.floor(start / step_s) * step_s, last, step_s, tuple(queries(step_s)))])
+    coarse = max(step_s, HISTORY_STEP_S // step_s * step_s)
+    split = math.floor((last - detail_s) / step_s) * step_s
+    history = (math.floor(start / coarse) * coarse, math.ceil(split / coarse) * coarse - coarse, coarse, HISTORY_FIELDS)
+    return reader.read([history, (split, last, step_s, tuple(queries(step_s)))])
+
+
+class _Reader:
+    """One read: its deadline, its fleet, what it held and skipped, over one or more grids."""
+
+    def __init__(self, where, fetch: Fetch, fleet: frozenset[str] | None, until: float, deadline_s: float):
+        self.where, self.fetch, self.fleet, self.until, self.deadline_s = where, fetch, fleet, until, deadline_s
+        self.held: dict[str, tuple[str, str]] = {}
+        self.outside = 0
+
+    def read(self, grids: list[tuple[float, float, int, tuple[str, ...]]]) -> Usage:
+        read = []
+        for grid_start, last, step_s, fields in grids:
+            count = int((last - grid_start) // step_s) + 1 if last >= grid_start else 0
+            read.append((self._grid(grid_start, last, step_s, count, fields), grid_start, step_s, count))
+        samples: list[Sample] = []
+        for values, grid_start, step_s, count in read:
+            for ref in self.held:
+                values.pop(ref, None)  # held in any grid: none of its samples are kept
+            samples += _samples(values, grid_start, step_s, count)
+        return Usage(samples, self.held, self.outside)
+
+    def _query(self, promql: str, start: float, end: float, step_s: int) -> list:
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise UsageUnavailable(f"reading usage took longer than {self.deadline_s:g}s; Prometheus is too slow for "
+                                   "this window: shorten --rightsize-window or check Prometheus", "RemoteTimeout")
+        return query_range(self.where.url, promql, start, end, step_s, self.fetch, min(QUERY_DEADLINE_S, left))
+
+    def _grid(self, grid_start: float, last: float, step_s: int, count: int,
+              fields: tuple[str, ...]) -> dict[str, dict[str, array]]:
+        """model -> field -> one value per grid point (NaN: none), from one query per field and piece."""
+        values: dict[str, dict[str, array]] = {}
+        promql = queries(step_s)
+        jobs = [(field, a, b) for field in fields for a, b in _pieces(grid_start, last, step_s)]
+        in_flight: deque = deque()  # at most QUERY_CONCURRENCY answers held at once, taken in order
+
+        def take() -> None:
+            field, answer = in_flight.popleft()
+            for series in answer.result():  # in order: the first failure is the one raised
+                ref = _ref(series)
+                if ref is None:
+                    continue  # no model labels: nobody's usage
+                if self.fleet is not None and ref not in self.fleet:
+                    self.outside += 1
                     continue
-                ref = f"{labels['namespace']}/{labels['model']}"
-                column = values.setdefault(ref, {}).get(field)
-                if column is None:
-                    column = values[ref][field] = array("d", [math.nan]) * count
-                for at, value in series.get("values", []):
-                    index = round((float(at) - grid_start) / step_s)
-                    number = float(value)
-                    if 0 <= index < count and math.isfinite(number):
-                        column[index] = number
+                if ref in self.held:
+                    continue
+                problem = _store(series, field, values.setdefault(ref, {}), grid_start, step_s, count)
+                if problem is not None:
+                    self.held[ref] = problem
+                    values.pop(ref, None)
+
+        with ThreadPoolExecutor(QUERY_CONCURRENCY) as pool:  # Prometheus evaluates them in parallel
+            for field, a, b in jobs:
+                in_flight.append((field, pool.submit(self._query, promql[field], a, b, step_s)))
+                if len(in_flight) >= QUERY_CONCURRENCY:
+                    take()
+            while in_flight:
+                take()
+        return values
+
+
+def _samples(values: dict[str, dict[str, array]], grid_start: float, step_s: int, count: int) -> list[Sample]:
     samples = []
     models = sorted(values)
     for index in range(count):
@@ -129,6 +228,51 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
                 refusals=_int(got.get("refusals")), missing_bytes=_int(got.get("missingBytes")),
                 ooms=_ceil(got.get("ooms")), budget_bytes=_int(got.get("budgetBytes"))))
     return samples
+
+
+def whole_step(step_s: float) -> int:
+    """The grid step as PromQL takes it: whole seconds, at least one (a duration flag may carry a fraction)."""
+    return max(1, round(step_s))
+
+
+def _ref(series) -> str | None:
+    labels = series.get("metric") if isinstance(series, dict) else None
+    if not isinstance(labels, dict):
+        return None
+    namespace, model = labels.get("namespace"), labels.get("model")
+    if not isinstance(namespace, str) or not isinstance(model, str) or not namespace or not model:
+        return None
+    return f"{namespace}/{model}"
+
+
+def _store(series: dict, field: str, columns: dict[str, array], grid_start: float, step_s: int,
+           count: int) -> tuple[str, str] | None:
+    """`series`' values into the model's column for `field`; (reason, message) when the series cannot be
+    trusted (the model then holds)."""
+    points = series.get("values")
+    if not isinstance(points, list):
+        return "UsageMalformed", f"Prometheus sent {field} without a list of values"
+    column = columns.get(field)
+    if column is None:
+        column = columns[field] = array("d", [math.nan]) * count
+    limit = LIMITS[field]
+    for point in points:
+        try:
+            at, text = point
+            at, number = float(at), float(text)
+        except (TypeError, ValueError):
+            return "UsageMalformed", f"Prometheus sent a {field} point that is not [time, \"value\"]"
+        if not math.isfinite(at):
+            return "UsageMalformed", f"Prometheus sent a {field} point at a time that is not finite"
+        if math.isnan(number) and field in _RATES:
+            continue  # a quantile or increase over no requests
+        if not 0 <= number <= limit:  # NaN, ±Inf, negative, absurd
+            return "UsageImplausible", (f"Prometheus sent {field} = {escape(str(text)[:40])}, outside [0, {limit:g}]; the "
+                                        "model holds until its worker reports plausible values")
+        index = round((at - grid_start) / step_s)
+        if 0 <= index < count:
+            column[index] = max(column[index], number) if not math.isnan(column[index]) else number
+    return None
 
 
 def _pieces(start: float, end: float, step_s: int) -> list[tuple[float, float]]:

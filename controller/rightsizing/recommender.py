@@ -2,7 +2,8 @@
 
 Rules (docs/guide.md, "Right-sizing"):
 - Every sample with data feeds a decaying histogram of the model's device bytes
-  (half-life HALF_LIFE_S) and a sliding window of its peak over `downsizeAfter`.
+  (half-life HALF_LIFE_S, over the loop's usage window) and a sliding window of its peak over
+  `downsizeAfter`.
 - **Breaches**: KV in use at KV_NEAR_FRACTION of its reservation (`KvNearReservation`),
   queue wait above its threshold and not falling (`QueueWaitGrowing`; the threshold is
   the TTFT SLO, else 1 s), TTFT or TPOT over the SLO (`TtftOverSlo`, `TpotOverSlo`), a
@@ -22,7 +23,17 @@ Rules (docs/guide.md, "Right-sizing"):
   budget the loop set is not acted on: that upsize has not reached the worker yet.
 - Samples at or before `last_change_at` (a change an earlier pass made) feed the histogram
   and the peak but trigger nothing: they already acted.
-- Every budget is clamped to [minBudget, maxBudget] and rounded up to a MiB.
+- **Act on what helps**: memory breaches (KvNearReservation, WorkerRefusal, OutOfMemory) upsize.
+  Latency breaches alone (TTFT, TPOT, queue wait) upsize only where `Limits.latency_helps` (the
+  planner predicts more bytes lower the latency: controller.rightsizing.bounds); otherwise they
+  hold with MemoryWontHelp, saying why and what would help.
+- **Bounds** (controller.rightsizing.bounds.Limits): every budget is rounded up to a MiB, clamped
+  to [minBudget, maxBudget], never below the window's peak plus headroom nor the floor (the
+  elastic minimum), never above the ceiling (the largest usable GPU of the product, maxBudget,
+  int64); a floor above the ceiling holds (WouldBeRefused). Whatever a sample says (inputs are
+  finite and within the usage format's limits; anything else is capped at the ceiling).
+- **At most MAX_CHANGES_PER_DAY changes** in any 24 h (counting `recent_changes` an earlier
+  pass made): one more holds (ChangeCapReached) until the oldest leaves the day.
 - **Missing data holds**: a sample without device bytes, or a gap longer than
   GAP_INTERVALS scrape intervals, changes nothing and restarts both the breach and the
   quiet run; `Hold` says so once per outage (the UsageMissing condition).
@@ -35,11 +46,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
+from .bounds import MEMORY_BREACHES, MIB, Limits
 from .histogram import DecayingHistogram
-from .policy import DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, PERCENTILE, Rightsizing
+from .policy import DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, MAX_CHANGES_PER_DAY, PERCENTILE, Rightsizing
 from .usage import Sample
 
-MIB = 1 << 20
+DAY_S = 86400
 GAP_INTERVALS = 2.5
 QUEUE_WAIT_THRESHOLD_S = 1.0
 IMMEDIATE = frozenset({"WorkerRefusal", "OutOfMemory"})
@@ -94,7 +106,8 @@ class Change:
 
 @dataclass(frozen=True)
 class Hold:
-    """No change possible: `reason` UsageMissing (no data) or AtMaxBudget (a breach, nothing left to grant)."""
+    """No change: `reason` UsageMissing (no data), AtMaxBudget (a breach, nothing left to grant), MemoryWontHelp
+    (a latency breach more bytes would not fix), WouldBeRefused (the bounds cross) or ChangeCapReached."""
 
     at: float
     model: str
@@ -135,10 +148,13 @@ class Recommender:
     """The loop's state for one model; `observe` is the transition, fed samples in time order."""
 
     def __init__(self, model: str, budget_bytes: int, policy: Rightsizing, slo: Slo = Slo(),
-                 last_change_at: float | None = None):
+                 last_change_at: float | None = None, limits: Limits = Limits(),
+                 recent_changes: Iterable[float] = (), window_s: float | None = None):
         self.model, self.budget, self.policy, self.slo = model, budget_bytes, policy, slo
-        self.histogram = DecayingHistogram(HALF_LIFE_S)
-        self.kv_histogram = DecayingHistogram(HALF_LIFE_S)
+        self.limits = limits.within(policy)
+        self.recent = deque(sorted(recent_changes))  # change times within the last day (the cap)
+        self.histogram = DecayingHistogram(HALF_LIFE_S, window_s)
+        self.kv_histogram = DecayingHistogram(HALF_LIFE_S, window_s)
         self.peak = _WindowMax(policy.downsize_after_s)
         self.fixed_peak = _WindowMax(policy.downsize_after_s)
         self.kv_peak = _WindowMax(policy.downsize_after_s)
@@ -159,6 +175,9 @@ class Recommender:
         return 1 + self.policy.headroom_percent / 100
 
     def observe(self, s: Sample) -> list[Event]:
+        crossed = self.limits.crossed
+        if crossed is not None:
+            return self._hold(s.time, "WouldBeRefused", crossed)
         gap = self._gap(s.time)
         self.last_at = s.time
         if s.missing or gap:
@@ -218,15 +237,22 @@ class Recommender:
     def downsize_target(self) -> int:
         if self.kv_seen:
             kv = max(self.kv_histogram.percentile(PERCENTILE) or 0, self.kv_peak.value)
-            wanted = max(self.fixed_peak.value + kv * self.headroom, self.peak.value)
+            wanted = self.fixed_peak.value + kv * self.headroom
         else:
-            wanted = max(self.histogram.percentile(PERCENTILE) or 0, self.peak.value) * self.headroom
-        return self.policy.clamp(_mib_ceil(wanted))
+            wanted = (self.histogram.percentile(PERCENTILE) or 0) * self.headroom
+        return self.bounded(max(wanted, self.peak.value * self.headroom))
 
     def upsize_target(self, missing_bytes: int) -> int:
         wanted = max(self.budget * self.headroom, self.peak.value * self.headroom,
                      self.budget + missing_bytes * self.headroom)
-        return self.policy.clamp(_mib_ceil(wanted))
+        return self.bounded(wanted)
+
+    def bounded(self, wanted: float) -> int:
+        """`wanted` as a budget: whole MiB, within [minBudget, maxBudget] and the Limits, an int64 whatever came in."""
+        ceiling = self.limits.ceiling
+        if not wanted <= ceiling:  # NaN, inf, beyond the ceiling
+            wanted = ceiling
+        return max(self.limits.floor, min(_mib_ceil(max(wanted, 0)), ceiling))
 
     # transitions
     def _gap(self, at: float) -> float | None:
@@ -254,10 +280,14 @@ class Recommender:
         sustained = (bool(IMMEDIATE & set(breaches)) and settled) or s.time - self.breach_since >= self.policy.upsize_after_s
         if not sustained:
             return []
+        if not MEMORY_BREACHES & set(breaches) and not self.limits.latency_helps:
+            return self._hold(s.time, "MemoryWontHelp", f"{', '.join(breaches)}, but {self.limits.latency_why}; "
+                              "the budget is left alone")
         target = self.upsize_target(s.missing_bytes or 0)
         if target <= self.budget:
-            return self._hold(s.time, "AtMaxBudget", f"{', '.join(breaches)} but the budget is at maxBudget")
-        return [self._change(s.time, "up", target, breaches[0], breaches)]
+            return self._hold(s.time, "AtMaxBudget", f"{', '.join(breaches)} but the budget is at its ceiling, "
+                              f"{self.limits.ceiling_why}")
+        return self._change(s.time, "up", target, breaches[0], breaches)
 
     def _on_quiet(self, s: Sample) -> list[Event]:
         self.holding = None
@@ -271,21 +301,30 @@ class Recommender:
         observed = s.time - self.first_at >= self.policy.downsize_after_s
         cooled = self.last_change_at is None or s.time - self.last_change_at >= self.policy.cooldown_s
         if waited and observed and cooled:
-            return [self._change(s.time, "down", target, "BelowTarget", ())]
+            return self._change(s.time, "down", target, "BelowTarget", ())
         return []
 
-    def _change(self, at: float, direction, target: int, reason: str, breaches: tuple[str, ...]) -> Change:
+    def _change(self, at: float, direction, target: int, reason: str, breaches: tuple[str, ...]) -> list[Event]:
+        while self.recent and self.recent[0] <= at - DAY_S:
+            self.recent.popleft()
+        if len(self.recent) >= MAX_CHANGES_PER_DAY:
+            return self._hold(at, "ChangeCapReached", f"{MAX_CHANGES_PER_DAY} changes in the last 24 h, the most "
+                              f"a model gets; the next is possible after {self.recent[0] + DAY_S:.0f} (Unix s)")
         change = Change(at, self.model, direction, self.budget, target, reason, self.evidence(breaches))
         self.budget, self.last_change_at = target, at
+        self.recent.append(at)
         self.breach_since = self.quiet_since = None
         self.holding = None
-        return change
+        return [change]
 
 
 def replay(samples: Iterable[Sample], model: str, budget_bytes: int, policy: Rightsizing, slo: Slo = Slo(),
-           last_change_at: float | None = None) -> tuple[list[Event], Recommender]:
-    """The events the loop takes over one model's samples (in time order), and its final state."""
-    loop = Recommender(model, budget_bytes, policy, slo, last_change_at)
+           last_change_at: float | None = None, limits: Limits = Limits(),
+           recent_changes: Iterable[float] = (), window_s: float | None = None) -> tuple[list[Event], Recommender]:
+    """The events the loop takes over one model's samples (in time order), and its final state. `window_s`: the
+    loop's usage window; the percentiles then forget what is older, so a replay of days decides as the loop's
+    passes do (each reads one window)."""
+    loop = Recommender(model, budget_bytes, policy, slo, last_change_at, limits, recent_changes, window_s)
     events: list[Event] = []
     for s in samples:
         events += loop.observe(s)

@@ -7,7 +7,11 @@ the KV-cache reservation it recommends, and the loop's conditions (UsageAvailabl
 NeedsCapacity, AtMaxBudget; the status writes them into status.conditions). Auto never edits
 a user file: the next pass plans the model with the effective budget while the user's
 spec.memoryBudget is the one the record started from (a budget the user changes wins).
-Called by the right-sizing step (writes), the loader (reads) and PLAN.md's section.
+Records are untrusted when read back (a hand edit, a bad merge): `records_from` parses each with the
+YAML limits (controller.inputs.yamlin) and checks it against schemas/rightsizing-record.schema.json;
+a file that fails is a `RecordProblem` (InvalidRecord, what and where), so its model holds alone
+(the step says so and rewrites the record; no effective budget applies meanwhile) and `gpushare
+validate` reports it. Called by the right-sizing step (writes), the reader (reads) and PLAN.md's section.
 """
 from __future__ import annotations
 
@@ -16,10 +20,13 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import yaml
+from jsonschema.exceptions import best_match
 
 from contract.wire import API_VERSION
 from controller.inputs.layout import RIGHTSIZING_DIR as RECORDS_DIR
-from controller.types import ElasticModel
+from controller.inputs.yamlin import YamlLimits, parse_documents
+from controller.types import ElasticModel, InputError
+from schemas import validator
 
 RECORDS_BRANCH = "gpushare/rightsizing"  # the records' review branch when the controller writes back for review
 
@@ -50,6 +57,7 @@ class Record:
     review_branch: str | None = None
     conditions: tuple[Condition, ...] = ()
     kv: dict = field(default_factory=dict)  # the recommended KV reservation (controller.rightsizing.kv)
+    recent: tuple[str, ...] = ()  # the times of the changes in the last day (the cap, MAX_CHANGES_PER_DAY)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -96,6 +104,8 @@ class Record:
             doc["fit"] = self.fit
         if self.kv:
             doc["kvReservation"] = self.kv
+        if self.recent:
+            doc["recentChanges"] = list(self.recent)
         if self.conditions:
             doc["conditions"] = [c.as_dict() for c in self.conditions]
         return doc
@@ -104,8 +114,33 @@ class Record:
         return yaml.safe_dump(self.as_dict(), sort_keys=False, default_flow_style=False, width=1000)
 
 
+@dataclass(frozen=True)
+class RecordProblem:
+    """A file under decisions/rightsizing/ that is not a valid record for the model its path names."""
+
+    path: str
+    key: tuple[str, str] | None  # (namespace, name) from the path, when it has that shape
+    message: str
+
+    def as_input_error(self) -> InputError:
+        return InputError(file=self.path, document=None, path="", reason="InvalidRecord", message=self.message,
+                          fix="delete the file or restore it from git: the controller rewrites it on its next "
+                              "right-sizing pass; the model holds until then")
+
+
+class Records(dict):
+    """(namespace, name) -> Record, with `problems`: the files that were not valid records."""
+
+    def __init__(self, records=(), problems: Iterable[RecordProblem] = ()) -> None:
+        super().__init__(records)
+        self.problems = tuple(problems)
+
+    def problem_of(self, key: tuple[str, str]) -> RecordProblem | None:
+        return next((p for p in self.problems if p.key == key), None)
+
+
 def parse_record(doc) -> Record | None:
-    """A record from its document; None for anything else (the controller rewrites its own files)."""
+    """A record from its schema-valid document; None for anything else."""
     try:
         if doc.get("kind") != "RightsizingRecord":
             return None
@@ -115,12 +150,13 @@ def parse_record(doc) -> Record | None:
             direction=doc.get("direction"), reason=doc.get("reason"), at=doc.get("at"),
             evidence=dict(doc.get("evidence") or {}), fit=dict(doc.get("fit") or {}),
             review_branch=doc.get("reviewBranch"), kv=dict(doc.get("kvReservation") or {}),
+            recent=tuple(str(t) for t in doc.get("recentChanges") or ()),
             conditions=tuple(Condition(**c) for c in doc.get("conditions") or ()))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
 
 
-def read_records(root: Path) -> dict[tuple[str, str], Record]:
+def read_records(root: Path) -> Records:
     """The records of a checked-out tree (regular files only: a symlink is not followed)."""
     base = Path(root) / RECORDS_DIR
     texts = {}
@@ -130,22 +166,45 @@ def read_records(root: Path) -> dict[tuple[str, str], Record]:
         try:
             texts[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
-            continue
+            texts[path.relative_to(root).as_posix()] = "\x00"  # unreadable: a problem like any broken record
     return records_from(texts)
 
 
-def records_from(texts: Mapping[str, str]) -> dict[tuple[str, str], Record]:
-    """Records from their files' texts (repository path -> text); a file that is not a record at its own path
-    (`decisions/rightsizing/<namespace>/<name>.yaml`) is skipped: the controller rewrites its own files."""
-    records = {}
+def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None) -> Records:
+    """Records from their files' texts (repository path -> text), each parsed within the YAML limits and checked
+    against the record schema; a file that is not one valid record at its own path
+    (`decisions/rightsizing/<namespace>/<name>.yaml`) is a RecordProblem instead."""
+    limits = limits or YamlLimits.from_env()
+    records, problems = {}, []
     for rel, text in sorted(texts.items()):
-        try:
-            record = parse_record(yaml.safe_load(text))
-        except yaml.YAMLError:
-            continue
-        if record is not None and rel == record.path:
-            records[record.key] = record
-    return records
+        record_or_problem = parse_record_text(rel, text, limits)
+        if isinstance(record_or_problem, RecordProblem):
+            problems.append(record_or_problem)
+        else:
+            records[record_or_problem.key] = record_or_problem
+    return Records(records, problems)
+
+
+def parse_record_text(rel: str, text: str, limits: YamlLimits) -> Record | RecordProblem:
+    """One record file, pure: its Record, or what is wrong with it."""
+    parts = rel.removeprefix(RECORDS_DIR + "/").removesuffix(".yaml").split("/")
+    key = (parts[0], parts[1]) if len(parts) == 2 and rel.endswith(".yaml") else None
+    try:
+        docs = parse_documents(text, unique_keys=True, limits=limits)
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        problem = getattr(exc, "problem", None) or "not YAML"
+        return RecordProblem(rel, key, f"{str(problem)[:200]}")
+    if len(docs) != 1:
+        return RecordProblem(rel, key, f"holds {len(docs)} YAML documents; a record is exactly one")
+    error = best_match(validator("rightsizing-record").iter_errors(docs[0]))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(the document)"
+        return RecordProblem(rel, key, f"{where}: {error.message[:300]}")
+    record = parse_record(docs[0])
+    if record is None or rel != record.path:
+        return RecordProblem(rel, key, "the record's model does not match its path "
+                                       "(decisions/rightsizing/<namespace>/<name>.yaml)")
+    return record
 
 
 def observed_models(models: Iterable[ElasticModel], records: Mapping[tuple[str, str], Record]

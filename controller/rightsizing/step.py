@@ -17,8 +17,10 @@ from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
 from contract.quantity import format_bytes
-from controller.types import Decision, ElasticModel, GpuSlot, Profile
+from controller.planning.plan import plan
+from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Profile
 
+from .bounds import limits_for
 from .kv import KvReservation, recommend_kv
 from .placement import Fit, where_it_fits
 from .policy import PERCENTILE
@@ -27,6 +29,7 @@ from .records import Condition, Record
 from .usage import Sample, format_time, parse_time
 
 HOURS_PER_MONTH = 730
+HOLD_CONDITIONS = ("AtMaxBudget", "MemoryWontHelp", "WouldBeRefused", "ChangeCapReached")  # each a condition
 
 
 @dataclass(frozen=True)
@@ -60,50 +63,68 @@ def monthly_cost(delta_bytes: int, slot: GpuSlot | None, prices: Mapping[str, fl
 
 def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: Sequence[GpuSlot],
          records: Mapping[tuple[str, str], Record], usage: Mapping[str, Sequence[Sample]] | None, now: float,
-         prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = ()) -> StepResult:
+         prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = (),
+         held: Mapping[str, tuple[str, str]] | None = None,
+         bad_records: Mapping[tuple[str, str], str] | None = None) -> StepResult:
     """`usage` None: no usage could be read at all (every enabled model holds). `profiles` size a KV sequence
-    (none: no KV reservation is recommended)."""
+    (none: no KV reservation is recommended). `held`: namespace/name -> (reason, message) of models whose usage
+    could not be trusted (they hold, with that reason). `bad_records`: (namespace, name) -> what is wrong with the
+    model's record file: that model holds (InvalidRecord) and gets a fresh record."""
     by_key = {d.key: d for d in decisions}
     by_profile = {p.key: p for p in profiles}
     out: dict[tuple[str, str], Record] = {}
     proposals = []
+    replays = {}
+    for model, carried, in_force, samples in _replayable(models, records, usage, held, bad_records, now):
+        decision = by_key.get(model.key)
+        limits = limits_for(model, model.rightsizing, decision, slots, profile_of(model, decision, by_profile))
+        replays[model.key] = replay(samples, model.ref, in_force, model.rightsizing,
+                                    Slo(model.slo.ttft_ms, model.slo.tpot_ms),
+                                    parse_time(carried.at) if carried and carried.at else None, limits,
+                                    (parse_time(t) for t in (carried.recent if carried else ())))
+    moved = {m.key: replays[m.key][1].budget for m in models if m.key in replays
+             and any(isinstance(e, Change) for e in replays[m.key][0]) and replays[m.key][1].budget != m.budget_bytes}
+    fits = planned_fits(models, moved, by_key, slots, profiles)
     for model in sorted(models, key=lambda m: m.key):
         policy = model.rightsizing
         if not policy.enabled:
             continue
-        previous = records.get(model.key)
+        if model.key in (bad_records or {}):
+            user = model.spec_budget_bytes
+            out[model.key] = Record(model.namespace, model.name, policy.policy, user, user, conditions=(
+                Condition("RecordValid", "False", "InvalidRecord", f"{bad_records[model.key]}; the model holds this "
+                          "pass and its record is rewritten"),))
+            continue
         user = model.spec_budget_bytes
-        carried = previous if previous is not None and previous.spec_budget_bytes == user \
-            and previous.policy == policy.policy else None
-        if previous is not None and carried is None and previous.policy == policy.policy == "Recommend" \
-                and previous.budget_bytes == user:  # the user merged the proposal: it is closed, its time stays
-            carried = replace(previous, spec_budget_bytes=user)
+        carried = _carried(model, records.get(model.key))  # a merged proposal is closed, its time stays
         in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
         base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
         samples = list((usage or {}).get(model.ref, ()))
-        missing = _missing(samples, now) if usage is not None else "usage could not be read"
+        reason, missing = (held or {}).get(model.ref) or (
+            "UsageMissing", _missing(samples, now) if usage is not None else "usage could not be read")
         if missing:
-            out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", "UsageMissing",
+            out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", reason,
                                                                  f"{missing}; no change made"),))
             continue
-        last_change = parse_time(carried.at) if carried and carried.at else None
-        found, loop = replay(samples, model.ref, in_force, policy, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
-                             last_change)
-        change = next((e for e in reversed(found) if isinstance(e, Change)), None)
         decision = by_key.get(model.key)
+        found, loop = replays[model.key]
+        change = next((e for e in reversed(found) if isinstance(e, Change)), None)
+        recent = tuple(format_time(t) for t in loop.recent)
         kv = _kv(model, decision, by_profile, loop)
         kv_doc = kv.as_dict() if kv is not None else base.kv
         conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
-        capped = [e for e in found if isinstance(e, Hold) and e.reason == "AtMaxBudget"]
-        if capped and (change is None or capped[-1].at > change.at):
-            conditions.append(Condition("AtMaxBudget", "True", "AtMaxBudget", capped[-1].message))
+        for reason in HOLD_CONDITIONS:
+            holds = [e for e in found if isinstance(e, Hold) and e.reason == reason]
+            if holds and (change is None or holds[-1].at > change.at):
+                conditions.append(Condition(reason, "True", reason, holds[-1].message))
         if change is None or loop.budget in (in_force, base.budget_bytes):  # nothing new: records stay as they are
             out[model.key] = replace(base, conditions=tuple(conditions), kv=kv_doc)
             if carried is not None and carried.open and policy.policy == "Recommend":
                 proposals.append(Proposal(model, carried.budget_bytes, review_branch(model),
                                           _reproposal_message(model, carried), new=False))
             continue
-        fit = where_it_fits(decision, loop.budget, decisions, slots) if decision is not None else None
+        fit = fits.get(model.key) or (where_it_fits(decision, loop.budget, decisions, slots)
+                                      if decision is not None else None)
         if fit is not None and fit.kind == "NeedsCapacity":
             conditions.append(Condition("NeedsCapacity", "True", "NeedsCapacity", fit.message))
             if policy.policy == "Auto":
@@ -112,7 +133,8 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         record = Record(model.namespace, model.name, policy.policy, user, loop.budget,
                         change.direction, change.reason, format_time(change.at), change.evidence.as_dict(),
                         _fit_dict(fit) if fit else {},
-                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions), kv_doc)
+                        review_branch(model) if policy.policy == "Recommend" else None, tuple(conditions), kv_doc,
+                        recent)
         out[model.key] = record
         if policy.policy == "Recommend":
             slot = next((s for s in slots if decision is not None and s.id == decision.slot), None)
@@ -121,11 +143,77 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     return StepResult(out, tuple(proposals))
 
 
+def _replayable(models, records, usage, held, bad_records, now):
+    """(model, carried record, budget in force, samples) of each model the step replays: a policy, a good
+    record or none, and usage it can trust (the same tests the main loop makes, in the same order)."""
+    for model in models:
+        policy = model.rightsizing
+        if not policy.enabled or model.key in (bad_records or {}):
+            continue
+        carried = _carried(model, records.get(model.key))
+        in_force = carried.budget_bytes if carried and policy.policy == "Auto" else model.spec_budget_bytes
+        samples = list((usage or {}).get(model.ref, ()))
+        if usage is None or model.ref in (held or {}) or _missing(samples, now):
+            continue
+        yield model, carried, in_force, samples
+
+
+def _carried(model: ElasticModel, previous: Record | None) -> Record | None:
+    """The previous record when it still applies: same policy, same user budget (or a merged proposal)."""
+    policy, user = model.rightsizing, model.spec_budget_bytes
+    if previous is None or previous.policy != policy.policy:
+        return None
+    if previous.spec_budget_bytes == user:
+        return previous
+    if policy.policy == "Recommend" and previous.budget_bytes == user:  # the user merged the proposal
+        return replace(previous, spec_budget_bytes=user)
+    return None
+
+
+def planned_fits(models: Sequence[ElasticModel], budgets: Mapping[tuple[str, str], int],
+                 previous: Mapping[tuple[str, str], Decision], slots: Sequence[GpuSlot],
+                 profiles: Sequence[Profile]) -> dict[tuple[str, str], Fit]:
+    """Where each new budget lands in the next plan: the planner itself (controller.planning.plan) over the
+    whole fleet with every new budget at once, from the last decisions, so a record's verdict is what the
+    next reconcile pass does. Models the planner cannot place without a profile are left out (the caller
+    falls back to where_it_fits)."""
+    if not budgets or not slots or not profiles:
+        return {}
+    fleet = tuple(replace(m, budget_bytes=budgets.get(m.key, m.budget_bytes)) for m in models)
+    planned = {d.key: d for d in plan(Inputs(fleet, tuple(profiles), tuple(slots)), previous).decisions}
+    fits = {}
+    for key, budget in budgets.items():
+        new, old = planned.get(key), previous.get(key)
+        if new is None:
+            continue
+        product = new.gpu_product
+        if new.mode == "refused" or new.slot is None:
+            guess = where_it_fits(old, budget, tuple(previous.values()), slots) if old is not None else None
+            missing = guess.missing_bytes if guess is not None and guess.kind == "NeedsCapacity" else 0
+            fits[key] = Fit("NeedsCapacity", None, missing, product,
+                            f"the next plan refuses it at {format_bytes(budget)}: {new.reason}")
+            continue
+        granted = min(new.need_bytes, budget)
+        squeezed = f" of the {format_bytes(granted)} granted" if new.footprint_bytes < granted else ""
+        where = f"{new.mode} at {format_bytes(new.footprint_bytes)}{squeezed}"
+        if old is not None and old.slot == new.slot:
+            fits[key] = Fit("InPlace", new.slot, 0, product, f"the next plan keeps it on {new.slot}, {where}")
+        else:
+            fits[key] = Fit("Move", new.slot, 0, product, f"the next plan moves it to {new.slot}, {where}")
+    return fits
+
+
+def profile_of(model: ElasticModel, decision: Decision | None,
+             profiles: Mapping[tuple[str, str, str], Profile]) -> Profile | None:
+    """The model's profile on the GPU product it is placed on (or asks for)."""
+    product = decision.gpu_product if decision is not None else model.gpu_product
+    return profiles.get((model.model, model.revision, product)) if product else None
+
+
 def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str], Profile],
         loop: Recommender) -> KvReservation | None:
     """The KV reservation to recommend from the loop's KV in use, sized by the model's profile on its GPU."""
-    product = decision.gpu_product if decision is not None else model.gpu_product
-    profile = profiles.get((model.model, model.revision, product)) if product else None
+    profile = profile_of(model, decision, profiles)
     if profile is None or not loop.kv_seen:
         return None
     return recommend_kv(used_percentile_bytes=loop.kv_histogram.percentile(PERCENTILE),

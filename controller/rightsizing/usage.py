@@ -17,6 +17,9 @@ sequences held, against `kvReservedBytes`. Latencies are the sample interval's 9
 percentile; `refusals`/`ooms` count worker refusals and out-of-memory failures in the
 interval, `missingBytes` the largest shortfall a refusal reported, `budgetBytes` the budget the
 worker ran with (a breach under a budget older than the loop's last upsize is not acted on).
+Every number must be finite, at least 0 and at most its LIMITS entry (no GPU holds a pebibyte,
+no latency is a day): a value beyond is an error here and holds the model when Prometheus sends
+it (controller.rightsizing.prometheus). Errors name the line and never echo a control character.
 """
 from __future__ import annotations
 
@@ -29,6 +32,15 @@ from typing import Iterable, Iterator
 _NUMBERS = {"deviceBytes": "device_bytes", "kvUsedBytes": "kv_used_bytes", "kvReservedBytes": "kv_reserved_bytes",
             "queueWaitSeconds": "queue_wait_s", "ttftSeconds": "ttft_s", "tpotSeconds": "tpot_s",
             "refusals": "refusals", "ooms": "ooms", "missingBytes": "missing_bytes", "budgetBytes": "budget_bytes"}
+
+
+MAX_USAGE_BYTES = 1 << 50       # 1 PiB: no device holds more; beyond is a broken exporter
+MAX_USAGE_SECONDS = 86400.0     # a latency of a day is no measurement
+MAX_USAGE_COUNT = 1e9           # refusals or OOMs in one interval
+LIMITS = {key: MAX_USAGE_BYTES if key.endswith("Bytes") else MAX_USAGE_SECONDS if key.endswith("Seconds")
+          else MAX_USAGE_COUNT for key in _NUMBERS}
+_LIMIT_WORDS = {MAX_USAGE_BYTES: "2^50 (1 PiB)", MAX_USAGE_SECONDS: "86400 (a day)", MAX_USAGE_COUNT: "10^9"}
+MAX_TIME = 1 << 34              # Unix seconds (year 2514): later is no clock
 
 
 class UsageFormatError(ValueError):
@@ -57,7 +69,8 @@ class Sample:
 
 
 def parse_time(value) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 <= value < MAX_TIME:
         return float(value)
     if isinstance(value, str):
         try:
@@ -65,10 +78,21 @@ def parse_time(value) -> float:
         except ValueError:
             pass
         else:
-            if parsed.tzinfo is not None:
+            if parsed.tzinfo is not None and 0 <= parsed.timestamp() < MAX_TIME:
                 return parsed.timestamp()
-    raise UsageFormatError(f"time {value!r} is neither RFC 3339 with a zone (2026-11-30T12:00:00Z) "
-                           "nor Unix seconds")
+    raise UsageFormatError(f"time {shown(value)} is neither RFC 3339 with a zone (2026-11-30T12:00:00Z) "
+                           "nor Unix seconds (after 1970, before 2514)")
+
+
+def shown(value, limit: int = 80) -> str:
+    """`value` fit to quote in an error: its repr cut to `limit`, every control character escaped."""
+    text = repr(value)
+    return escape(text if len(text) <= limit else text[:limit] + "…")
+
+
+def escape(text: str) -> str:
+    """`text` with every character that is not printable (control, bidi override) written as an escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def format_time(seconds: float) -> str:
@@ -80,22 +104,25 @@ def parse_line(line: str) -> Sample:
         doc = json.loads(line)
     except json.JSONDecodeError as exc:
         raise UsageFormatError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    except (ValueError, RecursionError):  # a number of thousands of digits, nesting beyond the stack
+        raise UsageFormatError("not JSON this reader accepts (a number too long, or nesting too deep)") from None
     if not isinstance(doc, dict):
         raise UsageFormatError("a line must be a JSON object")
     model = doc.get("model")
     if not isinstance(model, str) or model.count("/") != 1:
-        raise UsageFormatError(f"model {model!r} must be namespace/name")
+        raise UsageFormatError(f"model {shown(model)} must be namespace/name")
     values = {}
     for key, field in _NUMBERS.items():
         value = doc.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise UsageFormatError(f"{key} must be a finite number >= 0 or null, not {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= LIMITS[key]:
+            raise UsageFormatError(f"{key} must be a finite number from 0 to {_LIMIT_WORDS[LIMITS[key]]}, or "
+                                   f"null, not {shown(value)}")
         values[field] = int(value) if key.endswith("Bytes") or key in ("refusals", "ooms") else float(value)
     unknown = sorted(set(doc) - set(_NUMBERS) - {"time", "model"})
     if unknown:
-        raise UsageFormatError(f"unknown fields {', '.join(unknown)}; the format is documented in "
+        raise UsageFormatError(f"unknown fields {', '.join(escape(k)[:40] for k in unknown[:5])}; the format is documented in "
                                "docs/guide.md (Right-sizing)")
     return Sample(time=parse_time(doc.get("time")), model=model, **values)
 
@@ -109,7 +136,7 @@ def read_samples(lines: Iterable[str], origin: str = "usage") -> list[Sample]:
         try:
             samples.append(parse_line(line))
         except UsageFormatError as exc:
-            raise UsageFormatError(f"{origin}:{number}: {exc}") from None
+            raise UsageFormatError(f"{escape(origin)}:{number}: {exc}") from None
     return sorted(samples, key=lambda s: s.time)
 
 
