@@ -86,7 +86,7 @@ def _port() -> int:
 
 def _pass(url: str, models: int) -> None:
     """The measured pass, in its own process: read the window, run the step; print one JSON line."""
-    from controller.rightsizing.policy import Rightsizing
+    from controller.policy import Rightsizing
     from controller.rightsizing.prometheus import DETAIL_S, read_usage
     from controller.rightsizing.step import step
     from controller.rightsizing.usage import by_model

@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from controller.policy import DEFAULT_WINDOW_S, Rightsizing  # noqa: E402
 from controller.rightsizing.bounds import Limits  # noqa: E402
 from controller.rightsizing.histogram import DecayingHistogram  # noqa: E402
-from controller.rightsizing.policy import DEFAULT_WINDOW_S, Rightsizing  # noqa: E402
 from controller.rightsizing.recommender import Change, Recommender, Slo  # noqa: E402
 from controller.rightsizing.usage import Sample  # noqa: E402
 

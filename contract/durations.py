@@ -4,7 +4,7 @@ A number (up to 9 digits, an optional decimal part) followed by a unit: `ms`, `s
 `d` (`500ms`, `30s`, `1.5h`, `2d`); a bare number is seconds. `spec.rightsizing` durations are
 the whole-number subset the ElasticModel schema admits (`90s`, `5m`, `6h`, `1d`). Called by the
 command lines (`duration_flag`: reconcile's --interval and --rightsize-*, rightsize's --window
-and --step, usage export's --since and --step) and by controller.rightsizing.policy.
+and --step, usage export's --since and --step) and by controller.policy.
 """
 from __future__ import annotations
 

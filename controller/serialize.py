@@ -51,6 +51,8 @@ def decision_to_dict(d: Decision) -> dict:
             "tpotMs": d.predicted.tpot_ms,
             "swapInMs": d.predicted.swap_in_ms,
             "linkShareGBps": d.predicted.link_share_gbps,
+            "aloneTtftMs": d.predicted.alone_ttft_ms,
+            "aloneTpotMs": d.predicted.alone_tpot_ms,
         },
         "estimated": d.estimated,
         "hostBytes": d.host_bytes,
@@ -78,7 +80,8 @@ def decision_from_dict(doc: dict) -> Decision:
         footprint_bytes=int(doc.get("footprintBytes", 0)),
         predicted=None if predicted is None else Predicted(
             ttft_ms=predicted["ttftMs"], tpot_ms=predicted["tpotMs"], swap_in_ms=predicted.get("swapInMs"),
-            link_share_gbps=predicted.get("linkShareGBps"),
+            link_share_gbps=predicted.get("linkShareGBps"), alone_ttft_ms=predicted.get("aloneTtftMs"),
+            alone_tpot_ms=predicted.get("aloneTpotMs"),
         ),
         estimated=bool(doc.get("estimated", False)),
         host_bytes=int(doc.get("hostBytes", 0)),

@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Literal
 
 from contract.footprint import Terms
-from controller.rightsizing.policy import OFF, Rightsizing
+from controller.policy import OFF, Rightsizing
 
 Mode = Literal["resident", "swap", "elastic", "refused"]
 DEFAULT_COMPOSITION = "default"
@@ -145,10 +145,16 @@ class GpuSlot:
 
 @dataclass(frozen=True)
 class Predicted:
+    """A model's predicted latencies in its mode and slice. `ttft_ms`, `tpot_ms`: "all busy", with every
+    co-tenant decoding at once, the link shared and a swap group's turns waited (the SLO verdict's figures);
+    `alone_*`: the same mode and slice with no co-tenant busy (None in a decision written before they existed)."""
+
     ttft_ms: float
     tpot_ms: float
     swap_in_ms: float | None = None
     link_share_gbps: float | None = None  # the host→device bandwidth this model streams at (elastic, swap)
+    alone_ttft_ms: float | None = None
+    alone_tpot_ms: float | None = None
 
 
 @dataclass(frozen=True)

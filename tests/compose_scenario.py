@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from controller.inputs.load import DecisionRecord
+from controller.inputs.tree import LastPass
 from controller.types import SLO, Decision, ElasticModel, GpuSlot, Pending, Plan, Predicted
 
 GIB = 1 << 30
@@ -61,3 +63,11 @@ PREVIOUS = {
     CODER.key: DECISIONS[1],
     RETIRED.key: decide(RETIRED, "resident", SLOTS[0], need=GIB, footprint=GIB),
 }
+
+
+def last_pass(previous: dict) -> LastPass:
+    """The last pass as compose takes it, holding only these decisions (no spec, PLAN.md or tree)."""
+    return LastPass(records={key: DecisionRecord(decision, None) for key, decision in previous.items()})
+
+
+LAST = last_pass(PREVIOUS)

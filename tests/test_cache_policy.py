@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from controller.cli.commands import main
-from controller.rendering.cache_policy import (DEFAULT_HOST_PATH_ROOT, HOST_PATH_ROOT_SETTING, host_path_problem,
+from controller.inputs.cache_policy import (DEFAULT_HOST_PATH_ROOT, HOST_PATH_ROOT_SETTING, host_path_problem,
                                                host_path_root)
 from controller.rendering.compose import compose
-from controller.rendering.compositions import parse_composition, shipped_compositions
+from controller.inputs.compositions import parse_composition, shipped_compositions
 from tests.compose_scenario import MODELS, PLAN, SLOTS
 
 
@@ -69,7 +69,7 @@ def test_the_pass_refuses_every_model_of_a_composition_outside_the_root():
     shipped = shipped_compositions()
     bad = dataclasses.replace(shipped["default"], parameters=MappingProxyType(
         {**shipped["default"].parameters, "modelCache": {"hostPath": "/etc"}}))
-    rendered = compose(MODELS, PLAN, SLOTS, {}, compositions={**shipped, "default": bad})
+    rendered = compose(MODELS, PLAN, SLOTS, compositions={**shipped, "default": bad})
     refused = {e.ref for e in rendered.errors if e.reason == "HostPathOutsideRoot"}
     users = {m.ref for m in MODELS if m.composition == "default"}
     assert refused == users and users

@@ -112,8 +112,9 @@ def test_detailed_exitcode_is_2_with_changes_and_0_without(capsys, fleet, tmp_pa
 def test_plan_wide_shows_footprint_latencies_and_the_profile_source(capsys):
     code, out, _ = run(capsys, "plan", str(FLEET), "-o", "wide")
     header = next(line for line in out.splitlines() if line.strip().startswith("NAME"))
-    assert code == 0 and header.split() == ["NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT",
-                                            "TPOT", "SWAP-IN", "SLO", "PROFILE"]
+    assert code == 0 and header.split() == ["NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS",
+                                            "TTFT(ALONE/ALL-BUSY)", "TPOT(ALONE/ALL-BUSY)", "SWAP-IN",
+                                            "SLO(ALL-BUSY)", "PROFILE"]
     row = next(line for line in out.splitlines() if line.strip().startswith("llm/coder-32b"))
     assert row.split()[-1] == "estimated" and row.split()[4] == "66.0Gi"
 
@@ -134,7 +135,7 @@ def replan(fleet: Path, name: str, budget: str) -> str:
         path.write_text(yaml.safe_dump_all(docs))
     snapshot = read_repo(fleet)
     inputs, _ = snapshot.planned()
-    return next(d.mode for d in plan(inputs, snapshot.previous).decisions if d.name == name)
+    return next(d.mode for d in plan(inputs, snapshot.last.previous).decisions if d.name == name)
 
 
 def test_a_pasted_minimum_budget_is_enough_because_it_is_rounded_up(capsys, fleet):
@@ -178,8 +179,10 @@ def test_offline_polling_logs_each_pass_as_a_timestamped_json_line(capsys, monke
     code, out, err = run(capsys, "--log-format", "json", "reconcile", "--offline", "--repo", str(remote),
                          "--interval", "30s", "--workdir", str(tmp_path / "controller"))
     lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-    passes = [line["message"] for line in lines if line["logger"] == "gpushare.reconcile"]
+    passes = [line["message"] for line in lines if line["logger"] == "gpushare.reconcile" and line["level"] == "INFO"]
+    warned = [line["message"] for line in lines if line["logger"] == "gpushare.reconcile" and line["level"] == "WARNING"]
     assert code == 0 and out == "" and len(passes) == 2
+    assert len(warned) == 1 and warned[0].startswith("--write-back direct: ")  # polling straight to main says so
     assert passes[0].startswith("committed ") and passes[1].startswith("no change (main at ")
 
 

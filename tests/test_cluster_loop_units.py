@@ -15,10 +15,11 @@ from controller.cli.common import from_directory
 from controller.cli.commands import _parser
 from controller.observe.facts import ProfileDocument
 from controller.cli.cluster_loop import ClusterReconciler
-from controller.passes.cluster_pass import (MEASURED_DIR, MEASURED_HEADER, ClusterFacts, ModelView, ProfileRequest,
-                                     application_for, measured_profiles, render_in_cluster, status_model)
+from controller.passes.cluster_pass import ModelView, application_for, render_in_cluster, status_model
+from controller.passes.measured import (MEASURED_DIR, MEASURED_HEADER, ClusterFacts, ProfileRequest,
+                                        measured_profiles)
 from controller.inputs.load import combine, parse_model
-from controller.inputs.reader import read_tree
+from controller.inputs.reader import read_repo
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.rendering.names import profile_configmap_name
 from controller.types import GpuSlot, InputError, Source
@@ -104,7 +105,7 @@ def tree(tmp_path):
 
 def test_cluster_render_plans_on_node_slots_with_the_measured_profile(tree):
     facts = ClusterFacts(slots=(SLOT,), profiles=(_document("llm", PROFILE_CM, measured_profile()),))
-    rendered = render_in_cluster(read_tree(tree), facts)
+    rendered = render_in_cluster(read_repo(tree), facts)
     assert rendered.output.inputs.errors == ()  # gpus.yaml is not read; the estimate is superseded
     assert rendered.output.inputs.slots == (SLOT,)
     assert [p.source for p in rendered.output.inputs.profiles] == ["measured"]
@@ -117,11 +118,11 @@ def test_cluster_render_plans_on_node_slots_with_the_measured_profile(tree):
 def test_a_committed_measured_profile_is_replaced_by_the_cluster_copy_and_kept_without_it(tree):
     (tree / MEASURED_PATH).parent.mkdir(parents=True)
     (tree / MEASURED_PATH).write_text(MEASURED_HEADER + yaml.safe_dump({**measured_profile(), "method": "old run"}))
-    with_configmap = render_in_cluster(read_tree(tree), ClusterFacts((SLOT,), (_document("llm", PROFILE_CM, measured_profile()),)))
+    with_configmap = render_in_cluster(read_repo(tree), ClusterFacts((SLOT,), (_document("llm", PROFILE_CM, measured_profile()),)))
     assert with_configmap.output.inputs.errors == ()  # not a duplicate of itself
     assert b"old run" not in with_configmap.files[MEASURED_PATH]
 
-    without = render_in_cluster(read_tree(tree), ClusterFacts((SLOT,), ()))
+    without = render_in_cluster(read_repo(tree), ClusterFacts((SLOT,), ()))
     assert MEASURED_PATH not in without.files and MEASURED_PATH in without.keep
     assert [p.file for p in without.output.inputs.profiles] == [MEASURED_PATH]
 

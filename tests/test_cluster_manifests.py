@@ -195,7 +195,7 @@ def test_the_appproject_admits_every_kind_the_tree_and_the_models_hold():
     PodMonitors and per-namespace keys on), and ElasticModels, must be whitelisted, and nothing cluster-wide but
     Namespaces."""
     from controller.rendering.compose import compose
-    from controller.rendering.compositions import shipped_compositions
+    from controller.inputs.compositions import shipped_compositions
     from controller.rendering.site import with_install_parameters
     from tests.compose_scenario import MODELS, PLAN, SLOTS
 
@@ -204,7 +204,7 @@ def test_the_appproject_admits_every_kind_the_tree_and_the_models_hold():
     cluster = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"]}
     compositions = with_install_parameters(shipped_compositions(), {
         "podMonitor": True, "apiKeySecret": {"name": "llm-api", "key": "key"}})
-    rendered = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
+    rendered = compose(MODELS, PLAN, SLOTS, compositions=compositions)
     kinds = set()
     for path, text in rendered.files.items():
         if path.endswith(".yaml") and path.startswith("rendered/"):

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from controller.observe.facts import ProfileDocument
-from controller.passes.cluster_pass import (MEASURED_DIR, ProfileRequest, measured_path, measured_profiles,
-                                     profile_requests)
+from controller.passes.measured import (MEASURED_DIR, ProfileRequest, measured_path, measured_profiles,
+                                        profile_requests)
 from controller.inputs.load import parse_model
 from controller.rendering.names import profile_configmap_name
 from controller.types import GpuSlot, Source

@@ -13,13 +13,13 @@ import yaml
 import schemas
 from controller.rendering.compose import compose
 from controller.rendering.compose_errors import ManifestInvalid, OutputConflict, RenderFailed, UnknownComposition, UnknownSlot
-from controller.rendering.compositions import CompositionInvalid, load_compositions, shipped_compositions
+from controller.inputs.compositions import CompositionInvalid, load_compositions, shipped_compositions
 from controller.rendering.site import with_install_parameters
 from controller.planning.occupancy import device_bytes
 from controller.rendering.names import service_name
 from controller.types import GpuSlot, Pending, Plan
 from templates import TEMPLATE_DIR
-from tests.compose_scenario import (BIG, CHAT, CODER, DECISIONS, FRESH, GIB, L4, MODELS, PLAN, PREVIOUS, SLOTS, TINY,
+from tests.compose_scenario import (BIG, CHAT, CODER, DECISIONS, FRESH, GIB, L4, LAST, MODELS, PLAN, SLOTS, TINY,
                                    decide, model)
 
 WORKERS = "rendered/gpushare-system"
@@ -28,7 +28,7 @@ MIB = 1 << 20
 
 @pytest.fixture(scope="module")
 def tree():
-    return compose(MODELS, PLAN, SLOTS, PREVIOUS).files
+    return compose(MODELS, PLAN, SLOTS, LAST).files
 
 
 def service_path(namespace: str, name: str, workers: str = "gpushare-system") -> str:
@@ -109,7 +109,7 @@ def test_deployment_carries_config_checksum_and_pod_the_scrape_target(tree):
 
 def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
     bigger = replace(PLAN.decisions[0], budget_bytes=PLAN.decisions[0].budget_bytes + 1)
-    files = compose(MODELS, replace(PLAN, decisions=(bigger,) + PLAN.decisions[1:]), SLOTS, PREVIOUS).files
+    files = compose(MODELS, replace(PLAN, decisions=(bigger,) + PLAN.decisions[1:]), SLOTS, LAST).files
     path = f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"
     key = "gpushare.dev/config-checksum"
     assert load(files, path)["metadata"]["annotations"][key] != load(tree, path)["metadata"]["annotations"][key]
@@ -119,7 +119,7 @@ def test_config_change_changes_the_checksum_but_not_the_pod_template(tree):
 def test_a_slot_capacity_change_rolls_the_pod_since_the_worker_cannot_apply_it_in_place(tree):
     """worker/reconfigure.py refuses a changed slot capacity in place: the pod template carries it, so it rolls."""
     smaller = (replace(SLOTS[0], reserved_bytes=SLOTS[0].reserved_bytes * 2),) + SLOTS[1:]
-    files = compose(MODELS, PLAN, smaller, PREVIOUS).files
+    files = compose(MODELS, PLAN, smaller, LAST).files
     annotations = pod(files, "worker-node-a-gpu0-default")["metadata"]["annotations"]
     assert annotations["gpushare.dev/slot-capacity-bytes"] == str(smaller[0].usable_bytes)
     assert pod(files, "worker-node-a-gpu0-default") != pod(tree, "worker-node-a-gpu0-default")
@@ -141,7 +141,7 @@ def test_the_pod_requests_the_fixed_base_and_the_deployment_carries_the_host_mem
 @pytest.mark.parametrize("worker", ["worker-node-a-gpu0-default", "worker-node-b-gpu0-kai", "worker-node-b-gpu1-hami"])
 def test_where_the_cluster_serves_podmonitors_every_worker_gets_one_on_the_metrics_port(tree, worker):
     """Cluster mode sets podMonitor from API discovery (an install parameter); Argo CD may sync without the CRD."""
-    files = compose(MODELS, PLAN, SLOTS, PREVIOUS, compositions=with_install_parameters(
+    files = compose(MODELS, PLAN, SLOTS, LAST, compositions=with_install_parameters(
         shipped_compositions(), {"podMonitor": True})).files
     monitor = load(files, f"{WORKERS}/podmonitor-{worker}.yaml")
     labels = pod(files, worker)["metadata"]["labels"]
@@ -154,7 +154,7 @@ def test_where_the_cluster_serves_podmonitors_every_worker_gets_one_on_the_metri
 
 def test_a_composition_that_sets_podmonitor_wins_over_discovery(template_copy):
     compositions = with_install_parameters(with_parameters(template_copy, "podMonitor: false\n"), {"podMonitor": True})
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    files = compose(MODELS, PLAN, SLOTS, compositions=compositions).files
     assert f"{WORKERS}/podmonitor-worker-node-a-gpu0-default.yaml" not in files
     assert f"{WORKERS}/podmonitor-worker-node-b-gpu0-kai.yaml" in files  # kai's parameters are its own
 
@@ -184,7 +184,7 @@ def test_service_selects_its_slots_worker_pods(tree):
 def test_worker_namespace_is_a_composition_parameter(template_copy):
     path = template_copy / "compositions" / "default.yaml"
     path.write_text(path.read_text().replace("workerNamespace: gpushare-system", "workerNamespace: gpu-workers"))
-    files = compose([CHAT], Plan(decisions=PLAN.decisions[:1]), SLOTS, {},
+    files = compose([CHAT], Plan(decisions=PLAN.decisions[:1]), SLOTS,
                     compositions=load_compositions(template_copy)).files
     assert "rendered/gpu-workers/deployment-worker-node-a-gpu0-default.yaml" in files
     assert service_path("llm", "chat-small", "gpu-workers") in files
@@ -242,14 +242,14 @@ def test_beside_a_worker_that_reported_its_gpu_the_profiler_gets_that_gpu_not_an
     """On a multi-GPU node the device plugin, not the slot's index, decides which GPU the worker has: the worker
     reports its UUID (verdicts), and the profiler beside it is given that device."""
     reported = (replace(SLOTS[0], device_uuid="GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f"), *SLOTS[1:])
-    _, spec = profiler_pod(compose(MODELS, PLAN, reported, {}).files)
+    _, spec = profiler_pod(compose(MODELS, PLAN, reported).files)
     env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-8d1e0c1a-3f4b-4c2d-9e77-0a1b2c3d4e5f"
 
 
 def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
     free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
-    files = compose(MODELS, PLAN, (*SLOTS, free), {}).files
+    files = compose(MODELS, PLAN, (*SLOTS, free)).files
     job, spec = profiler_pod(files)
     (container,) = spec["containers"]
     assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H200"}
@@ -257,7 +257,7 @@ def test_with_a_free_h200_the_profiler_asks_for_a_whole_gpu():
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in container["env"]}
     assert "--max-gpu-memory-mib" not in container["args"]  # a whole GPU: bounded by what the driver says is free
     assert "annotations" not in job["spec"]["template"]["metadata"]
-    assert job["metadata"]["name"] != profiler_pod(compose(MODELS, PLAN, SLOTS, {}).files)[0]["metadata"]["name"]
+    assert job["metadata"]["name"] != profiler_pod(compose(MODELS, PLAN, SLOTS).files)[0]["metadata"]["name"]
 
 
 @pytest.mark.parametrize("composition", [
@@ -269,7 +269,7 @@ def test_sharing_compositions_profile_beside_the_workers_with_a_memory_share(com
     late = model("late", "research", hub="Qwen/Qwen2.5-1.5B-Instruct", composition=composition, product=L4)
     pending = Pending(name="late", namespace="research", model=late.model, gpu_product=L4, revision="main",
                       reason="no profile yet")
-    result = compose((*MODELS, late), Plan(decisions=DECISIONS, pending=(pending,)), SLOTS, {})
+    result = compose((*MODELS, late), Plan(decisions=DECISIONS, pending=(pending,)), SLOTS)
     assert result.errors == ()
     job, spec = profiler_pod(result.files, "research")
     (container,) = spec["containers"]
@@ -306,7 +306,7 @@ def test_profiler_may_create_configmaps_and_patch_only_its_own(tree):
 def test_two_models_awaiting_in_one_namespace_share_the_profiler_identity_not_their_grants():
     other = replace(FRESH, name="fresh-2", model="org/other")
     pending = PLAN.pending + (replace(PLAN.pending[0], name="fresh-2", model="org/other"),)
-    result = compose([FRESH, other], Plan(pending=pending), SLOTS, {})
+    result = compose([FRESH, other], Plan(pending=pending), SLOTS)
     assert result.errors == ()
     assert result.owners["rendered/llm/serviceaccount-gpushare-profiler.yaml"] == ("llm/fresh", "llm/fresh-2")
     jobs = [load(result.files, p) for p in result.files if "/job-" in p]
@@ -321,7 +321,7 @@ def test_models_awaiting_one_profile_share_one_job_measured_at_their_largest_con
     busy = replace(FRESH, name="fresh-busy", slo=replace(FRESH.slo, concurrency=FRESH.slo.concurrency * 4))
     long = replace(FRESH, name="fresh-long", slo=replace(FRESH.slo, context_tokens=FRESH.slo.context_tokens * 2))
     pending = PLAN.pending + tuple(replace(PLAN.pending[0], name=m.name) for m in (busy, long))
-    result = compose([FRESH, busy, long], Plan(pending=pending), SLOTS, {})
+    result = compose([FRESH, busy, long], Plan(pending=pending), SLOTS)
     assert result.errors == ()
     (job,) = [load(result.files, p) for p in result.files if "/job-" in p]
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -362,7 +362,7 @@ TOKEN_ENV = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-toke
 def test_model_cache_claim_is_read_write_for_profiler_and_worker_which_both_download(template_copy):
     compositions = with_parameters(template_copy, "modelCache: {claimName: hf-models}\n"
                                                   "    hfTokenSecret: {name: hf-token, key: token}")
-    result = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions)
+    result = compose(MODELS, PLAN, SLOTS, compositions=compositions)
     assert result.errors == ()
     (job_path,) = [p for p in result.files if p.startswith("rendered/llm/job-")]
     for path in (job_path, f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"):
@@ -402,7 +402,7 @@ def test_by_default_workers_share_the_nodes_public_cache_and_profilers_never_mou
 
 def test_offline_parameter_alone_keeps_pods_off_the_hub(template_copy):
     compositions = with_parameters(template_copy, "offline: true\n    modelCache: null")
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    files = compose(MODELS, PLAN, SLOTS, compositions=compositions).files
     (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
     for spec in (load(files, job_path)["spec"]["template"]["spec"], pod(files, "worker-node-a-gpu0-default")["spec"]):
         volume, _, env = cache_of(spec)
@@ -415,7 +415,7 @@ def test_node_selector_tolerations_and_api_key_reach_the_pods(template_copy):
                                    "    tolerations: [{key: dedicated, operator: Equal, value: llm, effect: NoExecute,"
                                    " tolerationSeconds: 30}]\n"
                                    "    apiKeySecret: {name: llm-api, key: key}")
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    files = compose(MODELS, PLAN, SLOTS, compositions=compositions).files
     (job_path,) = [p for p in files if p.startswith("rendered/llm/job-")]
     job = load(files, job_path)["spec"]["template"]["spec"]
     worker = pod(files, "worker-node-a-gpu0-default")["spec"]
@@ -456,7 +456,7 @@ def test_malformed_composition_parameters_are_refused(template_copy, parameters,
 def test_unknown_composition_fails_that_model_only(tree):
     typo = replace(CODER, composition="kia")
     models = [typo if m.key == CODER.key else m for m in MODELS]
-    result = compose(models, PLAN, SLOTS, PREVIOUS)
+    result = compose(models, PLAN, SLOTS, LAST)
     assert [(type(e), e.ref) for e in result.errors] == [(UnknownComposition, "llm/coder")]
     assert "'kia'" in result.errors[0].message and "default, hami, kai" in result.errors[0].message
     assert service_path("llm", "coder") not in result.files and "decisions/llm/coder.yaml" not in result.files
@@ -469,7 +469,7 @@ def test_unknown_composition_fails_that_model_only(tree):
 
 def test_decision_on_a_slot_not_in_the_inventory_fails_alone():
     lost = decide(TINY, "resident", replace(SLOTS[2], node="gone"), need=1, footprint=1)
-    result = compose(MODELS, replace(PLAN, decisions=PLAN.decisions[:4] + (lost,)), SLOTS, {})
+    result = compose(MODELS, replace(PLAN, decisions=PLAN.decisions[:4] + (lost,)), SLOTS)
     assert [(type(e), e.ref) for e in result.errors] == [(UnknownSlot, "research/tiny")]
     assert service_path("research", "big-70b") in result.files
 
@@ -477,7 +477,7 @@ def test_decision_on_a_slot_not_in_the_inventory_fails_alone():
 def test_unquoted_value_in_a_template_fails_rendering(template_copy):
     service = template_copy / "model-service.yaml.j2"
     service.write_text(service.read_text().replace("{{ model.model | quote }}", "{{ model.model }}"))
-    result = compose(MODELS, PLAN, SLOTS, {}, compositions=load_compositions(template_copy))
+    result = compose(MODELS, PLAN, SLOTS, compositions=load_compositions(template_copy))
     assert {type(e) for e in result.errors} == {RenderFailed}
     assert "without `| quote`" in result.errors[0].message
     assert not any(p.endswith(".yaml") and "/service-" in p for p in result.files)
@@ -487,7 +487,7 @@ def test_unquoted_value_in_a_template_fails_rendering(template_copy):
 def test_object_that_breaks_the_kubernetes_schema_fails_its_models(template_copy):
     deployment = template_copy / "worker-deployment.yaml.j2"
     deployment.write_text(deployment.read_text().replace("  replicas: 1\n", "  replicas: 1\n  replica: 1\n"))
-    result = compose(MODELS, PLAN, SLOTS, {}, compositions=load_compositions(template_copy))
+    result = compose(MODELS, PLAN, SLOTS, compositions=load_compositions(template_copy))
     failed = sorted(e.ref for e in result.errors)
     assert {type(e) for e in result.errors} == {ManifestInvalid}
     assert failed == ["llm/chat-small", "llm/coder", "llm/summarizer", "research/big-70b", "research/tiny"]
@@ -499,7 +499,7 @@ def test_object_that_breaks_the_kubernetes_schema_fails_its_models(template_copy
 def test_two_models_rendering_the_same_object_differently_conflict(template_copy):
     service = template_copy / "model-service.yaml.j2"
     service.write_text(service.read_text().replace("name: {{ service.name | quote }}", 'name: "fixed"'))
-    result = compose([CHAT, CODER], Plan(decisions=PLAN.decisions[:2]), SLOTS, {},
+    result = compose([CHAT, CODER], Plan(decisions=PLAN.decisions[:2]), SLOTS,
                      compositions=load_compositions(template_copy))
     assert [(type(e), e.ref) for e in result.errors] == [(OutputConflict, "llm/coder")]
     assert load(result.files, f"{WORKERS}/service-fixed.yaml")["metadata"]["annotations"][
@@ -509,7 +509,7 @@ def test_two_models_rendering_the_same_object_differently_conflict(template_copy
 def test_a_second_composition_on_one_slot_is_refused_not_a_second_worker():
     shared = replace(model("kai-chat", composition="kai"))
     plan = Plan(decisions=PLAN.decisions[:1] + (decide(shared, "resident", SLOTS[0], need=1, footprint=1),))
-    rendered = compose([CHAT, shared], plan, SLOTS, {})
+    rendered = compose([CHAT, shared], plan, SLOTS)
     assert [p for p in rendered.files if "/deployment-" in p] == [f"{WORKERS}/deployment-worker-node-a-gpu0-default.yaml"]
     assert [(e.ref, e.reason) for e in rendered.errors] == [("llm/kai-chat", "MixedCompositions")]
 
@@ -556,7 +556,7 @@ def test_each_placed_model_gets_a_stable_service_in_its_own_namespace_with_its_u
 
 def test_network_policy_admits_only_the_served_namespaces_and_the_named_ones(template_copy):
     compositions = with_parameters(template_copy, "allowedNamespaces: [monitoring, llm]")
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    files = compose(MODELS, PLAN, SLOTS, compositions=compositions).files
     policy = load(files, f"{WORKERS}/networkpolicy-worker-node-a-gpu0-default.yaml")
     kubernetes_validate.validate(policy, "1.30", strict=True)
     assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "gpushare-worker",
@@ -632,7 +632,7 @@ def test_with_the_shipped_compositions_model_namespaces_need_no_more_than_baseli
     free = GpuSlot(node="node-c", index=0, product="NVIDIA-H200", memory_bytes=141 * GIB)
     jobs = []
     for slots in (SLOTS, (*SLOTS, free)):  # beside the workers, then on a whole free GPU
-        files = compose([replace(m, composition=composition) for m in MODELS], PLAN, slots, {}).files
+        files = compose([replace(m, composition=composition) for m in MODELS], PLAN, slots).files
         jobs += [(path, load(files, path)) for path in files if "/job-" in path]
     assert len(jobs) >= 2
     for path, job in jobs:
@@ -649,7 +649,7 @@ def test_the_pod_security_checks_catch_what_the_worker_namespace_needs(tree):
 
 def test_weights_fetched_with_a_token_stay_in_a_cache_no_other_composition_mounts(template_copy):
     compositions = with_parameters(template_copy, "hfTokenSecret: {name: hf-token, key: token}")
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    files = compose(MODELS, PLAN, SLOTS, compositions=compositions).files
     private = cache_of(pod(files, "worker-node-a-gpu0-default")["spec"])[0]["hostPath"]["path"]
     assert private == "/var/lib/gpushare/models/private/worker-node-a-gpu0-default"
     public = cache_of(pod(files, "worker-node-b-gpu0-kai")["spec"])[0]["hostPath"]["path"]

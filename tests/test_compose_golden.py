@@ -8,6 +8,7 @@ Regenerate after an intended change, then review the diff:
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 import os
 import random
 from pathlib import Path
@@ -19,11 +20,11 @@ import yaml
 import schemas
 
 from controller.rendering.compose import compose
-from controller.inputs.reader import load_decision_records, load_repo
+from controller.inputs.reader import read_repo
 from controller.passes.reconcile import run_pass
 from controller.rendering.names import service_name
 from controller.types import Plan
-from tests.compose_scenario import MODELS, PLAN, PREVIOUS, SLOTS
+from tests.compose_scenario import LAST, MODELS, PLAN, PREVIOUS, SLOTS, last_pass
 from tests.conftest import REPO_ROOT
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -31,13 +32,14 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.fixture(scope="module")
 def rendered():
-    return compose(MODELS, PLAN, SLOTS, PREVIOUS)
+    return compose(MODELS, PLAN, SLOTS, LAST)
 
 
 def _fleet_files() -> dict[str, str]:
     fleet = REPO_ROOT / "examples" / "fleet"
     # a first reconcile: no rendered tree yet (so every worker is new, every profiler Job created)
-    return run_pass(load_repo(fleet), load_decision_records(fleet), last_workers={}, last_paths=()).rendered.files
+    tree = read_repo(fleet)
+    return run_pass(replace(tree, last=replace(tree.last, workers={}, paths=()))).rendered.files
 
 
 def _read_tree(root: Path) -> dict[str, str]:
@@ -88,7 +90,7 @@ def test_every_rendered_object_passes_kubernetes_validate(rendered):
 
 
 def test_same_input_twice_is_byte_identical(rendered):
-    assert compose(MODELS, PLAN, SLOTS, PREVIOUS).files == rendered.files
+    assert compose(MODELS, PLAN, SLOTS, LAST).files == rendered.files
 
 
 def test_shuffled_input_is_byte_identical(rendered):
@@ -96,7 +98,7 @@ def test_shuffled_input_is_byte_identical(rendered):
     shuffled = lambda items: rng.sample(list(items), len(items))  # noqa: E731
     plan = Plan(decisions=tuple(shuffled(PLAN.decisions)), pending=tuple(shuffled(PLAN.pending)))
     previous = dict(shuffled(PREVIOUS.items()))
-    again = compose(shuffled(MODELS), plan, shuffled(SLOTS), previous)
+    again = compose(shuffled(MODELS), plan, shuffled(SLOTS), last_pass(previous))
     assert again.files == rendered.files
     assert list(again.files) == sorted(again.files)
 
@@ -111,8 +113,7 @@ def test_owners_name_the_models_behind_each_file(rendered):
 def test_the_typed_index_names_exactly_the_objects_the_files_hold():
     """Later stages read `Rendered.objects` and `verdict_sources` instead of parsing the YAML compose wrote."""
     fleet = REPO_ROOT / "examples" / "fleet"
-    inputs = load_repo(fleet)
-    rendered = run_pass(inputs, load_decision_records(fleet)).rendered
+    rendered = run_pass(read_repo(fleet)).rendered
     parsed, sources = {}, set()
     for path, text in rendered.files.items():
         if path.startswith("rendered/") and path.endswith(".yaml"):

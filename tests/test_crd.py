@@ -137,7 +137,7 @@ def test_the_status_the_controller_writes_fits_the_status_schema(mode, predicted
 def test_a_rightsizing_status_fits_the_status_schema():
     from dataclasses import replace
 
-    from controller.rightsizing.policy import Rightsizing
+    from controller.policy import Rightsizing
 
     model = replace(ElasticModel(name="chat", namespace="llm", model="org/chat", budget_bytes=2 << 30, generation=2),
                     rightsizing=Rightsizing(policy="Recommend"), user_budget_bytes=4 << 30,

@@ -327,3 +327,19 @@ def test_the_owners_file_grows_with_the_fleet_up_to_the_state_limit(tmp_path, mo
         got = read_owners(tmp_path)
     assert got == (owners if read else {})
     assert any(OWNERS_FILE in r.getMessage() for r in caplog.records) == (not read)
+
+
+@pytest.mark.parametrize("text, expected", [
+    pytest.param(None, {"llm/chat": ("decisions/llm/chat.yaml", "rendered/llm/service-chat.yaml")},
+                 id="json-as-the-controller-writes-it-now"),
+    pytest.param("# an older controller wrote YAML\nllm/chat:\n- decisions/llm/chat.yaml\n",
+                 {"llm/chat": ("decisions/llm/chat.yaml",)}, id="yaml-an-older-controller-wrote-is-still-read"),
+    pytest.param('{"llm/chat": ["decisions/llm/chat.yaml", 7], "odd": "x", "7": [1]}',
+                 {"llm/chat": ("decisions/llm/chat.yaml",), "7": ()}, id="values-not-strings-are-dropped"),
+    pytest.param("[" * 5000 + "]" * 5000, {}, id="deeply-nested-json-is-refused-not-a-crash"),
+])
+def test_the_owners_file_is_json_and_still_reads_yaml(tmp_path, text, expected):
+    path = tmp_path / OWNERS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(dump_owners(expected) if text is None else text)
+    assert read_owners(tmp_path) == expected

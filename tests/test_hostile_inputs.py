@@ -180,8 +180,8 @@ def test_last_good_copies_and_decisions_are_not_read_through_a_symlink(tmp_path)
 
     snapshot = read_repo(root)
 
-    assert snapshot.held == () and snapshot.inputs.slots == () and snapshot.records == {}
-    assert snapshot.last_plan_md is None
+    assert snapshot.held == () and snapshot.inputs.slots == () and snapshot.last.records == {}
+    assert snapshot.last.plan_md is None
 
 
 @pytest.mark.parametrize("make, reason", [
@@ -236,7 +236,7 @@ _MUTATIONS = ["&a ", "*a", "? ", ": ", "- ", "[", "]", "{", "}", "!!binary ", "!
 
 def _each_parser(text: str, rel: str) -> None:
     from controller.inputs.load import load_documents, parse_inventory, parse_model, parse_profile
-    from controller.rendering.compositions import parse_composition
+    from controller.inputs.compositions import parse_composition
     from controller.types import Source
 
     docs, errors = load_documents(text, rel)

@@ -16,7 +16,7 @@ from kubernetes_validate import validate
 
 from controller.cli.commands import _parser
 from controller.rendering.compose import compose
-from controller.rendering.compositions import load_compositions, shipped_compositions
+from controller.inputs.compositions import load_compositions, shipped_compositions
 from controller.cli.installmanifest import install_documents
 from controller.cli.common import install_values
 from controller.rendering.site import InstallParameterInvalid, with_install_parameters
@@ -67,7 +67,7 @@ def test_the_configured_worker_image_reaches_every_rendered_worker_and_profiler_
     args = _parser().parse_args(controller_args(docs))  # the controller's real command line
     assert args.worker_image == WORKER_IMAGE
     compositions = with_install_parameters(shipped_compositions(), install_values(args))
-    files = compose(MODELS, PLAN, SLOTS, {}, compositions=compositions).files
+    files = compose(MODELS, PLAN, SLOTS, compositions=compositions).files
     pods = []
     for path, text in files.items():
         doc = yaml.safe_load(text) if path.endswith(".yaml") else None

@@ -1,4 +1,4 @@
-"""Nothing the Kubernetes API server would refuse reaches git: its rules one at a time (controller.rendering.kube_rules),
+"""Nothing the Kubernetes API server would refuse reaches git: its rules one at a time (controller.inputs.kube_rules),
 every rendered object checked against them in compose (so `validate` and the pass refuse alike), composition
 parameters checked against the rules of the fields they fill, and names that collide once sanitised."""
 from __future__ import annotations
@@ -15,11 +15,11 @@ import yaml
 from compose_scenario import SLOTS, decide, model
 from controller.cli.commands import main
 from controller.cli.offline import pass_over
-from controller.rendering import kube_rules
+from controller.inputs import kube_rules
 from controller.rendering.compose import compose
 from controller.rendering.compose_errors import InvalidName, InvalidQuantity, InvalidToleration, NameCollision
-from controller.rendering.compositions import load_compositions, parse_composition, shipped_compositions
-from controller.rendering.kube_rules import object_problems
+from controller.inputs.compositions import load_compositions, parse_composition, shipped_compositions
+from controller.inputs.kube_rules import object_problems
 from controller.rendering.names import service_name
 from controller.rendering.site import InstallParameterInvalid, with_install_parameters
 from controller.types import Plan
@@ -87,7 +87,7 @@ def test_tolerations(toleration, wrong):
 def _rendered_objects():
     models = [model("chat")]
     plan = Plan(decisions=(decide(models[0], "resident", SLOTS[0], need=GIB, footprint=GIB),))
-    rendered = compose(models, plan, SLOTS[:1], {})
+    rendered = compose(models, plan, SLOTS[:1])
     assert not rendered.errors
     return {obj.kind: yaml.safe_load(rendered.files[path]) for path, obj in rendered.objects.items()}
 
@@ -157,7 +157,7 @@ def test_every_shipped_object_passes():
 def test_a_model_whose_name_starts_with_a_digit_is_refused_alone():
     digit, good = model("7b-chat"), model("chat")
     plan = Plan(decisions=tuple(decide(m, "resident", SLOTS[0], need=GIB, footprint=GIB) for m in (digit, good)))
-    rendered = compose([digit, good], plan, SLOTS[:1], {})
+    rendered = compose([digit, good], plan, SLOTS[:1])
     assert [(type(e), e.ref) for e in rendered.errors] == [(InvalidName, "llm/7b-chat")]
     error = rendered.errors[0]
     assert "DNS-1035" in error.message and "Service llm/7b-chat" in error.message
@@ -172,7 +172,7 @@ def test_a_model_whose_name_starts_with_a_digit_is_refused_alone():
 def test_a_namespace_that_starts_with_a_digit_gets_a_service_name_kubernetes_accepts():
     served = model("chat", "1team")
     rendered = compose([served], Plan(decisions=(decide(served, "resident", SLOTS[0], need=GIB, footprint=GIB),)),
-                       SLOTS[:1], {})
+                       SLOTS[:1])
     assert rendered.errors == ()
     name = service_name("1team", "chat")
     assert name.startswith("m-1team-chat-") and kube_rules.dns1035_label(name) == []
@@ -194,7 +194,7 @@ def test_a_composition_value_kubernetes_refuses_fails_its_models_and_names_the_p
     team, other = model("chat"), model("coder", composition="hami", product="NVIDIA-L4")
     plan = Plan(decisions=(decide(team, "resident", SLOTS[0], need=GIB, footprint=GIB),
                            decide(other, "resident", SLOTS[1], need=GIB, footprint=GIB)))
-    rendered = compose([team, other], plan, SLOTS, {}, compositions=_with("default", **parameters))
+    rendered = compose([team, other], plan, SLOTS, compositions=_with("default", **parameters))
     assert [(type(e), e.ref) for e in rendered.errors] == [(error, "llm/chat")]
     assert f"{field} in compositions/team.yaml" in rendered.errors[0].fix
     assert "decisions/llm/coder.yaml" in rendered.files and not any("node-a" in p for p in rendered.files)
@@ -208,7 +208,7 @@ def test_two_slots_whose_worker_names_collide_are_not_merged():
     first, second = model("first"), model("second", composition="x-gpu0-default")
     plan = Plan(decisions=(decide(first, "resident", slots[0], need=GIB, footprint=GIB),
                            decide(second, "resident", slots[1], need=GIB, footprint=GIB)))
-    rendered = compose([first, second], plan, slots, {},
+    rendered = compose([first, second], plan, slots,
                        compositions={**shipped_compositions(), "x-gpu0-default": shifted})
     assert [(type(e), e.ref) for e in rendered.errors] == [(NameCollision, "llm/second")]
     message = rendered.errors[0].message

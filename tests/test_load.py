@@ -261,7 +261,7 @@ def test_combine_drops_every_copy_of_a_duplicate_and_keeps_the_rest():
 # ---------------------------------------------------------------- previous decisions
 
 def test_previous_decisions_load_and_garbled_ones_are_skipped():
-    decisions = read_repo(GOOD).previous
+    decisions = read_repo(GOOD).last.previous
     assert list(decisions) == [("llm", "chat-small")]  # garbled.yaml and missing-fields.yaml skipped
     decision = decisions[("llm", "chat-small")]
     assert (decision.mode, decision.slot, decision.resident_layers, decision.predicted.tpot_ms) == (
@@ -269,7 +269,7 @@ def test_previous_decisions_load_and_garbled_ones_are_skipped():
 
 
 def test_no_decisions_directory_means_no_previous_decisions(tmp_path):
-    assert read_repo(tmp_path).previous == {}
+    assert read_repo(tmp_path).last.previous == {}
 
 
 @pytest.mark.parametrize("model_id,ok", [

@@ -57,7 +57,8 @@ def test_one_line_per_gpu_and_a_mermaid_pie_per_gpu(text):
 
 
 def test_columns_carry_budget_footprint_and_profile_source(text):
-    assert "| bar | model | mode | budget | need | GPU footprint | layers | profile | TPOT predicted | SLO |" in text
+    assert ("| bar | model | mode | budget | need | GPU footprint | layers | profile | TTFT alone / all busy | "
+            "TPOT alone / all busy | SLO (on all busy) |") in text
     assert "| A | llm/chat-small | resident | 8.0Gi | 2.0Gi | 2.0Gi | 24/24 | measured |" in text
     assert "| A | research/big-70b | elastic | 20.0Gi | 150.0Gi | 20.0Gi | 9/80 | estimated |" in text
 
@@ -69,7 +70,8 @@ def test_pinned_host_ram_per_slot_and_node_is_shown():
 
 
 STARTED = "Workers: 0 restart · 0 in place · 3 new (new: w-a, w-b, w-c)."
-FIRST = "5 to add, 0 to change, 0 to remove, 1 refused · 0 workers restarting, 0 in place, 3 new · 1 profiler Job"
+FIRST = ("5 to add, 0 to change, 0 to remove, 1 refused · 6 models affected · 0 workers restarting, 0 in place, 3 new · "
+         "1 profiler Job")
 
 
 @pytest.mark.parametrize("previous, plan, rollouts, summary, workers", [
@@ -79,17 +81,21 @@ FIRST = "5 to add, 0 to change, 0 to remove, 1 refused · 0 workers restarting, 
                  id="nothing-moved-keeps-the-last-summary-and-workers-line"),
     pytest.param({CHAT.key: replace(DECISIONS[0], mode="swap")} | {d.key: d for d in DECISIONS[1:]}, PLAN,
                  Rollouts(in_place=("w-a",)),
-                 "0 to add, 1 to change, 0 to remove, 0 refused · 0 workers restarting, 1 in place · 1 profiler Job",
+                 "0 to add, 1 to change, 0 to remove, 0 refused · 1 model affected · 0 workers restarting, 1 in place · "
+                 "1 profiler Job",
                  "Workers: 0 restart · 1 in place (in place: w-a).", id="a-mode-change-reconfigures-in-place"),
     pytest.param({d.key: d for d in DECISIONS}, Plan(decisions=DECISIONS[1:], pending=PLAN.pending),
                  Rollouts(restart=("w-a",)),
-                 "0 to add, 0 to change, 1 to remove, 0 refused · 1 worker restarting, 0 in place · 1 profiler Job",
+                 "0 to add, 0 to change, 1 to remove, 0 refused · 1 model affected · 1 worker restarting, 0 in place · "
+                 "1 profiler Job",
                  "Workers: 1 restart · 0 in place (restart: w-a).", id="a-removal-that-reshapes-its-worker-restarts-it"),
     pytest.param({d.key: d for d in DECISIONS}, Plan(decisions=DECISIONS[1:], pending=PLAN.pending), Rollouts(),
-                 "0 to add, 0 to change, 1 to remove, 0 refused · 0 workers restarting, 0 in place · 1 profiler Job",
+                 "0 to add, 0 to change, 1 to remove, 0 refused · 1 model affected · 0 workers restarting, 0 in place · "
+                 "1 profiler Job",
                  None, id="a-change-that-touches-no-worker-drops-the-last-workers-line"),
     pytest.param({CHAT.key: replace(DECISIONS[0], mode="swap")} | {d.key: d for d in DECISIONS[1:]}, PLAN, None,
-                 "0 to add, 1 to change, 0 to remove, 0 refused · workers not compared (no previous tree) · 1 profiler Job",
+                 "0 to add, 1 to change, 0 to remove, 0 refused · 1 model affected · workers not compared (no previous "
+                 "tree) · 1 profiler Job",
                  None, id="unknown-previous-tree-counts-no-worker"),
 ])
 def test_the_summary_line_counts_like_terraform(previous, plan, rollouts, summary, workers):

@@ -62,9 +62,11 @@ def _nothing(root: Path) -> None:
 SECOND_PASSES = [  # id, the edit between two passes, Jobs created by the second, its summary's tail
     ("unchanged-second-pass-creates-none", _nothing, 0, None),
     ("one-new-model-creates-its-job", _add_model, 1,
-     "0 to add, 0 to change, 0 to remove, 0 refused · 0 workers restarting, 0 in place · 1 profiler Job created."),
+     "0 to add, 0 to change, 0 to remove, 0 refused · 0 models affected · 0 workers restarting, 0 in place · 1 "
+     "profiler Job created."),
     ("changed-profiler-inputs-create-a-renamed-job", _new_revision, 1,
-     "0 to add, 0 to change, 0 to remove, 0 refused · 0 workers restarting, 0 in place · 1 profiler Job created."),
+     "0 to add, 0 to change, 0 to remove, 0 refused · 0 models affected · 0 workers restarting, 0 in place · 1 "
+     "profiler Job created."),
 ]
 
 

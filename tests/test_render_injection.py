@@ -53,7 +53,7 @@ def _pass(hub: str):
     plan = Plan(decisions=(decide(served, "resident", SLOTS[0], need=1, footprint=1),),
                 pending=(Pending(name="waiting", namespace="llm", model=hub, gpu_product=SLOTS[0].product,
                                  revision="main", reason="no profile"),))
-    result = compose([served, waiting], plan, SLOTS[:1], {})
+    result = compose([served, waiting], plan, SLOTS[:1])
     assert result.errors == ()
     return {(d["kind"], d["metadata"].get("namespace", "")): d for path, text in result.files.items()
             if path.endswith(".yaml") and path.startswith("rendered/") for d in yaml.safe_load_all(text)}
@@ -103,7 +103,7 @@ def test_unusable_names_are_rejected_and_others_render(namespace, name):
                            decide(good, "resident", SLOTS[0], need=1, footprint=1)),
                 pending=(Pending(name=name, namespace=namespace, model="org/m", gpu_product=SLOTS[0].product,
                                  revision="main", reason="no profile"),))
-    result = compose([bad, good], plan, SLOTS[:1], {})
+    result = compose([bad, good], plan, SLOTS[:1])
     assert [(type(e), e.ref) for e in result.errors] == [(InvalidName, f"{namespace}/{name}")] * 2
     assert "decisions/llm/good.yaml" in result.files
     for path in result.files:
@@ -117,7 +117,7 @@ def test_unusable_names_are_rejected_and_others_render(namespace, name):
 def test_hostile_gpu_product_on_a_slot_is_rejected():
     slot = replace(SLOTS[0], product="H200\nhostNetwork: true")
     served = model("served")
-    result = compose([served], Plan(decisions=(decide(served, "resident", slot, need=1, footprint=1),)), [slot], {})
+    result = compose([served], Plan(decisions=(decide(served, "resident", slot, need=1, footprint=1),)), [slot])
     assert [(type(e), e.ref) for e in result.errors] == [(InvalidName, "llm/served")]
     assert not any("/deployment-" in p for p in result.files)
 

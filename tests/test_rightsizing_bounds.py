@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.rightsizing.bounds import INT64_MAX, Limits, latency_effect, limits_for
-from controller.rightsizing.policy import MAX_CHANGES_PER_DAY, Rightsizing
+from controller.policy import MAX_CHANGES_PER_DAY, Rightsizing
 from controller.rightsizing.recommender import MIB, Change, Hold, Slo, replay
 from controller.rightsizing.usage import MAX_USAGE_BYTES, MAX_USAGE_COUNT, MAX_USAGE_SECONDS, Sample
 

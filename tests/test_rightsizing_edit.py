@@ -148,7 +148,7 @@ def test_a_file_the_editor_refuses_holds_that_model_only_and_the_pass_goes_on(tm
     from dataclasses import replace
 
     from controller.rightsizing.apply import _editable
-    from controller.rightsizing.records import Record
+    from controller.inputs.rightsizing_records import Record
     from controller.rightsizing.step import Proposal, StepResult
     from controller.types import Source
     from factories import toy_model

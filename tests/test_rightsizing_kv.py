@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from controller.rightsizing.kv import recommend_kv
-from controller.rightsizing.policy import Rightsizing
+from controller.policy import Rightsizing
 from controller.rightsizing.step import kv_line, step
 from controller.rightsizing.usage import Sample
 

@@ -21,7 +21,7 @@ from controller.cli.commands import main
 from controller.cli.metrics import ControllerMetrics
 from controller.cli.rightsizing_loop import RightsizingSchedule
 from controller.rightsizing.prometheus import read_usage
-from controller.rightsizing.records import RECORDS_BRANCH
+from controller.inputs.rightsizing_records import RECORDS_BRANCH
 from gitops import WorkingCopy
 from tests.cluster_loop_support import World, model_doc
 from tests.gitserver import git_server  # noqa: F401  (fixture)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from controller.rightsizing.histogram import DecayingHistogram
-from controller.rightsizing.policy import DEFAULT_WINDOW_S, Rightsizing
+from controller.policy import DEFAULT_WINDOW_S, Rightsizing
 from controller.rightsizing.recommender import MIB, Change, replay
 from controller.rightsizing.usage import Sample
 
@@ -79,7 +79,7 @@ def test_a_records_verdict_is_what_the_next_plan_does(room, b_later, expected):
     """The last case is the issue's: a slot-room estimate said "moves to the empty GPU" while the planner kept
     the model in place, elastic at fewer bytes than granted; the verdict now comes from the planner."""
     from controller.planning.plan import plan
-    from controller.rightsizing.records import effective_models
+    from controller.inputs.rightsizing_records import effective_models
     from controller.rightsizing.step import step
     from controller.types import Inputs
     from contract.quantity import format_bytes

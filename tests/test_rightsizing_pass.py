@@ -12,7 +12,7 @@ from controller.cli.commands import main
 from controller.inputs.reader import load_repo
 from controller.rightsizing.prometheus import UsageUnavailable
 from controller.rightsizing.apply import rightsize_once
-from controller.rightsizing.records import RECORDS_BRANCH
+from controller.inputs.rightsizing_records import RECORDS_BRANCH
 from controller.rightsizing.usage import Sample, dump_lines
 from gitops import WorkingCopy
 from tests.gitserver import git_server  # noqa: F401  (fixture)
@@ -193,8 +193,8 @@ def test_the_pass_command_needs_both_git_and_prometheus(capsys):
 def test_a_merged_proposal_closes_and_its_breaches_do_not_act_twice():
     from dataclasses import replace as dc_replace
 
-    from controller.rightsizing.policy import Rightsizing
-    from controller.rightsizing.records import Record
+    from controller.policy import Rightsizing
+    from controller.inputs.rightsizing_records import Record
     from controller.rightsizing.step import step
     from factories import toy_model
 

@@ -220,7 +220,7 @@ def test_a_pass_reads_the_history_as_half_hour_peaks_and_only_its_last_interval_
 def test_a_model_held_by_the_reader_holds_alone_in_the_step_with_the_readers_reason():
     from dataclasses import replace
 
-    from controller.rightsizing.policy import Rightsizing
+    from controller.policy import Rightsizing
     from controller.rightsizing.step import step
     from controller.rightsizing.usage import Sample, by_model
     from factories import toy_model

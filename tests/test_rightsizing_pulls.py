@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from controller.cli.commands import main
-from controller.rightsizing.records import RECORDS_BRANCH
+from controller.inputs.rightsizing_records import RECORDS_BRANCH
 from tests.gitserver import git, git_server  # noqa: F401  (fixture)
 from tests.promdouble import PrometheusDouble
 from tests.test_forge import REPO, TOKEN, ForgeDouble, forge  # noqa: F401  (fixture)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from controller.inputs.load import parse_model
 from controller.rightsizing.bounds import Limits
 from controller.rightsizing.histogram import DecayingHistogram
-from controller.rightsizing.policy import PolicyError, Rightsizing, parse_duration, parse_policy
+from controller.policy import PolicyError, Rightsizing, parse_duration, parse_policy
 from controller.rightsizing.recommender import MIB, Change, Hold, Slo, replay
 from controller.rightsizing.usage import Sample, UsageFormatError, dump_sample, parse_line, read_samples
 from controller.types import Source

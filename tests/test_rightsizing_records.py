@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from controller.rightsizing.records import Record, records_from
+from controller.inputs.rightsizing_records import Record, records_from
 from controller.rightsizing.step import step
 from controller.rightsizing.usage import Sample
 
@@ -52,7 +52,7 @@ def test_a_good_record_with_every_field_round_trips():
 
 def test_the_step_holds_the_model_whose_record_is_bad_and_acts_for_the_others():
     from factories import toy_model
-    from controller.rightsizing.policy import Rightsizing
+    from controller.policy import Rightsizing
     policy = Rightsizing(policy="Auto", upsize_after_s=60)
     models = [replace(toy_model(name, 4 * GiB), rightsizing=policy) for name in ("chat", "other")]
     usage = {f"llm/{n}": [Sample(time=60.0 * i, model=f"llm/{n}", device_bytes=GiB, ooms=int(i == 5))

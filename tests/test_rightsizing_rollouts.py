@@ -11,7 +11,7 @@ import yaml
 from controller.cli.offline import pass_over
 from controller.rendering.planmd import review_summary
 from controller.rendering.rollouts import LOAD_BYTES_PER_S, Rollouts, worker_rollouts
-from controller.rightsizing.records import Record
+from controller.inputs.rightsizing_records import Record
 from tests.conftest import REPO_ROOT
 
 FLEET = REPO_ROOT / "examples" / "fleet"
@@ -157,7 +157,7 @@ def test_status_shows_the_policy_the_effective_budget_and_the_open_recommendatio
     from dataclasses import replace
 
     from controller.observe.status import status_patch
-    from controller.rightsizing.policy import Rightsizing
+    from controller.policy import Rightsizing
     from factories import toy_model
 
     recommendation = {"budgetBytes": 2 * GiB, "direction": "down", "reason": "BelowTarget"}

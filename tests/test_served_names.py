@@ -55,14 +55,14 @@ def models_with(**aliases) -> list:
     pytest.param({"coder": ("summarizer",)}, "llm/summarizer", "metadata.name", id="name-taken-by-an-alias"),
 ])
 def test_a_name_served_twice_on_one_worker_refuses_the_later_model(aliases, later, field):
-    result = compose(models_with(**aliases), PLAN, SLOTS, {})
+    result = compose(models_with(**aliases), PLAN, SLOTS)
     (error,) = result.errors
     assert (type(error), error.ref) == (ServedNameTaken, later)
     assert field in error.message and field in error.fix
 
 
 def test_aliases_reach_worker_yaml_and_the_worker_resolves_them():
-    files = compose(models_with(chat_small=("gpt-4o-mini",)), PLAN, SLOTS, {}).files
+    files = compose(models_with(chat_small=("gpt-4o-mini",)), PLAN, SLOTS).files
     config = yaml.safe_load(yaml.safe_load(files["rendered/gpushare-system/configmap-worker-node-a-gpu0-default.yaml"])
                             ["data"]["worker.yaml"])
     (entry,) = [m for m in config["models"] if m["name"] == CHAT.name]

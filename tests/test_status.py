@@ -8,7 +8,7 @@ import pytest
 from controller.observe.status import (
     AppState, JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write, status_patch,
 )
-from controller.rightsizing.policy import Rightsizing
+from controller.policy import Rightsizing
 from controller.types import SLO, Decision, ElasticModel, InputError, Pending, Predicted
 from tests.kubedouble import stored_after_merge_patch as stored
 

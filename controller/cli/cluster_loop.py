@@ -34,9 +34,10 @@ from contract import kube
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
-from controller.inputs.reader import read_tree
-from controller.rightsizing.records import observed_models
-from controller.passes.cluster_pass import (ClusterFacts, LiveObject, ModelView, application_for, model_views,
+from controller.inputs.reader import read_repo
+from controller.inputs.rightsizing_records import observed_models
+from controller.passes.measured import ClusterFacts
+from controller.passes.cluster_pass import (LiveObject, ModelView, application_for, model_views,
                                      not_in_git, render_in_cluster, status_model, verdict_sources)
 from controller.kube.leader import LeaderElection
 from controller.kube.resize import WorkerResizer
@@ -282,7 +283,7 @@ class ClusterReconciler:
         renders = []
 
         def render(root: Path) -> Change:
-            tree = read_tree(root)
+            tree = read_repo(root)
             if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
                 tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
             rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)

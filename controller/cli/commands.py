@@ -15,7 +15,6 @@ from pathlib import Path
 from controller.cli import logs, report
 from controller.cli.offline import pass_over
 from controller.cli.validate import validate_paths
-from controller.rendering.planmd import decision_changes
 from controller.planning.explain import ModelNotFound, explain
 from controller.inputs.reader import read_repo
 from controller.planning.plan import plan
@@ -109,15 +108,12 @@ def _validate(args) -> int:
     for line in report.error_lines(inputs.errors):
         print(line)
     for repo in repos:
-        output = pass_over(repo, processes=1)
-        refused = output.rendered.errors
-        for line in report.error_lines(output.inputs.errors):
+        output = pass_over(repo, processes=1)  # the pass `plan` and a reconcile run: inputs, plan and render
+        for line in report.error_lines(output.errors):
             print(line)
-        for error in refused:
-            print(f"{error.ref}: [{error.reason}] {error.message} Fix: {error.fix}")
         for file in output.held:
             print(f"{file}: a reconcile would read its last good copy until it is fixed")
-        total += len(output.inputs.errors) + len(refused)
+        total += len(output.errors)
         models += len(output.inputs.models) - len(output.revived)
         profiles, slots = profiles + len(output.inputs.profiles), slots + len(output.inputs.slots)
     print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s), {compositions} composition(s); "
@@ -127,20 +123,18 @@ def _validate(args) -> int:
 
 def _plan(args) -> int:
     _require_dir(args.path)
-    snapshot = read_repo(args.path)
-    inputs, revived = snapshot.planned()  # as a reconcile pass plans
-    result = plan(inputs, snapshot.previous)
-    render = {"table": lambda: report.as_table(result, inputs.slots, inputs.errors, revived),
-              "wide": lambda: report.as_table(result, inputs.slots, inputs.errors, revived, profiles=inputs.profiles),
-              "json": lambda: report.as_json(result, inputs.errors),
-              "yaml": lambda: report.as_yaml(result, inputs.errors)}[args.output]
+    output = pass_over(args.path, processes=1)  # the pass `validate` and a reconcile run, render included
+    inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
+    render = {"table": lambda: report.as_table(result, inputs.slots, errors, revived),
+              "wide": lambda: report.as_table(result, inputs.slots, errors, revived, profiles=inputs.profiles),
+              "json": lambda: report.as_json(result, errors),
+              "yaml": lambda: report.as_yaml(result, errors)}[args.output]
     sys.stdout.write(render())
-    if inputs.errors:
-        print(f"gpushare: {len(inputs.errors)} input error(s): the plan leaves those models out (or keeps their last "
-              "good spec); `gpushare validate` lists them with their fixes", file=sys.stderr)
+    if errors:
+        print(f"gpushare: {len(errors)} input error(s): the plan leaves those models out (or keeps their last good "
+              "spec or objects); `gpushare validate` lists them with their fixes", file=sys.stderr)
         return 1
-    changes = decision_changes(snapshot.previous, result)
-    return 2 if args.detailed_exitcode and changes else 0
+    return 2 if args.detailed_exitcode and output.rendered.changes else 0
 
 
 def _explain(args) -> int:
@@ -154,13 +148,13 @@ def _explain(args) -> int:
     try:
         with local_tree(args.repo, args.branch) as root:  # a URL: its tracked branch, checked out for the call
             _require_dir(root)
-            snapshot = read_repo(root)
-            inputs, _ = snapshot.planned()  # exactly what `plan` and a reconcile pass plan
+            tree = read_repo(root)
+            inputs, _ = tree.planned()  # exactly what `plan` and a reconcile pass plan
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1
     try:
-        sys.stdout.write(explain(inputs, plan(inputs, snapshot.previous), name, namespace))
+        sys.stdout.write(explain(inputs, plan(inputs, tree.last.previous), name, namespace))
     except ModelNotFound as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1

@@ -18,8 +18,8 @@ from pathlib import Path
 from controller.cli import report
 from controller.cli.offline import OfflineResult
 from controller.cli.review import open_proposal, open_review
-from controller.rendering.compositions import shipped_compositions
-from controller.rendering.cache_policy import host_path_root
+from controller.inputs.cache_policy import host_path_root
+from controller.inputs.compositions import shipped_compositions
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
 from gitops.forge import PullRequest, forge_for
@@ -71,7 +71,7 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
     out = out or sys.stdout
     published, output = result.published, result.output
     if output is not None and table:
-        out.write(report.as_table(output.plan, output.inputs.slots, output.inputs.errors, output.revived))
+        out.write(report.as_table(output.shown_plan, output.inputs.slots, output.inputs.errors, output.revived))
         for error in output.rendered.errors:
             out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
     if output is not None and output.held:

@@ -18,7 +18,6 @@ from controller.inputs.reader import read_repo
 from controller.inputs.repofiles import owned_files
 from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
                                          prune_share_setting, run_pass)
-from controller.rendering.site import with_install_parameters
 from gitops import Change, PublishResult, Target, WorkingCopy, publish
 
 
@@ -30,17 +29,10 @@ class OfflineResult:
 
 
 def pass_over(root: Path, processes: int | None = None, install: Mapping[str, object] | None = None) -> PassOutput:
-    """The pass over a checked-out GitOps tree (pure but for reading files); `install`: the install's composition
-    parameters (controller.rendering.site), in place of the defaults the compositions leave unset."""
-    snapshot = read_repo(root)
-    compositions = snapshot.compositions
-    if install and compositions is not None:
-        compositions = with_install_parameters(compositions, install)
-    return run_pass(snapshot.inputs, snapshot.records, last_plan_md=snapshot.last_plan_md,
-                    compositions=compositions, processes=processes or available_processes(),
-                    last_good=snapshot.last_good, held=snapshot.held, owners=snapshot.owners,
-                    last_workers=snapshot.tree.last_workers, rightsizing=snapshot.tree.rightsizing,
-                    prices=snapshot.tree.prices, last_paths=frozenset(snapshot.tree.generated))
+    """The pass over a checked-out GitOps tree (pure but for reading files), called as cluster mode calls it
+    but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
+    in place of the defaults the compositions leave unset."""
+    return run_pass(read_repo(root), install=install, processes=processes or available_processes())
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

@@ -12,10 +12,12 @@ import yaml
 
 from contract.quantity import format_bytes as fb
 from controller.serialize import plan_to_dict
-from controller.types import Decision, GpuSlot, InputError, Plan, Profile
+from controller.types import Decision, GpuSlot, InputError, Plan, Predicted, Profile
 
-COLUMNS = ("NAME", "MODEL", "BUDGET", "NEED", "MODE", "LAYERS", "TPOT", "SLO")
-WIDE = ("NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT", "TPOT", "SWAP-IN", "SLO", "PROFILE")
+# Predictions as ALONE/ALL-BUSY: alone on the GPU, then with every co-tenant busy; the SLO verdict uses the latter.
+COLUMNS = ("NAME", "MODEL", "BUDGET", "NEED", "MODE", "LAYERS", "TPOT(ALONE/ALL-BUSY)", "SLO(ALL-BUSY)")
+WIDE = ("NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT(ALONE/ALL-BUSY)",
+        "TPOT(ALONE/ALL-BUSY)", "SWAP-IN", "SLO(ALL-BUSY)", "PROFILE")
 
 
 def as_json(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
@@ -91,17 +93,23 @@ def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str,
          ) -> tuple[str, ...]:
     layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
     estimated = " (est.)" if d.estimated else ""  # predictions from an estimated profile
-    tpot = f"{d.predicted.tpot_ms:g}ms{estimated}" if d.predicted else "-"
+    tpot = _figures(d.predicted, "tpot") + estimated if d.predicted else "-"
     slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met] + (estimated if d.slo_met is not None else "")
     name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
     need = fb(d.need_bytes) if d.need_bytes else "-"
     if sources is None:
         return (name, d.model, fb(d.budget_bytes), need, d.mode, layers, tpot, slo)
-    ttft = f"{d.predicted.ttft_ms:g}ms" if d.predicted else "-"
+    ttft = _figures(d.predicted, "ttft") if d.predicted else "-"
     swap_in = f"{d.predicted.swap_in_ms:g}ms" if d.predicted and d.predicted.swap_in_ms is not None else "-"
     footprint = fb(d.footprint_bytes) if d.footprint_bytes else "-"
     return (name, d.model, fb(d.budget_bytes), need, footprint, d.mode, layers, ttft, tpot, swap_in, slo,
             sources.get((d.model, d.gpu_product), "-"))
+
+
+def _figures(predicted: Predicted, which: str) -> str:
+    """`8.1/44.528ms`: alone on the GPU, then with every co-tenant busy (`-` alone when not known)."""
+    alone = getattr(predicted, f"alone_{which}_ms")
+    return f"{'-' if alone is None else f'{alone:g}'}/{getattr(predicted, f'{which}_ms'):g}ms"
 
 
 def _table(rows: list[tuple[str, ...]], columns: tuple[str, ...] = COLUMNS) -> list[str]:

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
 from controller.cli.metrics import ControllerMetrics
 from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
-from controller.rightsizing.records import RECORDS_BRANCH
-from controller.rightsizing.policy import DEFAULT_WINDOW_S
+from controller.inputs.rightsizing_records import RECORDS_BRANCH
+from controller.policy import DEFAULT_WINDOW_S
 from controller.rightsizing.prometheus import DETAIL_S, READ_DEADLINE_S, read_usage
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target
 

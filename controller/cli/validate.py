@@ -4,7 +4,7 @@ Owns checking what the command line names that is not a GitOps repository (a rep
 pass: controller.cli.commands): a directory is every YAML file under it; a file is checked by the kind of
 each of its documents (ElasticModel, ModelProfile, GPUInventory, Composition). Models and profiles of all
 the named files are combined, so a name defined twice is reported. The parsing is controller.inputs.load's
-and controller.rendering.compositions'. Called by controller.cli.commands.
+and controller.inputs.compositions'. Called by controller.cli.commands.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from controller.inputs.load import combine, load_documents, parse_inventory, parse_model, parse_profile
 from controller.inputs.repofiles import YAML_SUFFIXES
-from controller.rendering.compositions import parse_composition
+from controller.inputs.compositions import parse_composition
 from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 KINDS = ("ElasticModel", "ModelProfile", "GPUInventory", "Composition")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import yaml
@@ -27,7 +27,7 @@ from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
-from controller.rightsizing.policy import PolicyError, parse_policy
+from controller.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Profile, Source)
 
@@ -442,68 +442,6 @@ def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
 
 
 @dataclass(frozen=True)
-class TreeInputs:
-    """A checked-out GitOps tree, parsed but not yet combined (cluster mode swaps in its own slots and
-    adds the profiles it holds before combining), with what the hardened reader adds: the compositions
-    by name (shipped, then the repository's), the input files' last good copies and the files read from
-    them, each model's generated paths after the last pass, and the files under the generated prefixes."""
-
-    models: tuple[ElasticModel, ...]
-    model_errors: tuple[InputError, ...]
-    profiles: tuple[Profile, ...]
-    profile_errors: tuple[InputError, ...]
-    slots: tuple[GpuSlot, ...]
-    slot_errors: tuple[InputError, ...]
-    records: Mapping[tuple[str, str], DecisionRecord]
-    last_plan_md: str | None
-    measured_profiles: Mapping[str, str]  # profiles/measured/** as committed: path -> text
-    compositions: Mapping[str, Any] = field(default_factory=dict)  # name -> rendering.compositions.Composition
-    composition_errors: tuple[InputError, ...] = ()
-    last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
-    held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
-    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
-    generated: tuple[str, ...] = ()  # every file under the controller's prefixes, as the tree holds them
-    rightsizing: Mapping[tuple[str, str], Any] = field(default_factory=dict)  # decisions/rightsizing/ records
-    prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
-    last_workers: Mapping[str, str] | None = None  # the last rendered worker Deployments and ConfigMaps
-
-    def combined(self, slots: Iterable[GpuSlot] | None = None, measured: Iterable[Profile] = (),
-                 replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> Inputs:
-        """The checked inputs (`check_inputs`). Cluster mode passes the nodes' `slots` (gpus.yaml's are
-        then not used), its `measured` profiles, the git profile files they `replaced`, and its `errors`."""
-        slot_errors = self.slot_errors if slots is None else ()
-        inputs = combine(self.models, [*(p for p in self.profiles if p.file not in replaced), *measured],
-                         self.slots if slots is None else slots,
-                         [*self.model_errors, *(e for e in self.profile_errors if e.file not in replaced),
-                          *slot_errors, *self.composition_errors, *errors])
-        return check_inputs(inputs, self.compositions)
-
-    def last_good_except(self, replaced: frozenset[str]) -> dict[str, str]:
-        """The last good copies to write, less those of git files the cluster's copies replace."""
-        return {path: text for path, text in self.last_good.items()
-                if path.split("/", 2)[-1] not in replaced}
-
-
-def check_inputs(inputs: Inputs, compositions: Mapping[str, Any]) -> Inputs:
-    """The cross-document check: a model naming an unknown composition is an InputError and is left out of
-    the inputs (so a pass serves it from its last good spec)."""
-    errors = list(inputs.errors)
-    models = []
-    for model in inputs.models:
-        if model.composition in compositions:
-            models.append(model)
-            continue
-        source = model.source
-        errors.append(InputError(
-            source.file if source else "models/", source.document if source else None,
-            "spec.compositionRef.name", reason="UnknownComposition", object=model.ref,
-            message=f"spec.compositionRef.name {model.composition!r} names no composition "
-                    f"(known: {', '.join(sorted(compositions))})",
-            fix="use one of the known names, or add compositions/<name>.yaml to the repository"))
-    return replace(inputs, models=tuple(models), errors=tuple(errors))
-
-
-@dataclass(frozen=True)
 class DecisionRecord:
     """What a pass last wrote for one model: its decision and the (last good) spec it was made from."""
 
@@ -527,3 +465,13 @@ def revive_last_good(inputs: Inputs, records: Mapping[tuple[str, str], DecisionR
     if not revived:
         return inputs, ()
     return replace(inputs, models=(*inputs.models, *revived)), tuple(m.ref for m in revived)
+
+
+def parse_prices(doc: Any) -> dict[str, float]:
+    """gpus.yaml's optional `pricePerGpuHour` (GPU product -> price of one GPU-hour), read apart from the slots so
+    a price never changes a plan: anything but a finite price >= 0 is left out ({} when there is none)."""
+    prices = doc.get("pricePerGpuHour") if isinstance(doc, dict) else None
+    if not isinstance(prices, dict):
+        return {}
+    return {str(k): float(v) for k, v in prices.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0}

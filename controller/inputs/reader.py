@@ -1,24 +1,26 @@
 """The one reader of a GitOps directory: what every command and loop plans from.
 
-Owns reading a checked-out tree into checked inputs: ElasticModels under models/**,
-profiles under profiles/**, gpus.yaml (or the cluster's slots), compositions under
-compositions/** over the shipped ones, the decision records under decisions/ (each
-decision with the last good spec it was made from), the last rendered/PLAN.md, and
-the last good copy of each input file (decisions/_last-good/<path>). `read_repo` is
-used by `gpushare validate`, `plan` and `explain`, by offline passes and (with the
-cluster's own facts swapped in) by cluster passes, so they all plan from the same
-inputs, checked by the same `check_inputs` and revived alike (`RepoSnapshot.planned`):
-validate refuses exactly what reconcile refuses.
+Owns reading a checked-out tree into two values (controller.inputs.tree): the `Tree` (ElasticModels
+under models/**, profiles under profiles/**, gpus.yaml's slots and prices, compositions under
+compositions/** over the shipped ones, the right-sizing records under decisions/rightsizing/, the
+measured profiles committed under profiles/measured/, the last good copy of each input file under
+decisions/_last-good/<path>) and the `LastPass` it holds (each decision with the last good spec it was
+made from, the last rendered/PLAN.md, each model's generated paths, every generated path, the rendered
+workers). `read_repo` is used by `gpushare validate`, `plan` and `explain`, by offline and cluster
+passes (which hand the Tree whole to controller.passes.reconcile.run_pass) and by the right-sizing pass,
+so they all plan from the same inputs, checked by the same `check_inputs` and revived alike
+(`Tree.planned`): validate refuses exactly what reconcile refuses.
 
 Every file is read through controller.inputs.repofiles, so nothing outside the
 repository is ever read. A gpus.yaml, profile or composition file with any error is
 read from its last good copy while there is one (its errors are still reported), so
 one bad file never takes the fleet down; a broken model keeps its last good spec
 through its decision record. The only I/O of the input stage; the parsers it calls
-(controller.inputs.load) are pure.
+(controller.inputs.load, compositions, rightsizing_records) are pure.
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
@@ -28,51 +30,21 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
+from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
-                                      PROFILES_DIR, RENDERED_DIR)
-from controller.inputs.load import (DecisionRecord, TreeInputs, load_documents, parse_inventory, parse_model,
-                                    parse_profile, revive_last_good)
+                                      PROFILES_DIR, RENDERED_DIR, RIGHTSIZING_DIR)
+from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
+                                    parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, RepoFileError, is_file, max_state_bytes, owned_files,
                                          read_optional, read_text, yaml_files)
+from controller.inputs.rightsizing_records import Records, effective_models, records_from
+from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yamlin import YamlLimits
-from controller.rendering.compositions import Composition, parse_composition, shipped_compositions
-from controller.rightsizing.prices import read_prices
-from controller.rightsizing.records import effective_models, read_records
 from controller.serialize import decision_from_dict
-from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
+from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
 log = logging.getLogger("gpushare.inputs")
-
-
-@dataclass(frozen=True)
-class RepoSnapshot:
-    """A GitOps tree as read: the checked inputs (before reviving), the last decisions and PLAN.md, the
-    compositions by name, and the input files' last good copies (which the pass writes back)."""
-
-    inputs: Inputs
-    records: Mapping[tuple[str, str], DecisionRecord]
-    last_plan_md: str | None
-    compositions: Mapping[str, Composition] | None = None
-    last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
-    held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
-    owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> generated paths
-    tree: TreeInputs | None = None  # as read: right-sizing records, prices, the last rendered workers
-
-    @property
-    def previous(self) -> dict[tuple[str, str], Decision]:
-        return {key: record.decision for key, record in self.records.items()}
-
-    def planned(self) -> tuple[Inputs, tuple[str, ...]]:
-        """The inputs a pass plans: valid models plus the last good spec of each broken one."""
-        return revive_last_good(self.inputs, self.records)
-
-
-def read_repo(root: Path) -> RepoSnapshot:
-    """Everything a pass reads from a GitOps directory, checked; files are read sorted."""
-    tree = read_tree(root)
-    return RepoSnapshot(tree.combined(), tree.records, tree.last_plan_md, tree.compositions, tree.last_good,
-                        tree.held, tree.owners, tree)
 
 
 def load_repo(root: Path) -> Inputs:
@@ -81,10 +53,10 @@ def load_repo(root: Path) -> Inputs:
     return read_repo(root).inputs
 
 
-def read_tree(root: Path) -> TreeInputs:
+def read_repo(root: Path) -> Tree:
     """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
-    good copy), the compositions, the records the last pass left, and the measured profiles committed under
-    profiles/measured/ as text (cluster mode keeps or replaces them)."""
+    good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
+    are read sorted."""
     root = Path(root)
     models, model_errors = read_models(root)
     profiles = read_profile_tree(root)
@@ -93,14 +65,33 @@ def read_tree(root: Path) -> TreeInputs:
     committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
                  if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
-    rightsizing = read_records(root)
+    rightsizing = read_rightsizing(root)
     model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
-    return TreeInputs(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values), tuple(profiles.errors),
-                      tuple(inventory.values), tuple(inventory.errors), load_decision_records(root),
-                      read_plan_md(root), committed, compositions.compositions, tuple(compositions.read.errors),
-                      read.last_good, tuple(sorted(read.held)), read_owners(root),
-                      tuple(owned_files(root, CLUSTER_GENERATED)), rightsizing=rightsizing, prices=read_prices(root),
-                      last_workers=read_rendered_workers(root))
+    return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
+                tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), committed,
+                compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
+                rightsizing, read_prices(root), read_last_pass(root))
+
+
+def read_last_pass(root: Path) -> LastPass:
+    """What the last pass left: its decisions, PLAN.md, owners file, generated paths and rendered workers."""
+    return LastPass(load_decision_records(root), read_plan_md(root), read_owners(root),
+                    tuple(owned_files(root, CLUSTER_GENERATED)), read_rendered_workers(root))
+
+
+def read_rightsizing(root: Path) -> Records:
+    """The right-sizing records under decisions/rightsizing/<namespace>/<name>.yaml (regular files in the
+    repository only, each within the limits of the controller's own files); a garbled, oversized or unreadable
+    one is a RecordProblem: its model holds alone and `validate` reports it (the right-sizing pass rewrites it)."""
+    paths = [rel for rel in owned_files(root, (RIGHTSIZING_DIR + "/",)) if rel.count("/") == 3]
+    return records_from({rel: read_optional(root, rel, max_state_bytes()) or "\x00" for rel in paths})
+
+
+def read_prices(root: Path) -> dict[str, float]:
+    """gpus.yaml's pricePerGpuHour (controller.inputs.load.parse_prices); {} when it is absent or unreadable."""
+    text = read_optional(root, INVENTORY_FILE)
+    docs = load_documents(text, INVENTORY_FILE)[0] if text else []
+    return parse_prices(docs[0][1]) if docs else {}
 
 
 def read_rendered_workers(root: Path) -> dict[str, str]:
@@ -116,14 +107,25 @@ def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
     with the limits of the controller's own files (repofiles.max_state_bytes, YamlLimits.scaled)."""
     root = Path(root)
     text = read_optional(root, OWNERS_FILE, max_state_bytes())
-    docs = load_documents(text, OWNERS_FILE, YamlLimits.from_env().scaled(STATE_FACTOR))[0] if text else []
-    doc = docs[0][1] if docs else {}
-    if not isinstance(doc, dict) or (is_file(root, OWNERS_FILE) and not docs):
+    doc = _json_body(text) if text is not None else {}
+    if doc is None:  # not the JSON the controller writes now (an older controller wrote YAML): the YAML reader
+        docs = load_documents(text, OWNERS_FILE, YamlLimits.from_env().scaled(STATE_FACTOR))[0]
+        doc = docs[0][1] if docs else None
+    if not isinstance(doc, dict) or (is_file(root, OWNERS_FILE) and text is None):
         log.warning("%s cannot be read (too large, or not the mapping the controller writes); a model that fails "
                     "to render this pass keeps none of its objects", OWNERS_FILE)
         return {}
     return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
             if isinstance(ref, str) and isinstance(paths, list)}
+
+
+def _json_body(text: str) -> object | None:
+    """The JSON after a file's leading `#` comment lines; None when it is not JSON (or nests too deep)."""
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return None
 
 
 def read_plan_md(root: Path) -> str | None:
@@ -277,11 +279,11 @@ def read_compositions(root: Path) -> RepoCompositions:
 
 
 def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
-    """decisions/<ns>/<name>.yaml as compose wrote them; unreadable or garbled files are skipped
-    (the controller owns them and rewrites them on its next pass)."""
+    """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
+    unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass)."""
     records = {}
     for rel in yaml_files(Path(root), DECISIONS_DIR):
-        if rel.startswith(LAST_GOOD_DIR + "/"):
+        if rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/")):
             continue
         try:
             (_, doc), = load_documents(read_text(root, rel), rel)[0]

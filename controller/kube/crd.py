@@ -148,7 +148,8 @@ def status_schema() -> dict:
                     "budgetBytes": {"type": "integer", "format": "int64"},
                     "footprintBytes": {"type": "integer", "format": "int64"},
                     "predicted": {"type": "object", "properties": {
-                        "ttftMs": number, "tpotMs": number, "swapInMs": number, "linkShareGBps": number}},
+                        "ttftMs": number, "tpotMs": number, "swapInMs": number, "linkShareGBps": number,
+                        "aloneTtftMs": number, "aloneTpotMs": number}},
                     "estimated": {"type": "boolean"},
                     "hostBytes": {"type": "integer", "format": "int64"},
                     "sloMet": {"type": "boolean"},

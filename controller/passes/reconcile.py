@@ -5,9 +5,10 @@ commit message, and the two rules that keep a bad pass from taking the fleet dow
 `kept_owners` (a model that fails to render keeps what the last pass generated for it)
 and the prune guard (`prune_hold`, `guarded_change`: a pass that would shrink the
 rendered objects by more than a share commits nothing and says why). No I/O: the
-offline and cluster loops (controller.cli.offline, controller.passes.cluster_pass)
-read the inputs through controller.inputs.reader, call `run_pass`, and hand the
-guarded Change to gitops.publish.
+offline and cluster loops (controller.cli.offline, controller.passes.cluster_pass) and
+`gpushare validate` and `plan` read the tree through controller.inputs.reader and call
+`run_pass` alike, with the cluster's facts or none; the loops hand the guarded Change to
+gitops.publish.
 
 Nothing is lost: a model whose document is broken now (its error names it, or its
 whole file failed to parse) is planned and rendered from its last good spec, which
@@ -18,24 +19,24 @@ document is gone is removed.
 """
 from __future__ import annotations
 
+import json
 import os
 import posixpath
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from contract.quantity import format_bytes as fb
 from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR, RIGHTSIZING_DIR
 from controller.inputs.load import DecisionRecord, revive_last_good
+from controller.inputs.tree import Tree
+from controller.passes.measured import ClusterFacts, measured_profiles, profile_requests
 from controller.planning.plan import plan
 from controller.rendering.compose import Rendered, compose
 from controller.rendering.compose_errors import ComposeError
-from controller.rendering.compositions import Composition
-from controller.rendering.planmd import CHANGES_HEADING, Change, last_change_lines
-from controller.rendering.yamlout import dump
+from controller.rendering.planmd import Change
+from controller.rendering.site import with_install_parameters
 from controller.rightsizing.planmd import section as rightsizing_section
-from controller.rightsizing.planmd import with_section
-from controller.rightsizing.records import Record as RightsizingRecord
 from controller.types import ElasticModel, InputError, Inputs, Plan
 
 OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
@@ -53,47 +54,86 @@ class PassOutput:
     held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
     owners: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # namespace/name -> its generated paths
     keep: frozenset[str] = frozenset()  # paths of models that failed to render now, kept as the last pass left them
+    measured: Mapping[str, str] = field(default_factory=dict)  # cluster mode: profiles/measured/<path> -> its text
+    ignored: tuple[tuple[str, str], ...] = ()  # cluster mode: (reason, message) of profile ConfigMaps not used
 
     @property
     def files(self) -> dict[str, bytes]:
-        files = {**self.rendered.files, **self.last_good, OWNERS_FILE: dump_owners(self.owners)}
+        files = {**self.rendered.files, **self.last_good, OWNERS_FILE: dump_owners(self.owners), **self.measured}
         return {path: text.encode() for path, text in sorted(files.items())}
 
     @property
-    def errors(self) -> tuple[InputError | ComposeError, ...]:
-        return (*self.inputs.errors, *self.rendered.errors)
+    def shown_plan(self) -> Plan:
+        """The plan as reported: a model whose objects could not be rendered is never shown as placed (its error
+        says why)."""
+        failed = {error.ref for error in self.rendered.errors}
+        return replace(self.plan, decisions=tuple(d for d in self.plan.decisions
+                                                  if f"{d.namespace}/{d.name}" not in failed))
+
+    @property
+    def errors(self) -> tuple[InputError, ...]:
+        """Every error of the pass, as `gpushare validate`, `plan` and the status report it: the inputs', then
+        each model whose objects could not be rendered, against its model's file."""
+        models = {m.ref: m for m in self.inputs.models}
+        return (*self.inputs.errors, *(render_error(e, models.get(e.ref)) for e in self.rendered.errors))
 
 
-def run_pass(inputs: Inputs, records: Mapping[tuple[str, str], DecisionRecord], *, last_plan_md: str | None = None,
-             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
-             last_good: Mapping[str, str] | None = None, held: tuple[str, ...] = (),
-             owners: Mapping[str, tuple[str, ...]] | None = None, last_workers: Mapping[str, str] | None = None,
-             rightsizing: Mapping[tuple[str, str], RightsizingRecord] | None = None,
-             prices: Mapping[str, float] | None = None, last_paths: Collection[str] | None = None) -> PassOutput:
-    """`records`: what the last pass wrote (decisions/); `last_plan_md`: its rendered/PLAN.md;
-    `processes`: how many processes may render a large pass (see compose); `last_good`, `held` and `owners`:
-    the input files' last good copies, the files read from them, and each model's generated paths after the
-    last pass (controller.inputs.reader.read_tree): a model that fails to render now keeps those;
-    `last_workers`: the last rendered worker Deployments and ConfigMaps (path -> text), to tell restarts from
-    in-place changes (None: not known, no workers line); `rightsizing`, `prices`: the right-sizing records and
-    GPU prices PLAN.md lists open recommendations from (the records under RIGHTSIZING_DIR are always kept);
-    `last_paths`: every generated path the last pass left, which tell the profiler Jobs this pass creates
-    (None: not known, every Job counts as created)."""
-    planned, revived = revive_last_good(inputs, records)
-    previous = {key: record.decision for key, record in records.items()}
-    result = plan(planned, previous)
+def render_error(problem: ComposeError, model: ElasticModel | None) -> InputError:
+    """A model's render-time error as an InputError against the file (and document) that defines it."""
+    source = model.source if model is not None else None
+    return InputError(file=source.file if source else "models/", document=source.document if source else None,
+                      path="spec", message=f"its objects could not be rendered: {problem.message}", fix=problem.fix,
+                      reason=problem.reason, object=problem.ref)
+
+
+def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[str, object] | None = None,
+             processes: int = 1) -> PassOutput:
+    """The pass over a tree as the reader returns it (controller.inputs.reader.read_repo), with the cluster's
+    `facts` in cluster mode (None offline: gpus.yaml's slots, git's profiles). Cluster mode plans on the nodes'
+    slots and with the profiles its profiler Jobs published, committed under profiles/measured/ (they replace
+    git's copy of the same file). `install`: the install's composition parameters (controller.rendering.site)
+    over the defaults compositions leave unset; `processes`: how many processes may render a large pass."""
+    if facts is not None:  # the cluster says whether it serves PodMonitors; a composition that sets podMonitor wins
+        install = {"podMonitor": facts.pod_monitors, **(install or {})}
+    compositions = with_install_parameters(tree.compositions, install) if install else tree.compositions
+    measured = None
+    if facts is None:
+        inputs, last_good = tree.inputs, dict(tree.last_good)
+    else:
+        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots))
+        replaced = frozenset(measured.files)
+        inputs = tree.combined(facts.slots, measured.profiles, replaced, [*facts.errors, *measured.errors])
+        last_good = tree.last_good_except(replaced)
+    last = tree.last
+    planned, revived = revive_last_good(inputs, last.records)
+    result = plan(planned, last.previous)
     sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
-    rendered = compose(planned.models, result, planned.slots, previous, compositions=compositions,
-                       last=last_change_lines(last_plan_md), processes=processes, profile_sources=sources,
-                       previous_paths=last_paths, previous_workers=last_workers)
-    rendered.files[PLAN_MD] = with_section(rendered.files[PLAN_MD], rightsizing_section(rightsizing or {}, result.decisions,
-                                                                        planned.slots, prices or {}),
-                                           CHANGES_HEADING)
-    quiet = quiet_changes(records, planned.models, result)
-    now, keep = kept_owners(rendered, owners or {})
-    return PassOutput(planned, result, rendered, revived,
-                      commit_message(rendered.changes, rendered, revived, quiet=quiet, held=held),
-                      dict(last_good or {}), held, now, keep | {RIGHTSIZING_DIR + "/"})
+    rendered = compose(planned.models, result, planned.slots, last, compositions=compositions, processes=processes,
+                       profile_sources=sources,
+                       sections=rightsizing_section(tree.rightsizing, result.decisions, planned.slots, tree.prices))
+    quiet = quiet_changes(last.records, planned.models, result)
+    now, keep = kept_owners(rendered, last.owners)
+    message = commit_message(rendered.changes, rendered, revived, quiet=quiet, held=tree.held)
+    committed = {}
+    if measured is not None:
+        committed = measured.files
+        new = [path for path, text in measured.files.items() if tree.measured_profiles.get(path) != text]
+        message = _with_profiles(message, rendered, new, measured.sources)
+    return PassOutput(planned, result, rendered, revived, message, last_good, tree.held, now,
+                      keep | {RIGHTSIZING_DIR + "/"}, committed, measured.ignored if measured else ())
+
+
+def _with_profiles(message: str, rendered: Rendered, new_profiles: list[str], sources: Mapping[str, str]) -> str:
+    """The pass's message; profiles committed are named in the body (and the subject when no decision moved)."""
+    if not new_profiles:
+        return message
+    lines = [f"profile committed: {path} (from {sources[path]})" for path in new_profiles]
+    subject, _, body = message.partition("\n")
+    if not rendered.changes:
+        what = new_profiles[0] if len(new_profiles) == 1 else f"{len(new_profiles)} profiles"
+        subject = f"gpushare: commit measured {what}"
+    rest = [line for line in body.strip().splitlines() if line]
+    return subject + "\n\n" + "\n".join(lines + rest) + "\n"
 
 
 def kept_owners(rendered: Rendered, before: Mapping[str, tuple[str, ...]]
@@ -122,7 +162,11 @@ def _keepable(path: object) -> bool:
 
 
 def dump_owners(owners: Mapping[str, tuple[str, ...]]) -> str:
-    return OWNERS_HEADER + dump({ref: list(paths) for ref, paths in sorted(owners.items())})
+    """The owners file: its header, then JSON (which is YAML too), one model a line: it grows with the fleet and
+    is read back on every pass, and JSON reads some hundred times faster than YAML (controller.inputs.reader)."""
+    lines = [f"{json.dumps(ref, ensure_ascii=False)}: {json.dumps(list(paths), ensure_ascii=False)}"
+             for ref, paths in sorted(owners.items())]
+    return OWNERS_HEADER + ("{\n" + ",\n".join(lines) + "\n}\n" if lines else "{}\n")
 
 
 def quiet_changes(records: Mapping[tuple[str, str], DecisionRecord], models: Sequence[ElasticModel],
@@ -163,19 +207,27 @@ def available_processes() -> int:
 def commit_message(changes: tuple[Change, ...], rendered: Rendered, revived: tuple[str, ...], *,
                    quiet: tuple[str, ...] = (), held: tuple[str, ...] = ()) -> str:
     """`llm/chat-small: resident on n/gpu0 → swap on n/gpu0 (llm/coder-32b admitted)` for one change;
-    a count and one line per change otherwise; with no decision moved, the `quiet` spec changes. Used only
-    when the generated tree changed."""
-    moved = [c for c in changes if c.before is not None and c.after is not None]
+    a count and one line per change otherwise, each model whose predictions or SLO verdict changed included
+    (`llm/summarizer: TPOT 8.1 → 139.0 ms (all busy); SLO newly missed (all busy)`); with no decision moved,
+    the `quiet` spec changes. Used only when the generated tree changed."""
+    placed = [c for c in changes if c.moved]
+    affected = [c for c in changes if not c.moved]  # only its predictions or SLO verdict changed
+    moved = [c for c in placed if c.before is not None and c.after is not None]
     own = moved[0].ref if len(moved) == 1 else None  # the moved model's own change explains it first
     causes = [cause for ref, cause in sorted(_causes(changes), key=lambda rc: rc[0] != own)]
     shown = causes[:3] + ([f"{len(causes) - 3} more"] if len(causes) > 3 else [])
     why = f" ({', '.join(shown)})" if causes else ""
+    also = f"; {len(affected)} more model{'s' * (len(affected) != 1)} affected" if placed and affected else ""
     if len(moved) == 1:
-        subject = moved[0].summary + why
-    elif len(changes) == 1:
-        subject = changes[0].summary
-    elif changes:
-        subject = f"gpushare: {len(changes)} decisions changed{why}"
+        subject = moved[0].placement + why + "".join(f"; {e}" for e in moved[0].effects) + also
+    elif len(placed) == 1:
+        subject = placed[0].summary + also
+    elif placed:
+        subject = f"gpushare: {len(placed)} decisions changed{why}{also}"
+    elif len(affected) == 1:
+        subject = f"gpushare: {affected[0].summary}{why}"
+    elif affected:
+        subject = f"gpushare: {len(affected)} models' predictions changed{why}"
     elif len(quiet) == 1:
         subject = f"gpushare: re-render {quiet[0]} (no decision moved)"
     elif quiet:

@@ -6,6 +6,7 @@ slot. Called by controller.planning.plan.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 
 from contract.quantity import format_bytes as fb
 from contract.quantity import paste_quantity as paste
@@ -55,7 +56,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
     host = _host_terms(state)
     out = []
     for ask in state.resident:
-        pred = predicted[ask.key]
+        pred = _with_alone(predicted[ask.key], cost.predict_resident(ask.profile, ask.slo))
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} and slot {slot.id} "
                   f"holds it beside the others")
         out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
@@ -63,7 +64,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
     turns = {a.key: a.turn_ms(n + 1) for a in state.swap}
     for ask in state.swap:
         wait = sum(turns.values()) - turns[ask.key]
-        pred = predicted[ask.key]
+        pred = _with_alone(predicted[ask.key], cost.predict_swap(ask.profile, ask.slo))
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
                   f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with "
                   f"{len(state.swap) - 1} other model(s) (PLAN.md lists them); swap-in {pred.swap_in_ms:g} ms = "
@@ -73,7 +74,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
         out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
                              reason=reason, code="SharesSwapArea", host_bytes=ask.profile.weight_bytes))
     for ask, piece, _ in sorted(state.elastic.values(), key=lambda e: e[0].key):
-        pred = predicted[ask.key]
+        pred = _with_alone(predicted[ask.key], cost.predict_elastic(ask.profile, ask.slo, piece))
         limit = ask.limit(slot)
         squeezed = ask.key in state.squeezed
         if squeezed:
@@ -92,6 +93,11 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
                              code="ExceedsFreeSpace" if squeezed else "ExceedsBudget",
                              host_bytes=piece.streamed_bytes))
     return out
+
+
+def _with_alone(busy: Predicted, alone: Predicted) -> Predicted:
+    """The prediction with every co-tenant busy, carrying the same mode and slice's figures alone on the GPU."""
+    return replace(busy, alone_ttft_ms=alone.ttft_ms, alone_tpot_ms=alone.tpot_ms)
 
 
 def _shared_terms(ask: Ask, state: SlotState, shared: dict) -> str:
@@ -116,7 +122,7 @@ def _decision(ask: Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes:
     misses = cost.slo_misses(slo, pred) if pred is not None else []
     has_targets = slo.ttft_ms is not None or slo.tpot_ms is not None
     if misses:
-        reason += "; SLO missed: " + ", ".join(misses)
+        reason += "; SLO missed (all busy: every co-tenant decoding at once): " + ", ".join(misses)
     prev = ask.previous
     if slot is not None and prev is not None and (prev.slot, prev.mode) != (slot.id, mode):
         reason += (f"; moved from {prev.slot} ({prev.mode}): keeping it there would have refused a model "

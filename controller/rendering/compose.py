@@ -6,7 +6,7 @@ with worker.yaml, Deployment, its RBAC); per placed ElasticModel a Service; per
 decision `decisions/<namespace>/<name>.yaml`; and rendered/PLAN.md. Every object
 is rendered in the sandbox (controller.rendering.render), validated against Kubernetes'
 schemas (controller.rendering.kube_validate) and the API server's rules beyond them
-(controller.rendering.kube_rules) and written with sorted keys to a path built
+(controller.inputs.kube_rules) and written with sorted keys to a path built
 only from DNS-1123 names. One bad model is reported in `errors` and never blocks
 the others. Pure: no I/O besides reading the template files when no compositions
 are passed in. Called by the reconcile pass; gitops writes `files`.
@@ -25,20 +25,21 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from controller.rendering.cache_policy import host_path_problem, host_path_root
+from controller.inputs.cache_policy import host_path_problem, host_path_root
+from controller.inputs.compositions import Composition, shipped_compositions
+from controller.inputs.tree import LastPass
 from controller.rendering.compose_errors import (RULE_ERRORS, ComposeError, HostPathOutsideRoot, InvalidName,
                                                  ManifestInvalid, MixedCompositions, NameCollision, OutputConflict,
                                                  RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
-from controller.rendering.compositions import Composition, shipped_compositions
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
-from controller.rendering.kube_rules import Problem, is_dns_label, is_label_value, object_problems
+from controller.inputs.kube_rules import Problem, is_dns_label, is_label_value, object_problems
 from controller.rendering.names import (dns_label, profile_configmap_name, profiler_job_name, service_name,
                                         worker_name)
 from controller.rendering.profiling_place import Beside, profiling_place
-from controller.rendering.planmd import Change, LastPlan, created_jobs, decision_changes, plan_markdown
+from controller.rendering.planmd import Change, created_jobs, decision_changes, last_change_lines, plan_markdown
 from controller.rendering.rollouts import Rollouts, worker_rollouts
-from controller.rendering.render import RenderError, render_documents
+from controller.rendering.render import RenderError, compiled, render_documents
 from controller.serialize import decision_to_dict, model_to_doc
 from controller.types import Decision, ElasticModel, GpuSlot, Pending, Plan
 from controller.rendering.yamlout import dump
@@ -135,30 +136,28 @@ SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"
                  ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("networking.k8s.io/v1", "NetworkPolicy"))
 
 
-def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
-            previous: Mapping[tuple[str, str], Decision], *,
-            compositions: Mapping[str, Composition] | None = None, last: LastPlan = LastPlan(),
-            processes: int = 1, profile_sources: Mapping[tuple[str, str], str] | None = None,
-            previous_paths: Collection[str] | None = None, previous_workers: Mapping[str, str] | None = None
-            ) -> Rendered:
+def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot], last: LastPass = LastPass(), *,
+            compositions: Mapping[str, Composition] | None = None, processes: int = 1,
+            profile_sources: Mapping[tuple[str, str], str] | None = None, sections: Sequence[str] = ()) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
-    slots render in that many forked processes; the result is byte-identical to one process. `last`: what
-    the previous PLAN.md said; `previous_paths`: the previous tree's paths, which tell the profiler Jobs
-    this tree creates (None: not known, every Job is created); `previous_workers`: the previous tree's worker
-    Deployments and ConfigMaps (path -> text), which tell the workers this tree restarts from those it
-    reconfigures in place (None: not known)."""
+    slots render in that many forked processes; the result is byte-identical to one process. `last`: the last
+    pass's result (controller.inputs.tree.LastPass): its decisions, which the changes are counted from; its
+    PLAN.md, whose summary a quiet pass keeps; its paths, which tell the profiler Jobs this tree creates; its
+    worker Deployments and ConfigMaps, which tell the workers this tree restarts from those it reconfigures in
+    place. `sections`: further PLAN.md lines (the open right-sizing recommendations), placed before the changes."""
     compositions = shipped_compositions() if compositions is None else compositions
     if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
     _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
-    changes = decision_changes(previous, plan)
-    rollouts = (worker_rollouts(previous_workers, tree.files, tree.deployments) if previous_workers is not None
-                else None)
-    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last, profile_sources,
-                                          jobs_created=None if previous_paths is None
-                                          else len(created_jobs(previous_paths, tree.files)), rollouts=rollouts)
+    failed = {error.ref for error in errors}  # never reported as new or placed: their objects are not rendered
+    changes = tuple(c for c in decision_changes(last.previous, plan) if c.ref not in failed)
+    rollouts = worker_rollouts(last.workers, tree.files, tree.deployments) if last.workers is not None else None
+    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_change_lines(last.plan_md),
+                                          profile_sources, jobs_created=None if last.paths is None
+                                          else len(created_jobs(last.paths, tree.files)), rollouts=rollouts,
+                                          sections=sections)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
@@ -531,7 +530,7 @@ def _render(composition: Composition, templates: Sequence[str], context: Mapping
     unit = []
     for template in templates:
         try:
-            docs = render_documents(composition.env, template, context)
+            docs = render_documents(compiled(composition.templates), template, context)
         except RenderError as exc:
             raise RenderFailed(ref, f"composition {composition.name}: {exc}",
                                "fix the template; every printed value must pass through `| quote`") from exc
@@ -541,7 +540,7 @@ def _render(composition: Composition, templates: Sequence[str], context: Mapping
 
 def _object_file(doc: dict, ref: str, origin: str, composition: Composition, context: Mapping) -> _File:
     """The checked path and canonical text of one rendered object: valid against Kubernetes' schema and the
-    rules the API server applies beyond it (controller.rendering.kube_rules)."""
+    rules the API server applies beyond it (controller.inputs.kube_rules)."""
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     name, namespace = metadata.get("name"), metadata.get("namespace")
     what = f"{origin}: {doc.get('kind')} {namespace}/{name}"

@@ -66,7 +66,7 @@ class OutputConflict(ComposeError):
 
 
 class HostPathOutsideRoot(ComposeError):
-    """The composition mounts a node directory outside the install's cache root (controller.rendering.cache_policy)."""
+    """The composition mounts a node directory outside the install's cache root (controller.inputs.cache_policy)."""
 
     reason = "HostPathOutsideRoot"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from controller.rendering.kube_rules import MAX_LABEL, is_dns_label
+from controller.inputs.kube_rules import MAX_LABEL, is_dns_label
 from controller.types import GpuSlot
 
 HASH_CHARS = 8

@@ -1,10 +1,11 @@
 """rendered/PLAN.md: the summary a reviewer reads in the pull request, and what changed.
 
-Owns the text of PLAN.md (a terraform-style summary line; per GPU slot: models,
-mode, bytes, layers, predicted TPOT against the SLO, bytes used out of capacity as
+Owns the text of PLAN.md (a terraform-style summary line that counts the models a change
+affects; per GPU slot: models, mode, bytes, layers, predicted TTFT and TPOT alone and with
+all co-tenants busy, the SLO verdict on the all-busy figures, bytes used out of capacity as
 a bar; then models awaiting a profile, refusals, objects not rendered, and the
-changes since the last decision), `decision_changes`, which gitops also uses for
-commit messages, `created_jobs` (the profiler Jobs a tree adds to the last one)
+changes since the last decision, each before → after, neighbours included),
+`decision_changes`, which the commit message also uses, `created_jobs` (the profiler Jobs a tree adds to the last one)
 and `last_change_lines` (what a quiet pass carries from the last PLAN.md). Called
 by controller.rendering.compose. Pure and deterministic: no clock, everything sorted.
 """
@@ -26,7 +27,8 @@ BAR_WIDTH = 40
 
 @dataclass(frozen=True)
 class Change:
-    """One model whose mode, slot or resident layers differ from its last decision."""
+    """One model whose mode, slot or resident layers differ from its last decision (`moved`), or whose predicted
+    TTFT or TPOT with all co-tenants busy, or SLO verdict, does (`effects`): a neighbour's change shows here."""
 
     ref: str
     before: Decision | None
@@ -34,23 +36,64 @@ class Change:
     awaiting_profile: bool = False
 
     @property
-    def summary(self) -> str:
+    def moved(self) -> bool:
+        """Added, removed, or its mode, slot or resident layers changed."""
+        return self.before is None or self.after is None or _placement(self.before) != _placement(self.after)
+
+    @property
+    def effects(self) -> tuple[str, ...]:
+        """What its predictions and SLO verdict did, before → after: `TPOT 8.1 → 139.0 ms (all busy)`,
+        `SLO newly missed (all busy)`; for a new model, its SLO verdict when it misses."""
+        if self.after is None:
+            return ()
+        if self.before is None:
+            return ("SLO missed (all busy)",) if self.after.slo_met is False else ()
+        return prediction_effects(self.before, self.after)
+
+    @property
+    def placement(self) -> str:
+        """`llm/chat: resident on n/gpu0 → swap on n/gpu0` (`new, ...`, `→ removed`); the bare ref when it did not
+        move."""
         if self.before is None:
             return f"{self.ref}: new, {_state(self.after)}"
         if self.after is None:
             gone = "awaiting a profile" if self.awaiting_profile else "removed"
             return f"{self.ref}: {_state(self.before)} → {gone}"
-        return f"{self.ref}: {_state(self.before)} → {_state(self.after)}"
+        return f"{self.ref}: {_state(self.before)} → {_state(self.after)}" if self.moved else self.ref
+
+    @property
+    def summary(self) -> str:
+        """The placement, then each effect: `llm/summarizer: TPOT 8.1 → 139.0 ms (all busy)`."""
+        effects = "; ".join(self.effects)
+        if not effects:
+            return self.placement
+        return f"{self.placement}{'; ' if self.moved else ': '}{effects}"
+
+
+def prediction_effects(before: Decision, after: Decision) -> tuple[str, ...]:
+    """The predicted latencies with all co-tenants busy (the SLO verdict's figures) that differ at the shown
+    precision, and a verdict that turned, each `before → after`."""
+    out = []
+    if before.predicted is not None and after.predicted is not None:
+        for name, old, new in (("TTFT", before.predicted.ttft_ms, after.predicted.ttft_ms),
+                               ("TPOT", before.predicted.tpot_ms, after.predicted.tpot_ms)):
+            if f"{old:.1f}" != f"{new:.1f}":
+                out.append(f"{name} {old:.1f} → {new:.1f} ms (all busy)")
+    if before.slo_met is not after.slo_met and after.slo_met is not None:
+        out.append("SLO newly missed (all busy)" if after.slo_met is False else "SLO now met (all busy)")
+    return tuple(out)
 
 
 def decision_changes(previous: Mapping[tuple[str, str], Decision], plan: Plan) -> tuple[Change, ...]:
-    """The changes from `previous` to `plan`, sorted by namespace/name."""
+    """The changes from `previous` to `plan`, sorted by namespace/name: every model moved, added or removed,
+    and every model whose predictions or SLO verdict changed (a neighbour's change included)."""
     current = {d.key: d for d in plan.decisions}
     pending = {p.key for p in plan.pending}
     changes = []
     for key in sorted(set(previous) | set(current)):
         before, after = previous.get(key), current.get(key)
-        if before is not None and after is not None and _placement(before) == _placement(after):
+        if (before is not None and after is not None and _placement(before) == _placement(after)
+                and not prediction_effects(before, after)):
             continue
         ref = f"{key[0]}/{key[1]}"
         changes.append(Change(ref, before, after, awaiting_profile=after is None and key in pending))
@@ -114,16 +157,19 @@ def review_summary(plan_md: str, commit: str, base: str) -> str:
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
                   last: LastPlan | None = None, sources: Mapping[tuple[str, str], str] | None = None, *,
-                  jobs_created: int | None = None, rollouts: Rollouts | None = None) -> str:
+                  jobs_created: int | None = None, rollouts: Rollouts | None = None,
+                  sections: Sequence[str] = ()) -> str:
     """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product)'s profile source
     (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
     None when the previous tree is not known: then every profiler Job the plan runs counts; `rollouts`: which
-    workers this tree restarts and which reconfigure in place (None when the previous tree is not known)."""
+    workers this tree restarts and which reconfigure in place (None when the previous tree is not known);
+    `sections`: further lines (the open right-sizing recommendations), placed before the changes."""
     by_key = {m.key: m for m in models}
     last = last or LastPlan()
     sources = sources or {}
     decisions = sorted(plan.decisions, key=lambda d: d.key)
-    placed = [d for d in decisions if d.mode != "refused"]
+    failed = {e.ref for e in errors}  # not rendered: listed as such, never as placed
+    placed = [d for d in decisions if d.mode != "refused" and f"{d.namespace}/{d.name}" not in failed]
     refused = [d for d in decisions if d.mode == "refused"]
     on_slot: dict[str | None, list[Decision]] = {}
     for d in placed:
@@ -167,7 +213,7 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     lines += _section("Not rendered", ("model", "reason", "what failed"),
                       [(e.ref, e.reason, f"{e.message}; fix: {e.fix}")
                        for e in sorted(errors, key=lambda e: (e.ref, e.reason, e.message))])
-    lines += ["", CHANGES_HEADING, ""]
+    lines += [*sections, "", CHANGES_HEADING, ""]
     lines += [f"- {_cell(c.summary)}" for c in changes] or list(last.changes) or ["None yet."]
     return "\n".join(lines) + "\n"
 
@@ -177,11 +223,14 @@ def summary_line(changes: Sequence[Change], jobs_created: int, rollouts: Rollout
     restarting and reconfigured in place (`rollouts`: this tree's worker objects against the last tree's;
     None: not known); profiler Jobs this tree creates."""
     added = sum(1 for c in changes if c.before is None and c.after is not None and c.after.mode != "refused")
-    changed = sum(1 for c in changes if c.before is not None and c.after is not None and c.after.mode != "refused")
+    changed = sum(1 for c in changes if c.before is not None and c.after is not None and c.after.mode != "refused"
+                  and c.moved)
     removed = sum(1 for c in changes if c.after is None)
-    refused = sum(1 for c in changes if c.after is not None and c.after.mode == "refused")
+    refused = sum(1 for c in changes if c.after is not None and c.after.mode == "refused" and c.moved)
+    affected = len(changes)  # every model the change touches: added, moved, removed, or predicted otherwise
     workers = rollouts.plan_words if rollouts is not None else "workers not compared (no previous tree)"
     return (f"{SUMMARY_PREFIX}{added} to add, {changed} to change, {removed} to remove, {refused} refused · "
+            f"{affected} model{'s' * (affected != 1)} affected · "
             f"{workers} · {jobs_created} profiler Job{'s' * (jobs_created != 1)} created.")
 
 
@@ -262,8 +311,8 @@ def _bar(view: _SlotView) -> str:
 def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str], str],
                   node_pinned: int) -> list[str]:
     slot = view.slot
-    header = ("bar", "model", "mode", "budget", "need", "GPU footprint", "layers", "profile", "TPOT predicted",
-              "SLO")
+    header = ("bar", "model", "mode", "budget", "need", "GPU footprint", "layers", "profile",
+              "TTFT alone / all busy", "TPOT alone / all busy", "SLO (on all busy)")
     area = {p.label: p.gib for p in view.parts}
     rows = []
     for d in sorted(view.decisions, key=lambda d: (d.mode == "swap", d.key)):  # in the bar's order
@@ -272,12 +321,10 @@ def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, 
         rows.append((view.marks[d.key], ref, d.mode, format_bytes(d.budget_bytes), format_bytes(d.need_bytes),
                      footprint, f"{d.resident_layers}/{d.total_layers}",
                      sources.get((d.model, d.gpu_product or ""), "-"),
-                     "-" if d.predicted is None else f"{d.predicted.tpot_ms:.1f} ms" + (" (estimated)" if d.estimated
-                                                                                       else ""),
-                     _slo(by_key.get(d.key), d)))
-    rows += [(p.mark, p.label, "", "", "", p.gib, "", "", "", "") for p in view.parts
+                     _figures(d, "ttft"), _figures(d, "tpot"), _slo(by_key.get(d.key), d)))
+    rows += [(p.mark, p.label, "", "", "", p.gib, "", "", "", "", "") for p in view.parts
              if p.mark == "~" or p.mark == "."]
-    rows.append(("", "total", "", "", "", f"{_usable(view)} usable", "", "", "", ""))
+    rows.append(("", "total", "", "", "", f"{_usable(view)} usable", "", "", "", "", ""))
     chart = [f'    "{p.mark} {p.label.split(" (")[0]}" : {p.tenths / 10:.1f}' for p in view.parts if p.tenths]
     return [
         "", f"## {slot.id} · {slot.product}", "",
@@ -310,7 +357,18 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _figures(d: Decision, which: str) -> str:
+    """`8.1 / 44.5 ms`: the prediction alone on the GPU, then with every co-tenant busy (`-` alone when the
+    decision predates that figure); `(estimated)` from an estimated profile."""
+    if d.predicted is None:
+        return "-"
+    busy, alone = getattr(d.predicted, f"{which}_ms"), getattr(d.predicted, f"alone_{which}_ms")
+    shown = f"{'-' if alone is None else f'{alone:.1f}'} / {busy:.1f} ms"
+    return shown + (" (estimated)" if d.estimated else "")
+
+
 def _slo(model: ElasticModel | None, d: Decision) -> str:
+    """The targets and the verdict, judged on the all-busy figures."""
     targets = (("TTFT", model.slo.ttft_ms), ("TPOT", model.slo.tpot_ms)) if model is not None else ()
     terms = [f"{name} ≤ {value:g} ms" for name, value in targets if value is not None]
     if not terms:

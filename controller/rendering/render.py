@@ -4,20 +4,21 @@ Owns the sandboxed Jinja environment every composition template runs in and the
 one way a value reaches YAML: the `quote` filter, which emits a double-quoted
 YAML scalar. A `finalize` hook refuses any other string output, so a template that
 forgets to quote a value fails to render instead of letting a field add keys or
-documents. Called by controller.rendering.compositions (to build environments) and
-controller.rendering.compose (to render).
+documents. Called by controller.rendering.compose.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from types import MappingProxyType
 
 import yaml
-from jinja2 import BaseLoader, StrictUndefined, TemplateError
+from jinja2 import BaseLoader, DictLoader, StrictUndefined, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
 from contract import wire
+from controller.inputs.compositions import Templates
 from controller.inputs.yamlin import parse_documents
 
 
@@ -84,6 +85,12 @@ def environment(loader: BaseLoader) -> SandboxedEnvironment:
     env.filters["quote"] = yaml_quote
     env.globals["wire"] = WIRE  # label and annotation names: `{{ wire.WORKER_LABEL | quote }}: ...`
     return env
+
+
+@lru_cache(maxsize=None)
+def compiled(templates: Templates) -> SandboxedEnvironment:
+    """The sandbox over one template directory's sources, built once (Jinja caches each compiled template)."""
+    return environment(DictLoader(dict(templates.sources)))
 
 
 def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[str, object]) -> list[dict]:

@@ -5,7 +5,7 @@ fills from its WORKER_IMAGE, and the cache root GPUSHARE_HOST_PATH_ROOT) to comp
 every composition whose own file leaves that parameter unset; a composition that sets it keeps
 its own. So the worker and profiler image changes with one install setting, never a rebuild.
 Each value is checked against schemas/composition.schema.json and the Kubernetes rule of the
-field it fills (controller.rendering.compositions.parameter_problems). Pure; called by the
+field it fills (controller.inputs.compositions.parameter_problems). Pure; called by the
 `gpushare reconcile` shell (controller.reconcile_cli, controller.cluster_loop).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from types import MappingProxyType
 import jsonschema
 
 import schemas
-from controller.rendering.cache_policy import DEFAULT_HOST_PATH_ROOT
-from controller.rendering.compositions import Composition, parameter_problems
+from controller.inputs.cache_policy import DEFAULT_HOST_PATH_ROOT
+from controller.inputs.compositions import Composition, parameter_problems
 
 
 class InstallParameterInvalid(Exception):

@@ -23,14 +23,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from controller.inputs.reader import load_decision_records, load_repo
+from controller.inputs.reader import read_repo
 from contract.quantity import format_bytes
 from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, publish
 
 from .edit import BudgetEditError, set_memory_budget
-from .prices import read_prices
 from .prometheus import Usage, UsageUnavailable
-from .records import RECORDS_BRANCH, RECORDS_DIR, Condition, Records, read_records, records_from
+from controller.inputs.rightsizing_records import RECORDS_DIR, Condition, Records, records_from
 from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
@@ -53,7 +52,8 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     review = parse_target(records_target).review
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
-    inputs = load_repo(root)
+    tree = read_repo(root)  # models, records, prices and inventory, through the one reader and its limits
+    inputs = tree.inputs
     usage_error, held = None, {}
     try:
         read = read_usage(now - window_s, now, frozenset(m.ref for m in inputs.models if m.rightsizing.enabled))
@@ -66,16 +66,14 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
             held = read.held
             if read.outside:
                 log.info("usage: %d series of models outside the fleet were skipped", read.outside)
-    read = read_records(root)
-    problems = list(read.problems)
-    records = dict(read)
+    problems = list(getattr(tree.rightsizing, "problems", ()))
+    records = dict(tree.rightsizing)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
         pending = _records_at(copy, heads[review])
         records, problems = {**records, **pending}, [*problems, *pending.problems]
     bad = {p.key: f"{p.path}: {p.message}" for p in problems if p.key is not None and p.key not in records}
-    result = _editable(root, step(inputs.models, tuple(r.decision for r in load_decision_records(root).values()),
-                                  inputs.slots, records, usage, now, read_prices(root), inputs.profiles, held,
-                                  bad))
+    result = _editable(root, step(inputs.models, tuple(tree.last.previous.values()), inputs.slots, records, usage,
+                                  now, tree.prices, inputs.profiles, held, bad))
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 

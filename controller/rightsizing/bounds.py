@@ -26,7 +26,7 @@ from contract.quantity import format_bytes
 from controller.planning.cost import elastic_slice_at, predict_elastic, predict_resident, predict_swap
 from controller.types import Decision, ElasticModel, GpuSlot, Profile
 
-from .policy import Rightsizing
+from controller.policy import Rightsizing
 
 MIB = 1 << 20
 INT64_MAX = (1 << 63) - 1

@@ -24,11 +24,11 @@ from gitops import GitError, WorkingCopy
 from contract.durations import duration_flag as duration
 from contract.quantity import format_bytes
 
+from controller.inputs.rightsizing_records import RECORDS_BRANCH
+from controller.policy import DEFAULT_WINDOW_S
 from .prometheus import DETAIL_S, UsageUnavailable, read_usage
 from .bounds import limits_for
 from .recommender import Change, Slo, replay
-from .policy import DEFAULT_WINDOW_S
-from .records import RECORDS_BRANCH
 from .step import profile_of
 from .usage import UsageFormatError, by_model, dump_lines, escape, format_time, read_samples
 

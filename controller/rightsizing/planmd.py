@@ -3,7 +3,7 @@ monthly cost effect (from gpus.yaml's pricePerGpuHour and the model's share of i
 reservation the loop recommends when it differs from the worker's.
 
 Pure and deterministic (records and slots sorted; no clock). Called by controller.passes.reconcile, which
-inserts the section before the decision changes.
+hands the lines to PLAN.md's one writer (controller.rendering.planmd.plan_markdown).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from contract.quantity import format_bytes
 from controller.types import Decision, GpuSlot
 
-from .records import Record
+from controller.inputs.rightsizing_records import Record
 from .step import monthly_cost
 
 HEADING = "## Open right-sizing recommendations"
@@ -55,12 +55,3 @@ def _kv_cell(record: Record) -> str:
     kv = record.kv
     return (f"{format_bytes(kv['reservedBytes'])} → {format_bytes(kv['recommendedBytes'])} "
             f"({kv['sequences']} × {kv['contextTokens']} tokens)")
-
-
-def with_section(plan_md: str, lines: list[str], before: str) -> str:
-    """PLAN.md with `lines` inserted before the heading `before` (appended when it is absent)."""
-    if not lines:
-        return plan_md
-    text = "\n".join(lines) + "\n"
-    at = plan_md.find("\n" + before)
-    return plan_md + text if at == -1 else plan_md[:at] + "\n" + text.rstrip("\n") + plan_md[at:]

@@ -48,7 +48,7 @@ from typing import Iterable, Literal
 
 from .bounds import MEMORY_BREACHES, MIB, Limits
 from .histogram import DecayingHistogram
-from .policy import DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, MAX_CHANGES_PER_DAY, PERCENTILE, Rightsizing
+from controller.policy import DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, MAX_CHANGES_PER_DAY, PERCENTILE, Rightsizing
 from .usage import Sample
 
 DAY_S = 86400

@@ -23,9 +23,9 @@ from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Profile
 from .bounds import limits_for
 from .kv import KvReservation, recommend_kv
 from .placement import Fit, where_it_fits
-from .policy import PERCENTILE
+from controller.policy import PERCENTILE
 from .recommender import GAP_INTERVALS, Change, Hold, Recommender, Slo, replay
-from .records import Condition, Record
+from controller.inputs.rightsizing_records import Condition, Record
 from .usage import Sample, format_time, parse_time
 
 HOURS_PER_MONTH = 730

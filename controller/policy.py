@@ -3,7 +3,8 @@
 Owns the policy's fields, their documented defaults and the parsing of durations
 (`90s`, `5m`, `6h`, `1d`). The schema (schemas/elasticmodel.schema.json) checks shape
 and ranges first; `parse_policy` builds the value the recommender reads and reports what
-the schema cannot see (minBudget above maxBudget). Called by controller.load.
+the schema cannot see (minBudget above maxBudget). It sits below controller.types (an
+ElasticModel carries its policy); parsed by controller.inputs.load, read by controller.rightsizing.
 """
 from __future__ import annotations
 

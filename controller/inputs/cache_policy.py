@@ -5,7 +5,7 @@ parameters) from mounting a node directory outside the directory the platform te
 model caches: `modelCache.hostPath` must be the root or below it. Without it a repository could
 mount the node's /etc read-write and have the root `cache-owner` init container hand it to the
 worker's user. The root is the install's setting GPUSHARE_HOST_PATH_ROOT (default /var/lib/gpushare).
-Pure; `gpushare validate` (through controller.rendering.compositions.parse_composition) and the
+Pure; `gpushare validate` (through controller.inputs.compositions.parse_composition) and the
 pass (controller.rendering.compose, for every composition a model uses) both call `host_path_problem`.
 """
 from __future__ import annotations

@@ -12,11 +12,12 @@ YAML limits (controller.inputs.yamlin) and checks it against schemas/rightsizing
 a file that fails is a `RecordProblem` (InvalidRecord, what and where), so its model holds alone
 (the step says so and rewrites the record; no effective budget applies meanwhile) and `gpushare
 validate` reports it. Called by the right-sizing step (writes), the reader (reads) and PLAN.md's section.
+Read by controller.inputs.reader (`records_from` over the texts it read within its limits), written by
+the right-sizing step (controller.rightsizing), listed by PLAN.md's section.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Iterable, Mapping
 
 import yaml
@@ -154,20 +155,6 @@ def parse_record(doc) -> Record | None:
             conditions=tuple(Condition(**c) for c in doc.get("conditions") or ()))
     except (AttributeError, KeyError, TypeError, ValueError):
         return None
-
-
-def read_records(root: Path) -> Records:
-    """The records of a checked-out tree (regular files only: a symlink is not followed)."""
-    base = Path(root) / RECORDS_DIR
-    texts = {}
-    for path in sorted(base.glob("*/*.yaml")) if base.is_dir() else ():
-        if path.is_symlink() or not path.is_file():
-            continue
-        try:
-            texts[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            texts[path.relative_to(root).as_posix()] = "\x00"  # unreadable: a problem like any broken record
-    return records_from(texts)
 
 
 def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None) -> Records:

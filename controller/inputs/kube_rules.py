@@ -7,7 +7,7 @@ selectors, nodeSelector), annotation keys and their total size, resource quantit
 Each rule returns the list of what is wrong ([] when the text passes), like its Go original; `object_problems`
 walks one rendered object and returns every Problem with the reason, the field and the rule broken.
 Pure. Called by controller.rendering.compose (every rendered object), controller.rendering.names (the
-names it makes), controller.rendering.compositions and controller.rendering.site (composition parameters,
+names it makes), controller.inputs.compositions and controller.rendering.site (composition parameters,
 checked against the rules of the fields they fill).
 """
 from __future__ import annotations

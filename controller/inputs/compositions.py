@@ -4,11 +4,12 @@ Owns reading `compositions/*.yaml` beside the templates (the shipped ones), pars
 repository's composition documents (`parse_composition`; controller.inputs.reader reads
 the files), validating each against schemas/composition.schema.json, filling unset
 parameters from the schema's defaults, checking each parameter against the Kubernetes rule of the
-field it fills (`parameter_problems`, controller.rendering.kube_rules), and compiling the templates once
-into a sandboxed environment. A repository composition adds a name or replaces the shipped composition of
+field it fills (`parameter_problems`, controller.inputs.kube_rules), and reading the template sources
+once (they are compiled, sandboxed, where they render: controller.rendering.render.compiled). A
+repository composition adds a name or replaces the shipped composition of
 the same name; it names shipped templates only, so the repository configures (image,
 model cache, worker namespace, scheduling parameters) but never injects template code.
-Called by controller.rendering.compose and controller.inputs.reader.
+Called by controller.inputs.reader, controller.rendering.compose and `gpushare validate`.
 """
 from __future__ import annotations
 
@@ -19,16 +20,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 import yaml
-from jinja2 import DictLoader
-from jinja2.sandbox import SandboxedEnvironment
 
 import schemas
 from controller.inputs.load import kind_error, schema_errors
-from controller.rendering.cache_policy import REASON as HOST_PATH_REASON
-from controller.rendering.cache_policy import host_path_problem, host_path_root
-from controller.rendering import kube_rules
-from controller.rendering.kube_rules import Problem
-from controller.rendering.render import environment
+from controller.inputs import kube_rules
+from controller.inputs.cache_policy import REASON as HOST_PATH_REASON
+from controller.inputs.cache_policy import host_path_problem, host_path_root
+from controller.inputs.kube_rules import Problem
 from controller.types import InputError
 from templates import TEMPLATE_DIR
 
@@ -39,6 +37,14 @@ class CompositionInvalid(Exception):
     reason = "CompositionInvalid"
 
 
+class Templates:
+    """The template sources a composition renders from (name -> text); one value per template directory,
+    hashed by identity, so the sandbox that compiles them is built once per directory."""
+
+    def __init__(self, sources: Mapping[str, str]):
+        self.sources = MappingProxyType(dict(sources))
+
+
 @dataclass(frozen=True)
 class Composition:
     name: str
@@ -46,7 +52,7 @@ class Composition:
     profiling: tuple[str, ...]
     per_worker: tuple[str, ...]
     per_model: tuple[str, ...]
-    env: SandboxedEnvironment = field(compare=False, repr=False)
+    templates: Templates = field(compare=False, repr=False)
     source: str | None = field(default=None, compare=False)  # the repository file; None when shipped
     explicit: frozenset[str] = frozenset()  # the parameters its file sets (the rest took the defaults)
 
@@ -60,10 +66,10 @@ def shipped_compositions() -> Mapping[str, Composition]:
 def load_compositions(root: Path = TEMPLATE_DIR) -> dict[str, Composition]:
     """Every composition under `root/compositions/`, its templates read from `root/*.j2`."""
     sources = {path.name: path.read_text(encoding="utf-8") for path in sorted(root.glob("*.j2"))}
-    env = environment(DictLoader(sources))
+    templates = Templates(sources)
     found: dict[str, Composition] = {}
     for path in sorted((root / "compositions").glob("*.yaml")):
-        composition = _parse(path, set(sources), env)
+        composition = _parse(path, templates)
         if composition.name in found:
             raise CompositionInvalid(
                 f"{path}: a second composition named {composition.name!r}; give each file a unique metadata.name"
@@ -72,7 +78,7 @@ def load_compositions(root: Path = TEMPLATE_DIR) -> dict[str, Composition]:
     return found
 
 
-def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Composition:
+def _parse(path: Path, templates: Templates) -> Composition:
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -89,7 +95,7 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         raise CompositionInvalid(f"{path}: {problems[0].where}: {_said(problems[0])} ({problems[0].reason})")
     steps = doc["spec"]["steps"]
     lists = (steps["profiling"]["perModel"], steps["serving"]["perWorker"], steps["serving"]["perModel"])
-    missing = sorted({name for names in lists for name in names} - available)
+    missing = sorted({name for names in lists for name in names} - set(templates.sources))
     if missing:
         raise CompositionInvalid(
             f"{path}: templates {missing} do not exist beside it; add them to {path.parent.parent} or fix the names"
@@ -100,13 +106,13 @@ def _parse(path: Path, available: set[str], env: SandboxedEnvironment) -> Compos
         profiling=tuple(lists[0]),
         per_worker=tuple(lists[1]),
         per_model=tuple(lists[2]),
-        env=env,
+        templates=templates,
         explicit=frozenset(doc["spec"].get("parameters", {})),
     )
 
 
-def _shipped_environment() -> SandboxedEnvironment:
-    return next(iter(shipped_compositions().values())).env
+def _shipped_templates() -> Templates:
+    return next(iter(shipped_compositions().values())).templates
 
 
 def shipped_templates() -> frozenset[str]:
@@ -150,7 +156,7 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
         profiling=tuple(lists["spec.steps.profiling.perModel"]),
         per_worker=tuple(lists["spec.steps.serving.perWorker"]),
         per_model=tuple(lists["spec.steps.serving.perModel"]),
-        env=_shipped_environment(),
+        templates=_shipped_templates(),
         source=file,
         explicit=frozenset(doc["spec"].get("parameters", {})),
     ), []

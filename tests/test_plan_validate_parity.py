@@ -1,0 +1,105 @@
+"""`gpushare plan` runs the pass `gpushare validate` runs, render included: over examples/fleet and broken copies
+of it, both report the same errors (reason and model or file) with the same exit code, `plan -o json` lists the
+render-time ones, and a model that is not rendered is never shown as placed."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from controller.cli.commands import main
+from controller.cli.offline import pass_over
+from tests.conftest import REPO_ROOT
+
+FLEET = REPO_ROOT / "examples" / "fleet"
+CHAT = "models/llm/chat.yaml"
+
+
+def _twin_in_other_namespace(root: Path) -> None:
+    """llm/chat-small's twin in namespace zeta: the served name clashes on the worker (render time only)."""
+    twin = (root / CHAT).read_text().split("---")[0].replace("namespace: llm", "namespace: zeta")
+    (root / "models/twin.yaml").write_text(twin)
+
+
+def _edit(rel: str, old: str, new: str):
+    def apply(root: Path) -> None:
+        path = root / rel
+        assert old in path.read_text(), f"{rel} no longer holds {old!r}: the case tests nothing"
+        path.write_text(path.read_text().replace(old, new, 1))
+    return apply
+
+
+def _write(rel: str, text: str):
+    def apply(root: Path) -> None:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return apply
+
+
+CASES = {
+    "fleet-as-shipped": (lambda root: None, set()),
+    "served-name-taken-across-namespaces": (_twin_in_other_namespace, {("ServedNameTaken", "zeta/chat-small")}),
+    "model-yaml-unparsable": (_write("models/llm/broken.yaml", "kind: [unclosed\n"), {("InvalidYAML", None)}),
+    "bad-budget-quantity": (_edit(CHAT, "memoryBudget: 4Gi", "memoryBudget: lots"),
+                            {("InvalidQuantity", "llm/chat-small")}),
+    "unknown-composition": (_edit(CHAT, "  memoryBudget: 4Gi", "  memoryBudget: 4Gi\n  compositionRef:\n"
+                                  "    name: nowhere"), {("UnknownComposition", "llm/chat-small")}),
+    "model-defined-twice": (lambda root: shutil.copy(root / CHAT, root / "models/llm/again.yaml"),
+                            {("DuplicateName", "llm/chat-small"), ("DuplicateName", "llm/summarizer")}),
+}
+
+
+def _reasons_in_validate(out: str) -> set[str]:
+    return set(re.findall(r": \[([A-Za-z]+)\] ", out))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_plan_and_validate_report_the_same_errors_with_the_same_exit_code(case, tmp_path, capsys):
+    root = tmp_path / "fleet"
+    shutil.copytree(FLEET, root)
+    breaks, expected = CASES[case]
+    breaks(root)
+
+    validate_code = main(["validate", str(root)])
+    validated = capsys.readouterr().out
+    plan_code = main(["plan", str(root), "-o", "json"])
+    planned = json.loads(capsys.readouterr().out)
+
+    found = {(e["reason"], e["object"]) for e in planned["errors"]}
+    assert {reason for reason, _ in found} == _reasons_in_validate(validated)
+    assert f"; {len(planned['errors'])} error(s)" in validated
+    assert {(reason, ref) for reason, ref in found if ref is None or "/" in ref} >= expected
+    assert {reason for reason, _ in found} == {reason for reason, _ in expected}
+    assert validate_code == plan_code == (1 if expected else 0)
+
+
+def test_a_model_that_is_not_rendered_is_never_shown_as_placed(tmp_path, capsys):
+    root = tmp_path / "fleet"
+    shutil.copytree(FLEET, root)
+    _twin_in_other_namespace(root)
+    assert main(["plan", str(root), "-o", "json"]) == 1
+    planned = json.loads(capsys.readouterr().out)
+    assert "zeta/chat-small" not in {f"{d['namespace']}/{d['name']}" for d in planned["decisions"]}
+    (error,) = [e for e in planned["errors"] if e["object"] == "zeta/chat-small"]
+    assert error["file"] == "models/twin.yaml" and error["fix"]
+    assert main(["plan", str(root)]) == 1
+    table = capsys.readouterr().out
+    assert "zeta/chat-small" in table.split("input error(s):")[1]  # listed with the errors only
+    assert "zeta/chat-small" not in table.split("input error(s):")[0]
+
+
+def test_a_model_that_is_not_rendered_is_never_counted_new_in_the_commit_or_plan_md(tmp_path):
+    root = tmp_path / "fleet"
+    shutil.copytree(FLEET, root)
+    alone = pass_over(root, processes=1)
+    _twin_in_other_namespace(root)
+    out = pass_over(root, processes=1)
+    assert "zeta/chat-small" not in {c.ref for c in out.rendered.changes}
+    assert "zeta/chat-small: new" not in out.message
+    assert "not rendered: zeta/chat-small: [ServedNameTaken]" in out.message
+    summary = lambda o: next(l for l in o.rendered.files["rendered/PLAN.md"].splitlines() if l.startswith("**Plan:**"))  # noqa: E731,E741
+    assert summary(out) == summary(alone)  # the twin adds nothing
+    assert "1 not rendered." in out.rendered.files["rendered/PLAN.md"]
