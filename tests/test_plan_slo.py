@@ -123,7 +123,7 @@ def test_a_rule_no_slot_can_meet_refuses_with_its_reason_and_the_fix(method, mod
     assert (got[refused].mode, got[refused].reason_code) == ("refused", code)
     assert fix in got[refused].reason
     # compose (what `validate` and a reconcile pass render) then has nothing left to refuse
-    assert compose(models, result, [gpu("h200-a")], {}).errors == ()
+    assert compose(models, result, [gpu("h200-a")]).errors == ()
 
 
 # ------------------------------------------------------------------- one definition of a met SLO
