@@ -8,10 +8,15 @@ Three experiments (issue 11), every number printed:
    TPOT) and the total refusals of each. `plan()` itself solves instances this small exactly.
 2. The 10,000-model / 1,000-H200 fleet of bench/plan_scale.py: refusals beside the floor (models whose
    budget is below their elastic minimum, which no plan can place).
-3. Churn: 200 models with previous decisions passed in, on a loaded fleet and with 10 spare GPUs: add one
+3. Mixed fleets (issue 23): seeded fleets of 2-4 GPUs mixing H200, L4 and A100 (A100 profiles estimated here),
+   3-7 models with TPOT/TTFT targets, half without a product. Prints the SLO targets predicted met by plan()
+   and by the greedy against the reference: the exact solver with SLO misses ranked right after refused (the
+   best plan with the same refusals); on how many fleets each meets as many with the same refusals; and how
+   often it refuses a model the reference serves.
+4. Churn: 200 models with previous decisions passed in, on a loaded fleet and with 10 spare GPUs: add one
    model, remove one, raise one budget; the distribution of other models moved (slot, mode or layers
    changed), and the same without previous decisions for comparison.
-Run: .venv/bin/python bench/plan_quality.py [--fleets 400 --trials 40]
+Run: .venv/bin/python bench/plan_quality.py [--fleets 400 --mixed 100 --trials 40]
 """
 from __future__ import annotations
 
@@ -28,6 +33,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.plan_scale import synthetic_inputs  # noqa: E402
+from contract.estimate import (PUBLISHED_CONFIGS, architecture_from_config, config_source,  # noqa: E402
+                               estimate_profile)
+from contract.gpu_catalog import GpuSpec  # noqa: E402
+from controller.inputs.load import parse_profile  # noqa: E402
+from controller.planning.cost import missed  # noqa: E402
 from controller.inputs.reader import load_repo  # noqa: E402
 from controller.planning.plan import plan  # noqa: E402
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs  # noqa: E402
@@ -92,6 +102,91 @@ def small_fleets(n: int, seed: int) -> None:
               f"fewer: {fewer}; plan() uses the exact solver at this size")
 
 
+# NVIDIA A100 80GB (SXM) datasheet: 80 GB HBM2e, 2,039 GB/s, BF16 tensor 312 TFLOPS dense; PCIe Gen4 x16 host link.
+# Bench-only: gpushare ships no A100 profiles (contract.gpu_catalog), so its profiles are estimated here.
+A100 = GpuSpec(product="NVIDIA-A100-SXM4-80GB", memory_bytes=81920 * 2**20, hbm_gbps=2039.0, dense_half_tflops=312.0,
+               half_dtype="bfloat16", pcie="PCIe Gen4 x16 (31.5 GB/s per direction)", pinned_h2d_gbps=25.0,
+               datasheet="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)")
+MIXED = {"NVIDIA-H200": 143771, "NVIDIA-L4": 23034, A100.product: 81920}  # MiB per GPU
+
+
+def mixed_profiles() -> tuple:
+    """The shipped H200 and L4 profiles and the same four models estimated on an A100."""
+    shipped = tuple(p for p in load_repo(FLEET).profiles if p.gpu_product in MIXED)
+    a100 = []
+    for model_id, config in sorted(PUBLISHED_CONFIGS.items()):
+        doc = estimate_profile(architecture_from_config(config, source=config_source(model_id)), model_id, A100)
+        profile, errors = parse_profile(doc, f"estimated/{model_id}@{A100.product}")
+        assert profile is not None, errors
+        a100.append(profile)
+    return shipped + tuple(a100)
+
+
+def mixed_fleet(rng: random.Random, profiles) -> Inputs:
+    """2-4 GPUs of H200, L4 and A100; 3-7 models with TPOT/TTFT targets, half without a product."""
+    slots = tuple(GpuSlot(node=f"node-{i}", index=0, product=product, memory_bytes=MIXED[product] * 2**20,
+                          host_memory_bytes=256 * GiB)
+                  for i, product in enumerate(rng.choice(sorted(MIXED)) for _ in range(rng.randint(2, 4))))
+    present = sorted({s.product for s in slots})
+    models = []
+    for i in range(rng.randint(3, 7)):
+        model_id = rng.choice(sorted({p.model for p in profiles}))
+        product = rng.choice(present) if rng.random() < 0.5 else None
+        ref = next(p for p in profiles if p.model == model_id and p.gpu_product == "NVIDIA-H200")
+        slo = SLO(context_tokens=rng.choice((1024, 4096)), concurrency=rng.choice((1, 2, 4)),
+                  ttft_ms=rng.choice((None, 500.0, 2000.0)), tpot_ms=rng.choice((None, 15.0, 30.0, 60.0)))
+        models.append(ElasticModel(name=f"m{i}", namespace="bench", model=model_id,
+                                   budget_bytes=int(rng.uniform(0.5, 1.5) * ref.weight_bytes) + GiB, slo=slo,
+                                   gpu_product=product, has_slo=True))
+    return Inputs(models=tuple(models), profiles=profiles, slots=slots)
+
+
+def slo_score(inputs: Inputs, result) -> tuple[int, int, set]:
+    """(refused, SLO targets predicted met, refused models): a refused model meets none of its targets."""
+    slos = {m.key: m.slo for m in inputs.models}
+    met = 0
+    for d in result.decisions:
+        if d.predicted is not None:
+            met += sum(1 for t in ("ttft", "tpot") if getattr(slos[d.key], f"{t}_ms") is not None
+                       and t not in missed(slos[d.key], d.predicted))
+    refused = {d.key for d in result.decisions if d.mode == "refused"}
+    return len(refused), met, refused
+
+
+def mixed_fleets(n: int, seed: int) -> None:
+    profiles = mixed_profiles()
+    rng = random.Random(seed)
+    totals = {"targets": 0, "plan": 0, "greedy": 0, "reference": 0}
+    equal = {"plan": 0, "greedy": 0}
+    same_refusals = {"plan": 0, "greedy": 0}
+    other_product = {"plan": 0, "greedy": 0}
+    started = time.perf_counter()
+    for _ in range(n):
+        inputs = mixed_fleet(rng, profiles)
+        totals["targets"] += sum((m.slo.ttft_ms is not None) + (m.slo.tpot_ms is not None) for m in inputs.models)
+        reference = slo_score(inputs, plan(inputs, method="slo-first"))
+        totals["reference"] += reference[1]
+        placed_by_reference = {d.key: d.gpu_product for d in plan(inputs, method="slo-first").decisions
+                               if d.mode != "refused"}
+        for name, method in (("plan", "auto"), ("greedy", "greedy")):
+            result = plan(inputs, method=method)
+            score = slo_score(inputs, result)
+            totals[name] += score[1]
+            same_refusals[name] += score[0] == reference[0]
+            equal[name] += score[0] == reference[0] and score[1] >= reference[1]
+            pinned = {m.key for m in inputs.models if m.gpu_product is not None}
+            other_product[name] += sum(1 for key in score[2] if key not in pinned and key in placed_by_reference)
+    took = time.perf_counter() - started
+    print(f"mixed fleets (H200, L4, A100; SLOs; half without a product): {n} fleets in {took:.1f} s; "
+          f"{totals['targets']} SLO targets")
+    print(f"  reference (exact, SLO misses right after refused): {totals['reference']} targets met")
+    for name in ("plan", "greedy"):
+        print(f"  {name + '()' if name == 'plan' else 'greedy':<8} {totals[name]} targets met; same refusals as the "
+              f"reference on {same_refusals[name]}/{n}; as many targets met with the same refusals on "
+              f"{equal[name]}/{n} ({equal[name] / max(n, 1):.1%}); refused while the reference served it on another "
+              f"product or GPU: {other_product[name]}")
+
+
 def at_scale() -> None:
     inputs = synthetic_inputs(10_000, 1_000)
     start = time.perf_counter()
@@ -152,11 +247,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", type=int, default=400)
     parser.add_argument("--trials", type=int, default=40)
+    parser.add_argument("--mixed", type=int, default=100)
     parser.add_argument("--seed", type=int, default=11)
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     small_fleets(max(args.fleets, 2), args.seed)
+    if args.mixed:
+        mixed_fleets(args.mixed, args.seed)
     at_scale()
     churn(args.trials, args.seed)
 

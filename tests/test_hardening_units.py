@@ -255,8 +255,6 @@ def _edit(path: str, old: str, new: str):
 @pytest.mark.parametrize("edit, reason", [
     pytest.param(_edit("models/llm/chat.yaml", "product: NVIDIA-L4", "product: NVIDIA-L4\n  compositionRef:\n"
                        "    name: nobody"), "UnknownComposition", id="unknown-composition-ref"),
-    pytest.param(_edit("models/llm/chat.yaml", "product: NVIDIA-H200", "product: NVIDIA-L4\n  compositionRef:\n"
-                       "    name: hami"), "MixedCompositions", id="two-compositions-on-one-gpu"),
     pytest.param(_edit("gpus.yaml", "count: 1", "count: .nan"), "InvalidNumber", id="nan-in-gpus"),
 ])
 def test_validate_reports_every_error_a_reconcile_pass_reports(edit, reason, tmp_path, capsys):
@@ -271,6 +269,21 @@ def test_validate_reports_every_error_a_reconcile_pass_reports(edit, reason, tmp
     pass_reasons = {e.reason for e in out.errors}
     assert reason in pass_reasons and code == 1
     assert all(f"[{r}]" in printed for r in pass_reasons)
+
+
+def test_two_compositions_on_one_gpu_are_a_plan_refusal_that_validate_and_the_pass_agree_on(tmp_path, capsys):
+    """The planner knows the renderer's one-composition-per-GPU rule: the model is refused in the plan with
+    MixedCompositions and the fix, so neither the pass nor validate has a render error left to report."""
+    root = tmp_path / "fleet"
+    shutil.copytree(FLEET, root)
+    _edit("models/llm/chat.yaml", "product: NVIDIA-H200", "product: NVIDIA-L4\n  compositionRef:\n"
+          "    name: hami")(root)
+    out = pass_over(root, processes=1)
+    assert main(["validate", str(root)]) == 0 and out.errors == ()
+    decision = next(d for d in out.plan.decisions if d.name == "chat-small")
+    assert (decision.mode, decision.reason_code) == ("refused", "MixedCompositions")
+    assert main(["plan", str(root)]) == 0
+    assert "set spec.compositionRef.name to 'default'" in capsys.readouterr().out
 
 
 def test_a_model_whose_composition_is_deleted_keeps_its_objects(tmp_path):

@@ -220,6 +220,30 @@ def test_two_slots_whose_worker_names_collide_are_not_merged():
     assert [m["name"] for m in config["models"]] == ["first"]
 
 
+@pytest.mark.parametrize("processes", [1, 2, 3], ids=["one-process", "two-processes", "three-processes"])
+def test_a_collision_is_found_however_many_processes_render(monkeypatch, processes):
+    """A large pass renders disjoint groups of slots in forked processes: slots whose workers would take one
+    name must render in the same group, or the collision surfaces as an OutputConflict with no sources named.
+    Colliding slots sit far apart in id order, with other slots between them."""
+    from controller.rendering import compose as compose_module
+    monkeypatch.setattr(compose_module, "PARALLEL_MIN_DECISIONS", 1)
+    between = tuple(replace(SLOTS[0], node=f"m{i}") for i in range(4))
+    slots = (replace(SLOTS[0], node="a"), *between, replace(SLOTS[0], node="z-gpu0-x"), replace(SLOTS[0], node="z"))
+    shifted = dataclasses.replace(shipped_compositions()["default"], name="x-gpu0-default")
+    models = [model(f"m{i}") for i in range(len(between))]
+    first, second = model("first"), model("second", composition="x-gpu0-default")
+    plan = Plan(decisions=(*(decide(m, "resident", s, need=GIB, footprint=GIB) for m, s in zip(models, between)),
+                           decide(model("lone"), "resident", slots[0], need=GIB, footprint=GIB),
+                           decide(first, "resident", slots[5], need=GIB, footprint=GIB),
+                           decide(second, "resident", slots[6], need=GIB, footprint=GIB)))
+    every = [*models, model("lone"), first, second]
+    compositions = {**shipped_compositions(), "x-gpu0-default": shifted}
+    serial = compose(every, plan, slots, compositions=compositions)
+    rendered = compose(every, plan, slots, compositions=compositions, processes=processes)
+    assert [(type(e), e.ref) for e in rendered.errors] == [(NameCollision, "llm/second")]
+    assert rendered.errors[0].message == serial.errors[0].message and rendered.files == serial.files
+
+
 # ---------------------------------------------------------------- composition parameters, where they are read
 
 COMPOSITION = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "Composition", "metadata": {"name": "team"},

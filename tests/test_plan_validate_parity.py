@@ -19,7 +19,8 @@ CHAT = "models/llm/chat.yaml"
 
 
 def _twin_in_other_namespace(root: Path) -> None:
-    """llm/chat-small's twin in namespace zeta: the served name clashes on the worker (render time only)."""
+    """llm/chat-small's twin in namespace zeta: its served name would clash on the only H200's worker, so the
+    plan refuses it (ServedNameTaken, a planning rule: no render error is left)."""
     twin = (root / CHAT).read_text().split("---")[0].replace("namespace: llm", "namespace: zeta")
     (root / "models/twin.yaml").write_text(twin)
 
@@ -41,7 +42,7 @@ def _write(rel: str, text: str):
 
 CASES = {
     "fleet-as-shipped": (lambda root: None, set()),
-    "served-name-taken-across-namespaces": (_twin_in_other_namespace, {("ServedNameTaken", "zeta/chat-small")}),
+    "served-name-taken-across-namespaces": (_twin_in_other_namespace, set()),
     "model-yaml-unparsable": (_write("models/llm/broken.yaml", "kind: [unclosed\n"), {("InvalidYAML", None)}),
     "bad-budget-quantity": (_edit(CHAT, "memoryBudget: 4Gi", "memoryBudget: lots"),
                             {("InvalidQuantity", "llm/chat-small")}),
@@ -76,30 +77,43 @@ def test_plan_and_validate_report_the_same_errors_with_the_same_exit_code(case, 
     assert validate_code == plan_code == (1 if expected else 0)
 
 
-def test_a_model_that_is_not_rendered_is_never_shown_as_placed(tmp_path, capsys):
+def test_a_model_the_renderer_could_not_serve_is_never_shown_as_placed(tmp_path, capsys):
+    """The twin the only H200's worker could not serve (issue 23: the planner knows the rule) is listed as
+    refused with the rule, in the JSON and under the table's refused models, never on a slot."""
     root = tmp_path / "fleet"
     shutil.copytree(FLEET, root)
     _twin_in_other_namespace(root)
-    assert main(["plan", str(root), "-o", "json"]) == 1
+    assert main(["plan", str(root), "-o", "json"]) == 0
     planned = json.loads(capsys.readouterr().out)
-    assert "zeta/chat-small" not in {f"{d['namespace']}/{d['name']}" for d in planned["decisions"]}
-    (error,) = [e for e in planned["errors"] if e["object"] == "zeta/chat-small"]
-    assert error["file"] == "models/twin.yaml" and error["fix"]
-    assert main(["plan", str(root)]) == 1
+    (twin,) = [d for d in planned["decisions"] if f"{d['namespace']}/{d['name']}" == "zeta/chat-small"]
+    assert (twin["mode"], twin["reasonCode"]) == ("refused", "ServedNameTaken")
+    assert main(["plan", str(root)]) == 0
     table = capsys.readouterr().out
-    assert "zeta/chat-small" in table.split("input error(s):")[1]  # listed with the errors only
-    assert "zeta/chat-small" not in table.split("input error(s):")[0]
+    assert "zeta/chat-small" in table.split("refused:")[1]  # listed with the refused models only
+    assert "zeta/chat-small" not in table.split("refused:")[0]
 
 
-def test_a_model_that_is_not_rendered_is_never_counted_new_in_the_commit_or_plan_md(tmp_path):
+def test_a_model_the_renderer_could_not_serve_is_counted_refused_in_the_commit_and_plan_md(tmp_path):
     root = tmp_path / "fleet"
     shutil.copytree(FLEET, root)
     alone = pass_over(root, processes=1)
     _twin_in_other_namespace(root)
     out = pass_over(root, processes=1)
-    assert "zeta/chat-small" not in {c.ref for c in out.rendered.changes}
-    assert "zeta/chat-small: new" not in out.message
-    assert "not rendered: zeta/chat-small: [ServedNameTaken]" in out.message
+    assert out.rendered.errors == ()
+    assert "zeta/chat-small: new, refused" in out.message
     summary = lambda o: next(l for l in o.rendered.files["rendered/PLAN.md"].splitlines() if l.startswith("**Plan:**"))  # noqa: E731,E741
-    assert summary(out) == summary(alone)  # the twin adds nothing
-    assert "1 not rendered." in out.rendered.files["rendered/PLAN.md"]
+    assert summary(alone).replace("1 refused", "2 refused").replace("7 models", "8 models") == summary(out)
+
+
+def test_a_served_name_no_gpu_can_take_is_a_plan_refusal_in_plan_and_validate_alike(tmp_path, capsys):
+    """issue 23: the planner knows the renderer's served-name rule; plan shows the twin refused with the rule
+    and its fix, and neither plan nor validate has a render error left."""
+    root = tmp_path / "fleet"
+    shutil.copytree(FLEET, root)
+    _twin_in_other_namespace(root)
+    assert main(["validate", str(root)]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(root), "-o", "json"]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    (twin,) = [d for d in planned["decisions"] if (d["namespace"], d["name"]) == ("zeta", "chat-small")]
+    assert (twin["mode"], twin["reasonCode"]) == ("refused", "ServedNameTaken")

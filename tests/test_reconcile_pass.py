@@ -130,16 +130,20 @@ def test_spec_mode_is_reported_and_the_others_still_render(repo):
     assert "decisions/llm/assistant-8b.yaml" not in generated(repo)  # never had a good spec to fall back on
 
 
-def test_same_name_in_two_namespaces_on_one_worker_renders_the_first_only(repo):
+def test_same_name_in_two_namespaces_on_the_only_gpu_of_its_product_is_refused_by_the_plan(repo):
+    """The planner knows the renderer's rule (a worker serves a name once): with one H200, the later twin is
+    refused in the plan with ServedNameTaken and the fix, and compose has nothing left to refuse."""
     chat = repo / "models/llm/chat.yaml"
     twin = chat.read_text().split("---")[0].replace("namespace: llm", "namespace: zeta")
     (repo / "models/twin.yaml").write_text(twin)
     out = reconcile_into(repo)
-    assert [(e.ref, e.reason) for e in out.rendered.errors] == [("zeta/chat-small", "ServedNameTaken")]
+    assert out.rendered.errors == ()
+    decision = next(d for d in out.plan.decisions if (d.namespace, d.name) == ("zeta", "chat-small"))
+    assert (decision.mode, decision.reason_code) == ("refused", "ServedNameTaken")
+    assert "change metadata.name or spec.servedNames of one of them" in decision.reason
     config = yaml.safe_load(yaml.safe_load(generated(repo)[
         "rendered/gpushare-system/configmap-worker-gpu-node-1-gpu0-default.yaml"])["data"]["worker.yaml"])
     assert [m["namespace"] for m in config["models"] if m["name"] == "chat-small"] == ["llm"]
-    assert "not rendered: zeta/chat-small: [ServedNameTaken]" in out.message
 
 
 def test_a_moved_models_own_budget_change_is_named_first(repo):

@@ -72,9 +72,10 @@ def _fleet(a_room_for_chat: int):
     return [chat, other], [profile], slots
 
 
-@pytest.mark.parametrize("room,expected", [(2000 * MiB, "InPlace"), (900 * MiB, "Move"), (200 * MiB, "InPlace")],
+@pytest.mark.parametrize("room,b_later,expected", [(2000 * MiB, False, "InPlace"), (900 * MiB, True, "Move"),
+                                                   (200 * MiB, False, "InPlace")],
                          ids=["room-here", "room-only-on-the-empty-gpu", "squeezed-in-place-as-the-planner-does"])
-def test_a_records_verdict_is_what_the_next_plan_does(room, expected):
+def test_a_records_verdict_is_what_the_next_plan_does(room, b_later, expected):
     """The last case is the issue's: a slot-room estimate said "moves to the empty GPU" while the planner kept
     the model in place, elastic at fewer bytes than granted; the verdict now comes from the planner."""
     from controller.planning.plan import plan
@@ -83,7 +84,8 @@ def test_a_records_verdict_is_what_the_next_plan_does(room, expected):
     from controller.types import Inputs
     from contract.quantity import format_bytes
     models, profiles, slots = _fleet(room)
-    first = plan(Inputs(tuple(models), tuple(profiles), tuple(slots)))
+    # b_later: node-b joins after the first plan (else chat would start alone there: a quiet GPU predicts less)
+    first = plan(Inputs(tuple(models), tuple(profiles), tuple(slots[:1] if b_later else slots)))
     before = {d.key: d for d in first.decisions}
     usage = {"llm/chat": [Sample(time=60.0 * i, model="llm/chat", device_bytes=800 * MiB, refusals=int(i == 5),
                                  missing_bytes=600 * MiB if i == 5 else None) for i in range(10)]}

@@ -147,14 +147,18 @@ def predict_elastic(profile: Profile, slo: SLO, piece: ElasticSlice, streamers: 
     return Predicted(ttft_ms=_ms(ttft), tpot_ms=_ms(tpot), link_share_gbps=_sig(link_share_gbps(profile, streamers)))
 
 
+def missed(slo: SLO, predicted: Predicted) -> tuple[str, ...]:
+    """The targets ("ttft", "tpot") the prediction misses: the one test of a met SLO, for the verdict, the
+    SLO limits and the planners' objective alike."""
+    return tuple(name for name, target, value in (("ttft", slo.ttft_ms, predicted.ttft_ms),
+                                                  ("tpot", slo.tpot_ms, predicted.tpot_ms))
+                 if target is not None and value > target)
+
+
 def slo_misses(slo: SLO, predicted: Predicted) -> list[str]:
     """Each SLO target the prediction misses, with both numbers."""
-    misses = []
-    if slo.ttft_ms is not None and predicted.ttft_ms > slo.ttft_ms:
-        misses.append(f"TTFT {predicted.ttft_ms:g} ms > {slo.ttft_ms:g} ms")
-    if slo.tpot_ms is not None and predicted.tpot_ms > slo.tpot_ms:
-        misses.append(f"TPOT {predicted.tpot_ms:g} ms > {slo.tpot_ms:g} ms")
-    return misses
+    values = {"ttft": (predicted.ttft_ms, slo.ttft_ms), "tpot": (predicted.tpot_ms, slo.tpot_ms)}
+    return [f"{name.upper()} {values[name][0]:g} ms > {values[name][1]:g} ms" for name in missed(slo, predicted)]
 
 
 def _ms(value: float) -> float:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from contract.quantity import format_bytes as fb
 from contract.quantity import paste_quantity as paste
 from controller.planning import cost
-from controller.planning.slots import Ask, SlotState
+from controller.planning.slots import Ask, SlotState, predictions, rule_broken, shared_ms
 from controller.types import Decision, ElasticModel, GpuSlot, Predicted
 
 
@@ -21,8 +21,9 @@ def decisions(states: list[SlotState], refused: list[Ask]) -> list[Decision]:
         out.extend(_slot_decisions(state))
     if refused:
         room = _room_before_growth(states)
-        for ask in refused:
-            out.append(_refused(ask, *_no_room_code(ask, states, room)))
+        for ask in refused:  # judged on the slots of the product it is reported on
+            mine = [s for s in states if s.slot.product == ask.profile.gpu_product]
+            out.append(_refused(ask, *_no_room_code(ask, mine, room)))
     return out
 
 
@@ -46,37 +47,16 @@ def _room_before_growth(states: list[SlotState]) -> dict:
             for p, free in out.items()}
 
 
-def _shared_ms(state: SlotState) -> dict:
-    """Per member: the co-tenants' GPU time inside one of its decode steps, when all of them decode at once.
-    Resident models and the active swap member (the slowest, for the worst case) step back to back; an
-    elastic model computes for one step per streamed pass, so it takes its step once per pass: its share
-    of the member's step is step × (member's step ÷ the pass), at most one step."""
-    n = state.streamers
-    steps = {a.key: cost.decode_step_ms(a.profile, a.slo.concurrency) for a in state.members()}
-    passes = {k: cost.copy_ms(piece.streamed_bytes, a.profile, n) for k, (a, piece, _) in state.elastic.items()}
-    group = max((steps[a.key] for a in state.swap), default=0.0)
-    resident = sum(steps[a.key] for a in state.resident)
-    shared = {}
-    for a in state.members():
-        in_group = any(a is m for m in state.swap)
-        base = resident + (0.0 if in_group else group) - (steps[a.key] if not in_group and a.key not in
-                                                            state.elastic else 0.0)
-        own = steps[a.key] + base
-        bursts = sum(steps[k] * min(1.0, own / passes[k]) if passes[k] else steps[k]
-                     for k in state.elastic if k != a.key)
-        shared[a.key] = base + bursts
-    return shared
-
-
 def _slot_decisions(state: SlotState) -> list[Decision]:
     slot = state.slot
     n = state.streamers
-    shared = _shared_ms(state)
+    pieces = [(a, p) for a, p, _ in state.elastic.values()]
+    shared = shared_ms(state.resident, state.swap, pieces)
+    predicted = predictions(state.resident, state.swap, pieces)
     host = _host_terms(state)
     out = []
     for ask in state.resident:
-        pred = _with_alone(cost.predict_resident(ask.profile, ask.slo, shared[ask.key]),
-                           cost.predict_resident(ask.profile, ask.slo))
+        pred = _with_alone(predicted[ask.key], cost.predict_resident(ask.profile, ask.slo))
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)} and slot {slot.id} "
                   f"holds it beside the others")
         out.append(_decision(ask, slot, "resident", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
@@ -84,8 +64,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
     turns = {a.key: a.turn_ms(n + 1) for a in state.swap}
     for ask in state.swap:
         wait = sum(turns.values()) - turns[ask.key]
-        pred = _with_alone(cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n + 1),
-                           cost.predict_swap(ask.profile, ask.slo))
+        pred = _with_alone(predicted[ask.key], cost.predict_swap(ask.profile, ask.slo))
         reason = (f"need {_need_terms(ask)} fits budget {fb(ask.model.budget_bytes)}, but the slot cannot hold "
                   f"every fitting model at once: it shares a {fb(state.swap_area)} swap area with "
                   f"{len(state.swap) - 1} other model(s) (PLAN.md lists them); swap-in {pred.swap_in_ms:g} ms = "
@@ -95,8 +74,7 @@ def _slot_decisions(state: SlotState) -> list[Decision]:
         out.append(_decision(ask, slot, "swap", ask.profile.total_layers, nbytes=ask.need_bytes, pred=pred,
                              reason=reason, code="SharesSwapArea", host_bytes=ask.profile.weight_bytes))
     for ask, piece, _ in sorted(state.elastic.values(), key=lambda e: e[0].key):
-        pred = _with_alone(cost.predict_elastic(ask.profile, ask.slo, piece, n, shared[ask.key]),
-                           cost.predict_elastic(ask.profile, ask.slo, piece))
+        pred = _with_alone(predicted[ask.key], cost.predict_elastic(ask.profile, ask.slo, piece))
         limit = ask.limit(slot)
         squeezed = ask.key in state.squeezed
         if squeezed:
@@ -195,6 +173,20 @@ def _refused(ask: Ask, code: str, info: dict) -> Decision:
                   f"{fb(ask.minimum.streamed_bytes)} of host RAM where node {info['node']} had "
                   f"{fb(info['host_free'])} left of {fb(info['host'])}. Missing: {paste(missing)}. Add host RAM "
                   f"or a node, or make room (fewer swap members or streamed layers there)")
+    elif code in ("ServedNameTaken", "MixedCompositions"):
+        other = info["other"].model
+        if code == "ServedNameTaken":
+            names = sorted(set(ask.names) & set(info["other"].names))
+            clash = (f"the worker there already serves the name {names[0]!r} for {other.ref}, and a worker serves "
+                     "each name once")
+            fix = ("change metadata.name or spec.servedNames of one of them, give one another spec.gpu.product, "
+                   "or add a GPU")
+        else:
+            clash = (f"the GPU there runs a worker of composition {other.composition!r} (for {other.ref}), and one "
+                     f"GPU takes one composition's worker")
+            fix = f"set spec.compositionRef.name to {other.composition!r}, give one another spec.gpu.product, or add a GPU"
+        reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but none may serve it: "
+                  f"on {info['slot']} {clash}. Fix: {fix}")
     else:
         free = info["free"]
         reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any slot had left is {fb(free)} "
@@ -224,11 +216,19 @@ def _names(asks: list[Ask]) -> list[str]:
 def _no_room_code(ask: Ask, states: list[SlotState], room: dict) -> tuple[str, dict]:
     """Why no slot takes it in the final plan, measured before slices grow (`room`: slot position -> (free
     bytes, free host bytes of its node)): NoCapacity when no slot has the bytes for its elastic minimum;
-    else what stops it on those that have (HostMemoryFull or LinkShareTooSmall)."""
+    else what stops it on those that have: a render-time rule (ServedNameTaken, MixedCompositions: every such
+    slot's worker could not serve it), HostMemoryFull or LinkShareTooSmall."""
     roomy = [s for s in states if room[s.position][0] >= ask.minimum.footprint]
     best = max(states, key=lambda s: (room[s.position][0], -s.position), default=None)
     if not roomy:
         return "NoCapacity", {"free": room[best.position][0] if best else 0, "slots": len(states)}
+    allowed = [s for s in roomy if rule_broken(s.members() + [ask]) is None]
+    if not allowed:
+        reason, _, other = rule_broken(roomy[0].members() + [ask]) or ("MixedCompositions", ask, ask)
+        if other is ask:  # the rule broken is among the others: name the first of them that clashes with it
+            other = next(a for a in roomy[0].members() if rule_broken([a, ask]) is not None)
+        return reason, {"roomy": len(roomy), "slot": roomy[0].slot.id, "other": other}
+    roomy = allowed
     hosted = [s for s in roomy if s.node.host_bytes is None or room[s.position][1] >= ask.minimum.streamed_bytes]
     if not hosted:
         node = roomy[0].node

@@ -3,18 +3,23 @@
 Owns the order models are placed in and where each goes: unchanged models keep their place; then the
 models that must stream, then those that fit whole (resident by best fit, else a swap group, else a
 re-packed slot, else elastic); then repairs for refused ones (residents stream, a TPOT-bound streamer
-gives up its link). bench/plan_quality.py measures its gap to the exact solver. Called by
+gives up its link); then the SLO repair (a resident that misses a target moves where it meets it). Over
+several products (greedy_fleet), each model's product first, then the next product for one refused.
+bench/plan_quality.py measures its gap to the exact solver. Called by
 controller.planning.plan (instances too large to solve exactly) and by controller.planning.plan_exact
 (if the solver finds nothing).
 """
 from __future__ import annotations
 
 import bisect
+import itertools
 
 from controller.planning import cost
-from controller.planning.slots import Ask, Layout, SlotState, apply, check, elastic_entries, is_tight
+from controller.planning.slots import (Ask, Layout, SlotState, alone_misses, apply, check, elastic_entries, is_tight,
+                                      predictions, slo_fits)
 
 SCAN = 32               # slots the greedy tries per step before it gives up on a mode
+SLO_SCAN = 8            # of those, the best fits it predicts SLOs on (and the emptiest) before it takes the best fit
 
 
 class _FreeIndex:
@@ -22,7 +27,7 @@ class _FreeIndex:
     "calm" slots (no streaming neighbour whose TPOT target bounds the link's sharing)."""
 
     def __init__(self, states: list[SlotState]):
-        self.states = states
+        self.states = {s.position: s for s in states}  # positions are those of the whole plan's slots
         self.entries = sorted((s.free, s.position) for s in states)
         self.by_id = {s.slot.id: s for s in states}
         self.calm = list(self.entries)
@@ -65,6 +70,72 @@ class _FreeIndex:
 
 
 
+def greedy_fleet(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[Ask]]:
+    """The greedy over several GPU products. A model that may run on more than one (no spec.gpu.product) first
+    goes to the product that meets its SLO alone and has the most room left for it; if that product refuses
+    it, the next product that can take it does (a model is never refused while another product's GPU could
+    serve it). Returns the states and the refused models (their preferred product's ask)."""
+    choices: dict = {}
+    for ask in asks:
+        choices.setdefault(ask.key, []).append(ask)
+    by_product: dict[str, list[SlotState]] = {}
+    for state in states:
+        by_product.setdefault(state.slot.product, []).append(state)
+    first = _first_choices(choices, by_product)
+    refused: dict = {}
+    for product, group in sorted(_by_product(first).items()):
+        refused.update((a.key, a) for a in greedy(group, by_product[product], sticky=sticky)[1])
+    tried = {key: {ask.profile.gpu_product} for key, ask in ((a.key, a) for a in first)}
+    while True:
+        retry = {}
+        for key in sorted(refused):
+            nxt = next((a for a in choices[key] if a.profile.gpu_product not in tried[key]), None)
+            if nxt is not None:
+                retry[key] = nxt
+                tried[key].add(nxt.profile.gpu_product)
+        if not retry:
+            break
+        for product, group in sorted(_by_product(list(retry.values())).items()):
+            placed = {a.key for a in group}
+            for ask in greedy(group, by_product[product], sticky=False)[1]:
+                placed.discard(ask.key)
+                refused.setdefault(ask.key, ask)  # a streamer that gave its place up is refused here
+            for key in placed:
+                refused.pop(key, None)
+    return states, [choices[key][0] for key in sorted(refused)]
+
+
+def _by_product(asks: list[Ask]) -> dict[str, list[Ask]]:
+    out: dict[str, list[Ask]] = {}
+    for ask in asks:
+        out.setdefault(ask.profile.gpu_product, []).append(ask)
+    return out
+
+
+def _first_choices(choices: dict, by_product: dict[str, list[SlotState]]) -> list[Ask]:
+    """One ask per model: its only one, or (several products) the product where it meets its SLO alone,
+    runs whole, and leaves the largest share of the product's memory free after the models bound to it."""
+    capacity = {p: sum(s.slot.usable_bytes for s in group) for p, group in by_product.items()}
+    load = dict.fromkeys(capacity, 0)
+    for options in choices.values():
+        if len(options) == 1:
+            load[options[0].profile.gpu_product] += _size(options[0])
+    out = [options[0] for options in choices.values() if len(options) == 1]
+    for key in sorted(k for k, options in choices.items() if len(options) > 1):
+        def rank(ask: Ask) -> tuple:
+            p = ask.profile.gpu_product
+            free = capacity[p] - load[p] - _size(ask)
+            return (len(alone_misses(ask)), not ask.whole, free < 0, -free / max(capacity[p], 1))
+        best = min(choices[key], key=rank)
+        load[best.profile.gpu_product] += _size(best)
+        out.append(best)
+    return out
+
+
+def _size(ask: Ask) -> int:
+    return ask.need_bytes if ask.whole else ask.minimum.footprint
+
+
 def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[list[SlotState], list[Ask]]:
     by_id = {s.slot.id: s for s in states}
     index = _FreeIndex(states)
@@ -86,8 +157,12 @@ def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[l
             if not (_place_resident(ask, index) or _join_swap(ask, states, index)
                     or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
                 refused.append(ask)
-    refused = [a for a in refused if not _stream_residents_to_admit(a, states, index, kept)]
+    # streaming residents frees bytes: it helps a model no slot had the bytes for
+    most = max((s.free for s in states), default=0)
+    refused = [a for a in refused if a.minimum.footprint <= most or not _stream_residents_to_admit(a, states, index,
+                                                                                                   kept)]
     refused = _trade_streamers(refused, states, index, kept)
+    _slo_repair(states, index, kept)
     for state in states:  # a swap group of one (kept members whose partners left) is simply resident
         if len(state.swap) == 1:
             apply(state, check(state, state.resident + state.swap, [], elastic_entries(state)))
@@ -188,16 +263,66 @@ def _keep(state: SlotState, ask: Ask, index: _FreeIndex) -> bool:
 
 
 def _place_resident(ask: Ask, index: _FreeIndex) -> bool:
-    """Its last slot if it holds it, else best fit; a resident member changes only the slot's bytes (no link
-    share, host RAM or swap wait)."""
+    """Its last slot if it holds it, else best fit among the slots whose worker may serve it (packing tight keeps
+    the large holes for the large models; the SLO repair moves it later if it then misses a target). A
+    resident member changes only the slot's bytes and its co-tenants' decode time: where a swap group or a
+    streaming model's SLO limit could be touched, the slot's limits are checked whole."""
     last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None and s.free >= ask.need_bytes]
+    tried = 0
     for state in last or index.at_least(ask.need_bytes):
-        before = state.free
-        state.resident.append(ask)
-        state.used += ask.need_bytes
-        index.update(state, before)
+        tried += 1
+        if tried > SCAN and not last:
+            return False
+        if _clashes(state, ask):
+            continue
+        if state.swap or state.elastic:
+            if _change(state, index, state.resident + [ask], state.swap, elastic_entries(state)):
+                return True
+            continue
+        _add_resident(state, ask, index)
         return True
     return False
+
+
+def _add_resident(state: SlotState, ask: Ask, index: _FreeIndex) -> None:
+    before = state.free
+    state.resident.append(ask)
+    state.used += ask.need_bytes
+    index.update(state, before)
+
+
+def _slo_repair(states: list[SlotState], index: _FreeIndex, kept: set) -> None:
+    """After every model has its place: a resident placed this pass that misses an SLO target moves to a slot
+    with the room where it and every neighbour there then meet what they met (the SLO_SCAN best fits and the
+    emptiest slot are tried). Leaving only shortens its old neighbours' steps, so no target is lost and no
+    model refused; models kept from the last plan stay (the stability rule)."""
+    for state in states:
+        if not state.resident or state.swap or state.elastic:
+            continue
+        for ask in [a for a in state.resident if a.key not in kept and (a.slo.ttft_ms or a.slo.tpot_ms)]:
+            if not cost.missed(ask.slo, predictions(state.resident, [], [])[ask.key]):
+                continue
+            emptiest = next(index.most_free(), None)
+            tries = [s for s in list(itertools.islice(index.at_least(ask.need_bytes), SLO_SCAN)) + [emptiest]
+                     if s is not None and s is not state and s.free >= ask.need_bytes and not s.swap
+                     and not s.elastic]
+            target = next((s for s in tries if not _clashes(s, ask) and slo_fits(s, ask)), None)
+            if target is not None:
+                before = state.free
+                state.resident.remove(ask)
+                state.used -= ask.need_bytes
+                index.update(state, before)
+                _add_resident(target, ask, index)
+
+
+def _clashes(state: SlotState, ask: Ask) -> bool:
+    """A render-time rule (controller.planning.slots.rule_broken) keeps `ask` off this slot's worker."""
+    stamp = (len(state.resident), len(state.swap), len(state.elastic), state.used)
+    if state.served is None or state.served[0] != stamp:
+        members = state.members()
+        state.served = (stamp, {a.model.composition for a in members}, {n for a in members for n in a.names})
+    _, compositions, names = state.served
+    return bool(compositions - {ask.model.composition}) or any(n in names for n in ask.names)
 
 
 def _join_swap(ask: Ask, states: list[SlotState], index: _FreeIndex) -> bool:

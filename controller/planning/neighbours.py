@@ -56,7 +56,53 @@ def neighbour_lines(inputs: Inputs, result: Plan, d: Decision, profile: Profile)
                          " or add a GPU")
     if d.slo_met is False and d.predicted is not None:
         lines += _slo_advice(d, placed, slot)
+    if d.slo_met is False or (d.mode == "refused" and model.has_slo):
+        lines += slo_alternatives(inputs, result, d, model)
     return lines
+
+
+def slo_alternatives(inputs: Inputs, result: Plan, d: Decision, model) -> list[str]:
+    """Which GPU would have met its SLO, and why it is where it is: on each other slot of a product it may
+    run on (its spec.gpu.product, else any it has a profile for), its whole need beside the models placed
+    there, its TPOT its own step plus theirs (all decoding at once, the verdict's figure)."""
+    placed = [o for o in result.decisions if o.slot is not None and o.mode != "refused"]
+    profiles = {p.key: p for p in inputs.profiles}
+    lines = []
+    for slot in sorted(inputs.slots, key=lambda s: s.id):
+        profile = profiles.get((model.model, model.revision, slot.product))
+        if slot.id == d.slot or profile is None or model.gpu_product not in (None, slot.product):
+            continue
+        there = [o for o in placed if o.slot == slot.id and o.key != d.key]
+        steps = sum(_step(o, inputs) for o in there)
+        predicted = cost.predict_resident(profile, model.slo, steps)
+        if cost.missed(model.slo, predicted):
+            continue
+        need = cost.need(profile, model.slo).total
+        free = slot.usable_bytes - device_bytes(there)
+        at = f"{slot.id} ({slot.product}) would have met it: TPOT {predicted.tpot_ms:g} ms, TTFT {predicted.ttft_ms:g} ms"
+        if need > min(model.budget_bytes, slot.usable_bytes):
+            why = f"its need {fb(need)} is over its budget or that GPU, so it would stream there"
+        elif need > free:
+            why = (f"it needs {fb(need)} there and {fb(max(free, 0))} is left beside "
+                   + (", ".join(f"{o.namespace}/{o.name}" for o in there) or "nothing") +
+                   ": moving it there would refuse or stream a model this plan places")
+        elif any(o.slo_met and _step(o, inputs) for o in there):
+            why = "its step added to the neighbours' there would make one of them miss its own target"
+        else:
+            why = ("it keeps its slot and mode from the last plan (the stability rule: a model whose own inputs did "
+                   "not change is moved only to admit another; edit it, or remove its decision, to re-place it)")
+        lines.append(f"- {at}; not chosen: {why}")
+    if not lines:
+        return ["", "SLO: no other GPU of a product it may run on would have met it beside the models there"]
+    return ["", "SLO: where it would have met its targets, and why it is not there:"] + lines
+
+
+def _step(o: Decision, inputs: Inputs) -> float:
+    """A placed neighbour's decode step at its concurrency (0 without its model or profile)."""
+    model = next((m for m in inputs.models if m.key == o.key), None)
+    profile = next((p for p in inputs.profiles if model is not None and p.key == (model.model, model.revision,
+                                                                                  o.gpu_product)), None)
+    return 0.0 if model is None or profile is None else cost.decode_step_ms(profile, model.slo.concurrency)
 
 
 def _resources(d: Decision, profile: Profile, slots: list[GpuSlot], placed: list[Decision]) -> list[str]:

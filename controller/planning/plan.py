@@ -8,10 +8,10 @@ the result does not depend on input order. Called by the CLI (`gpushare plan`,
 `explain`), by the reconcile pass and by bench/plan_quality.py.
 
 The rules (docs/planner.md; docs/architecture.md has the design):
-1. Each model picks its GPU product (its selector, else the profiled product where it
-   fits without streaming, then the largest GPU, then by name). No profile for that
-   product -> Pending (a profiler Job is needed); no such product -> refused. Products
-   never share a node, so each product is planned on its own.
+1. A model with spec.gpu.product runs on it; one without may run on any product it has a profile for,
+   and its product is chosen with its slot (products joined by such a model are planned together). No
+   profile on any of them -> Pending on the preferred product (the largest GPU): a profiler Job is needed;
+   no such product -> refused.
 2. need <= limit = min(budget, slot usable) -> the model may run whole (resident, or swap
    when the slot cannot hold every whole model at once); otherwise it is elastic. An
    elastic model starts at the fewest resident layers that meet its TPOT target at its
@@ -27,7 +27,9 @@ The rules (docs/planner.md; docs/architecture.md has the design):
 4. The objective, in order: no model the last plan placed is refused to admit others;
    fewest refused; fewest moves of models whose own inputs did not change (so a model keeps
    its slot and mode unless keeping it would refuse someone, and the reason names the move);
-   fewest elastic; fewest swap; lowest predicted latency.
+   fewest elastic; fewest swap; fewest SLO targets predicted missed; the lowest predicted latency
+   against the targets; the lowest predicted TPOT. Render-time rules (one composition per GPU, a
+   served name once per worker) are limits of a slot, and a model no slot may serve is refused with them.
    Small instances are solved exactly (controller.planning.plan_exact, CP-SAT with a fixed seed
    and one worker: deterministic); larger ones by the greedy below, whose gap to the exact
    optimum bench/plan_quality.py measures.
@@ -44,7 +46,7 @@ from typing import Mapping
 
 from controller.planning import cost
 from controller.planning.decisions import decisions, no_matching_gpu, refused_below_minimum
-from controller.planning.greedy import greedy
+from controller.planning.greedy import greedy_fleet
 from controller.planning.slots import Ask, NodeState, SlotState, grow
 from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Pending, Plan, Profile
 
@@ -58,7 +60,8 @@ _PLACEMENT_FREE_REFUSALS = ("BudgetBelowElasticMinimum", "NoMatchingGPU")  # no 
 
 def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None, *,
          method: str = "auto") -> Plan:
-    """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them).
+    """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them), or
+    "slo-first" (exact, with SLO targets missed ranked right after refused: the bench's reference).
 
     A first plan (no previous decisions) that refused a model for lack of room is settled: re-planned
     with its own decisions until that changes nothing (at most SETTLE_PASSES more plans), because the sticky
@@ -85,15 +88,17 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
 
     decisions: list[Decision] = []
     pending: list[Pending] = []
-    asks: dict[str, list[Ask]] = {}
+    asks: list[Ask] = []
     slice_cache: dict = {}
     for model in sorted(inputs.models, key=lambda m: m.key):
         product = _choose_product(model, largest_usable, profiles)
         if product is None:
             decisions.append(no_matching_gpu(model, slots_by_product))
             continue
-        profile = profiles.get((model.model, model.revision, product))
-        if profile is None:
+        # the product is chosen with the slot: every product it has a profile on (its own, when it names one)
+        candidates = [p for p in ([model.gpu_product] if model.gpu_product else sorted(largest_usable))
+                      if (model.model, model.revision, p) in profiles]
+        if not candidates:
             pending.append(Pending(
                 name=model.name, namespace=model.namespace, model=model.model, gpu_product=product,
                 revision=model.revision,
@@ -101,32 +106,67 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
                        "a profiler Job measures it first",
             ))
             continue
-        ask = _resolve(model, profile, largest_usable[product], previous.get(model.key))
-        ask.slice_cache = slice_cache
-        limit = min(model.budget_bytes, largest_usable[product])
-        if ask.minimum.footprint > limit:
-            decisions.append(refused_below_minimum(ask, limit, largest_usable[product]))
-        else:
-            asks.setdefault(product, []).append(ask)
+        mine = []
+        for p in [product] + [c for c in candidates if c != product]:
+            ask = _resolve(model, profiles[(model.model, model.revision, p)], largest_usable[p],
+                           previous.get(model.key))
+            ask.slice_cache = slice_cache
+            if ask.minimum.footprint <= min(model.budget_bytes, largest_usable[p]):
+                mine.append(ask)
+        if not mine:
+            decisions.append(refused_below_minimum(_resolve(model, profiles[(model.model, model.revision, product)],
+                                                            largest_usable[product], None),
+                                                   min(model.budget_bytes, largest_usable[product]),
+                                                   largest_usable[product]))
+        asks.extend(mine)
 
-    for product, group in asks.items():
-        decisions.extend(plan_product(group, slots_by_product[product], method))
+    for group, products in _components(asks):
+        decisions.extend(plan_product(group, [s for p in products for s in slots_by_product[p]], method))
     decisions.sort(key=lambda d: d.key)
     pending.sort(key=lambda p: p.key)
     return Plan(decisions=tuple(decisions), pending=tuple(pending))
 
 
+def _components(asks: list[Ask]) -> list[tuple[list[Ask], list[str]]]:
+    """The asks split into groups planned apart: products joined by a model that may run on either."""
+    parent: dict[str, str] = {}
+
+    def root(p: str) -> str:
+        while parent.setdefault(p, p) != p:
+            p = parent[p]
+        return p
+
+    by_key: dict = {}
+    for ask in asks:
+        by_key.setdefault(ask.key, []).append(ask.profile.gpu_product)
+    for products in by_key.values():
+        for p in products[1:]:
+            parent[root(p)] = root(products[0])
+    groups: dict[str, tuple[list[Ask], set]] = {}
+    for ask in asks:
+        group = groups.setdefault(root(ask.profile.gpu_product), ([], set()))
+        group[0].append(ask)
+        group[1].add(ask.profile.gpu_product)
+    return [(group, sorted(products)) for _, (group, products) in sorted(groups.items())]
+
+
 def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto") -> list[Decision]:
-    """Decisions for the models of one GPU product over its slots."""
-    exact = method == "exact" or (method == "auto" and len(asks) <= EXACT_MAX_MODELS
-                                  and len(asks) * len(slots) <= EXACT_MAX_PAIRS)
+    """Decisions for the models of one group of GPU products over their slots. A model may come with an ask
+    per product it can run on (its preferred first); it takes at most one of them."""
+    models = len({a.key for a in asks})
+    per_product: dict[str, int] = {}
+    for slot in slots:
+        per_product[slot.product] = per_product.get(slot.product, 0) + 1
+    pairs = sum(per_product.get(a.profile.gpu_product, 0) for a in asks)
+    exact = method in ("exact", "slo-first") or (method == "auto" and models <= EXACT_MAX_MODELS
+                                                   and pairs <= EXACT_MAX_PAIRS)
     if exact:
         from controller.planning import plan_exact  # OR-Tools loads only when a small instance needs it
-        states, refused = plan_exact.solve(asks, _states(slots))
+        states, refused = plan_exact.solve(asks, _states(slots), slo_first=method == "slo-first")
     else:
-        states, refused = greedy(asks, _states(slots), sticky=True)
+        states, refused = greedy_fleet(asks, _states(slots), sticky=True)
         if refused and any(a.previous for a in asks):
-            fresh_states, fresh_refused = greedy(asks, _states(slots), sticky=False)
+            fresh_states, fresh_refused = greedy_fleet(asks, _states(slots), sticky=False)
             if _refusals(fresh_refused) < _refusals(refused):
                 states, refused = fresh_states, fresh_refused
     grow(states)
@@ -168,7 +208,7 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
                  and prev.total_layers == profile.total_layers)
     minimum = cost.elastic_slice_at(profile, model.slo, 0)
     return Ask(model, profile, need, whole=need.total <= min(model.budget_bytes, largest_usable),
-               minimum=minimum, previous=prev if unchanged else None,
+               minimum=minimum, previous=prev if unchanged and prev.gpu_product == profile.gpu_product else None,
                placed_before=prev is not None and prev.mode != "refused" and prev.slot is not None,
                last_slot=prev.slot if prev is not None and prev.mode != "refused" else None)
 

@@ -1,4 +1,4 @@
-"""The exact planner for small instances: one GPU product's models and slots as a CP-SAT model.
+"""The exact planner for small instances: a group of GPU products' models and slots as a CP-SAT model.
 
 Owns the integer model of the planner's rules and objective (docs/planner.md); the final layout of
 each slot goes through controller.planning.slots (`check`), so both planners judge a slot alike.
@@ -6,13 +6,17 @@ Deterministic: the model is built in sorted order and solved with a fixed seed, 
 and a deterministic time limit. Called by controller.planning.plan.plan_product (method "auto" on
 small instances, or "exact") and, through it, by bench/plan_quality.py.
 
-Variables: x[a, s, o] = model a takes option o on slot s; options are resident, swap,
-elastic with at most c streaming models on the link (its start slice at that share), and
-for a model whose inputs did not change, its previous placement kept as it was.
-Objective, lexicographic through weights: models the last plan placed that are refused; refused;
-moved (an unchanged model not kept as it
-was, or a model the last plan placed now refused); elastic; swap; predicted streaming latency;
-then a canonical tie-break (by name, earlier slots first; refusing later names first).
+Variables: x[a, s, o] = model a takes option o on slot s (of a product it has a profile for: the product is
+chosen with the slot); options are resident, swap, elastic with at most c streaming models on the link (its
+start slice at that share), and for a model whose inputs did not change, its previous placement kept as it was.
+Objective, lexicographic in two solves: first models the last plan placed that are refused; refused; moved (an
+unchanged model not kept as it was, or a model the last plan placed now refused); elastic; swap; predicted SLO
+targets missed. Then, with those fixed at their optimum: the predicted latency against the SLO targets (the sum of
+predicted ÷ target); the predicted TPOT of every model; the smaller models resident; a canonical tie-break (by name, earlier slots first;
+refusing later names first). Predictions are those of controller.planning.slots.predictions (co-tenants all
+decoding), except that an elastic co-tenant counts a bound on the part of its step its pass overlaps (the
+decisions count that part exactly): the solver's figures are never below the decisions', so a limit it holds, the
+slot holds.
 """
 from __future__ import annotations
 
@@ -22,13 +26,15 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from controller.planning import cost
-from controller.planning.greedy import greedy
-from controller.planning.slots import Ask, SlotState, apply, check
+from controller.planning.greedy import greedy_fleet
+from controller.planning.slots import Ask, SlotState, apply, check, rule_broken
 
 SEED = 0
-DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock): same result every run
-LATENCY_UNIT_MS = 10          # the latency term counts streaming time in steps of 10 ms ...
-LATENCY_CAP = 10_000          # ... up to 100 s per model
+DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock), per solve: same result every run
+US = 1000                     # times in the integer model are in microseconds
+LATENCY_CAP_MS = 10_000       # a model's predicted TPOT counts up to 10 s ...
+RATIO_UNIT = 1000             # ... and predicted ÷ target in thousandths ...
+RATIO_CAP = 10 * RATIO_UNIT   # ... up to ten times the target
 HOST_STEPS = 16               # larger slices offered where host RAM is limited (they pin less)
 
 
@@ -40,25 +46,32 @@ class _Option:
     piece: cost.ElasticSlice | None = None
     cap: int | None = None         # elastic: at most this many streaming models on the link
     keep: bool = False             # the previous placement, kept as it was
-    latency: int = 0               # streaming time per token (swap: the swap-in), in LATENCY_UNIT_MS
+    stream_us: int = 0             # elastic: streaming its slice at the share its cap gives, per token
 
 
-def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], list[Ask]]:
-    asks = sorted(asks, key=lambda a: a.key)
-    n_asks = len(asks)
-    options = [o for a in asks for s in states for o in _options(a, s, n_asks)]
+def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) -> tuple[list[SlotState], list[Ask]]:
+    """slo_first: SLO targets missed rank right after refused (before moves, elastic and swap): the reference
+    bench/plan_quality.py measures the planner's SLO share against (the best plan with the same refusals)."""
+    asks = sorted(asks, key=lambda a: a.key)  # stable: each model's asks stay in its order of preference
+    first: dict = {}
+    for a in asks:
+        first.setdefault(a.key, a)
+    keys = sorted(first)
+    n = len(keys)
+    options = [o for a in asks for s in states if s.slot.product == a.profile.gpu_product for o in _options(a, s, n)]
     model = cp_model.CpModel()
     x = [model.NewBoolVar(f"x{i}") for i in range(len(options))]
-    by_ask: dict = {a.key: [] for a in asks}
+    by_key: dict = {k: [] for k in keys}
     for var, opt in zip(x, options):
-        by_ask[opt.ask.key].append((var, opt))
+        by_key[opt.ask.key].append((var, opt))
     placed = {}
-    for a in asks:
-        model.AddAtMostOne(v for v, _ in by_ask[a.key])
-        placed[a.key] = sum(v for v, _ in by_ask[a.key])
+    for k in keys:
+        model.AddAtMostOne(v for v, _ in by_key[k])
+        placed[k] = sum(v for v, _ in by_key[k])
 
-    n_max = n_asks + 1
+    n_max = n + 1
     nodes: dict = {}
+    times: dict = {}
     for state in states:
         here = [(v, o) for v, o in zip(x, options) if o.state is state]
         swaps = [(v, o) for v, o in here if o.mode == "swap"]
@@ -73,44 +86,170 @@ def solve(asks: list[Ask], states: list[SlotState]) -> tuple[list[SlotState], li
         for v, o in elastic:
             if o.cap is not None:
                 model.Add(streamers <= o.cap).OnlyEnforceIf(v)
-        _ttft_bounds(model, swaps, streamers, n_max, state.position)
+        times[state.position] = _slot_times(model, state, here)
+        _rules(model, here)
+        _ttft_bounds(model, swaps, streamers, n_max, state.position, times[state.position][1])
         nodes.setdefault(state.node.name, (state.node, []))[1].extend(here)
     for node, here in nodes.values():
         if node.host_bytes is not None:
             model.Add(sum(_host(o) * v for v, o in here if _host(o)) <= node.host_bytes)
 
-    refused = {a.key: 1 - placed[a.key] for a in asks}
+    refused = {k: 1 - placed[k] for k in keys}
     # a move: an unchanged model not kept as it was, or a model the last plan placed now refused
-    moved = [1 - sum(v for v, o in by_ask[a.key] if o.keep) for a in asks if a.previous is not None]
-    moved += [refused[a.key] for a in asks if a.previous is None and a.placed_before]
+    kept_before = {a.key for a in asks if a.previous is not None}
+    moved = [1 - sum(v for v, o in by_key[k] if o.keep) for k in keys if k in kept_before]
+    moved += [refused[k] for k in keys if k not in kept_before and first[k].placed_before]
+    lost = [refused[k] for k in keys if first[k].placed_before]
+    misses, ratios, tpots = _slo_terms(model, by_key, keys, times)
+    w_miss = 1 if not slo_first else (len(moved) + 1) * (n + 1) ** 2
+    w_swap = 2 * n + 1 if not slo_first else 1
+    w_elastic = w_swap * (n + 1)
+    w_moved = w_elastic * (n + 1)
+    w_refused = max(w_moved * (len(moved) + 1), w_miss * (2 * n + 1))
+    w_lost = w_refused * (n + 1)  # a model the last plan placed is never refused to admit others
+    primary = (w_lost * sum(lost) + w_refused * sum(refused.values()) + w_moved * sum(moved)
+               + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
+               + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap") + w_miss * sum(misses))
     # Canonical last tie-break, lexicographic by name: each model's slot position (refused: after the last), so
     # that equally good plans resolve alike whatever else changed (a larger budget keeps the same plan).
     n_slots = len(states)
     tie_base = n_slots + 1
-    tie = sum(tie_base ** (n_asks - 1 - i) * (sum(o.state.position * v for v, o in by_ask[a.key])
-                                             + n_slots * refused[a.key]) for i, a in enumerate(asks))
-    w_latency = tie_base ** n_asks
-    w_swap = w_latency * (n_asks * LATENCY_CAP + 1)
-    w_elastic = w_swap * (n_asks + 1)
-    w_moved = w_elastic * (n_asks + 1)
-    w_refused = w_moved * (len(moved) + 1)
-    w_lost = w_refused * (n_asks + 1)  # a model the last plan placed is never refused to admit others
-    lost = [refused[a.key] for a in asks if a.placed_before]
-    model.Minimize(
-        w_lost * sum(lost) + w_refused * sum(refused.values()) + w_moved * sum(moved)
-        + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
-        + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap")
-        + w_latency * sum(o.latency * v for v, o in zip(x, options) if o.latency) + tie)
+    tie = sum(tie_base ** (n - 1 - i) * (sum(o.state.position * v for v, o in by_key[k]) + n_slots * refused[k])
+              for i, k in enumerate(keys))
+    # then, as the greedy's swap groups do, the larger models swap and the smaller stay resident
+    rank = {k: i for i, k in enumerate(sorted(keys, key=lambda k: (first[k].need_bytes, k)))}
+    residents = sum(rank[o.ask.key] * v for v, o in zip(x, options) if o.mode == "resident")
+    w_size = tie_base ** n
+    w_tpot = w_size * (n * n + 1)
+    w_ratio = w_tpot * (n * LATENCY_CAP_MS + 1)
+    secondary = w_ratio * sum(ratios) + w_tpot * sum(tpots) + w_size * residents + tie
 
+    solver = _solver()
+    model.Minimize(primary)
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return greedy_fleet(asks, states, sticky=True)
+    model.Add(primary <= round(solver.ObjectiveValue()))
+    for var in x:
+        model.AddHint(var, solver.Value(var))
+    model.Minimize(secondary)
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # pragma: no cover - the first solution is feasible
+        return greedy_fleet(asks, states, sticky=True)
+    chosen = {opt.ask.key: opt for var, opt in zip(x, options) if solver.Value(var)}
+    return _build(states, chosen, [first[k] for k in keys if k not in chosen])
+
+
+def _solver() -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
     solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT_S
-    status = solver.Solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return greedy(asks, states, sticky=True)
-    chosen = {opt.ask.key: opt for var, opt in zip(x, options) if solver.Value(var)}
-    return _build(asks, states, chosen)
+    return solver
+
+
+def _step_us(ask: Ask) -> int:
+    return math.ceil(ask.step_ms * US)
+
+
+def _slot_times(model: cp_model.CpModel, state: SlotState, here: list) -> tuple:
+    """(all: the decode time a resident member's TPOT counts, its own step included; fixed: the residents'
+    steps and the streaming models' bursts, what a swap member adds to its own step; burst: per elastic option,
+    the most of its step it can add to a co-tenant's) in microseconds. The swap group adds its slowest member's
+    step to the others. A streaming model takes its step once per pass: at most step × (the longest co-tenant
+    step ÷ its shortest pass, the link to itself) of another's step (controller.planning.slots.shared_ms)."""
+    longest: dict = {}
+    for _, o in here:
+        longest[o.ask.key] = max(longest.get(o.ask.key, 0.0), o.ask.step_ms)
+    own_max = sum(longest.values())
+    burst = {}
+    for _, o in here:
+        if o.mode == "elastic":
+            pass_ms = cost.copy_ms(o.piece.streamed_bytes, o.ask.profile, 1)
+            burst[id(o)] = math.ceil(o.ask.step_ms * (min(1.0, own_max / pass_ms) if pass_ms else 1.0) * US)
+    bound = sum(_step_us(o.ask) for _, o in here) + 1
+    group = model.NewIntVar(0, bound, f"group{state.position}")
+    for v, o in here:
+        if o.mode == "swap":
+            model.Add(group >= _step_us(o.ask)).OnlyEnforceIf(v)
+    fixed = model.NewIntVar(0, bound, f"fixed{state.position}")
+    model.Add(fixed == sum(_step_us(o.ask) * v for v, o in here if o.mode == "resident")
+              + sum(burst[id(o)] * v for v, o in here if o.mode == "elastic"))
+    every = model.NewIntVar(0, 2 * bound, f"all{state.position}")
+    model.Add(every == fixed + group)
+    return every, fixed, burst
+
+
+def _rules(model: cp_model.CpModel, here: list) -> None:
+    """Render-time rules: two models that may not share a worker (another composition, a served name taken)
+    never share this slot."""
+    asks = {}
+    for _, o in here:
+        asks.setdefault(o.ask.key, o.ask)
+    keys = sorted(asks)
+    for i, k in enumerate(keys):
+        for other in keys[i + 1:]:
+            if rule_broken([asks[k], asks[other]]) is not None:
+                model.Add(sum(v for v, o in here if o.ask.key in (k, other)) <= 1)
+
+
+def _slo_terms(model: cp_model.CpModel, by_key: dict, keys: list, times: dict) -> tuple[list, list, list]:
+    """Per model: a bool per SLO target it is predicted to miss; its predicted latency ÷ each target (in
+    RATIO_UNIT); its predicted TPOT (ms). Each is bound from below by the chosen option's prediction."""
+    misses, ratios, tpots = [], [], []
+    for k in keys:
+        first = by_key[k][0][1].ask if by_key[k] else None
+        if first is None:
+            continue
+        slo = first.slo
+        tpot_var = _capped(model, tpots, LATENCY_CAP_MS, f"tpot{len(tpots)}")
+        targets = [(name, t) for name, t in (("tpot", slo.tpot_ms), ("ttft", slo.ttft_ms)) if t is not None]
+        missed = {name: model.NewBoolVar(f"miss{len(misses)}_{name}") for name, _ in targets}
+        misses += missed.values()
+        ratio = {name: _capped(model, ratios, RATIO_CAP, f"ratio{len(ratios)}_{name}") for name, _ in targets}
+        for v, o in by_key[k]:
+            every, fixed, burst = times[o.state.position]
+            own = _step_us(o.ask)
+            if o.mode == "swap":
+                tpot, tpot_const = fixed, own
+            else:  # `every` counts a streaming model's burst in place of its own step
+                tpot, tpot_const = every, own - burst[id(o)] if o.mode == "elastic" else 0
+            stream = o.stream_us
+            ttft_const = (math.ceil(cost.predict_resident(o.ask.profile, o.ask.slo).ttft_ms * US) - own
+                          if o.mode != "elastic" else _elastic_ttft_us(o))
+            if o.mode == "swap":
+                ttft_const += math.ceil(cost.copy_ms(o.ask.profile.weight_bytes, o.ask.profile) * US)
+            big = 10 ** 12
+            # TPOT (ms, rounded up), every model: the larger of its decode time and its streaming
+            model.Add(tpot_var * US >= tpot + tpot_const - big * (1 - v))
+            model.Add(tpot_var * US >= stream - big * (1 - v))
+            for name, target in targets:
+                t = math.floor(target * US)
+                value_const = tpot_const + (ttft_const if name == "ttft" else 0)
+                if name == "tpot" and stream > t:
+                    model.Add(missed[name] >= v)
+                elif not (name == "ttft" and o.mode == "swap"):  # a swap member's TTFT is a limit (_ttft_bounds)
+                    model.Add(tpot + value_const <= t + big * (1 - v) + big * missed[name])
+                model.Add(ratio[name] * t >= (tpot + value_const) * RATIO_UNIT - big * RATIO_UNIT * (1 - v))
+                if name == "tpot" and stream:
+                    model.Add(ratio[name] * t >= stream * RATIO_UNIT - big * RATIO_UNIT * (1 - v))
+    return misses, ratios, tpots
+
+
+def _capped(model: cp_model.CpModel, terms: list, cap: int, name: str):
+    """A variable bound from below by the constraints the caller adds; `terms` gets it at most `cap`."""
+    raw = model.NewIntVar(0, 10 ** 9, name)
+    capped = model.NewIntVar(0, cap, name + "_capped")
+    model.AddMinEquality(capped, [raw, cap])
+    terms.append(capped)
+    return raw
+
+
+def _elastic_ttft_us(o: _Option) -> int:
+    """An elastic model's TTFT beside its TPOT: every prefill chunk streams its non-resident layers once."""
+    chunks = math.ceil(o.ask.slo.context_tokens / cost.PREFILL_CHUNK_TOKENS)
+    chunk = cost.prefill_ms(o.ask.profile, min(o.ask.slo.context_tokens, cost.PREFILL_CHUNK_TOKENS)) * US
+    return math.ceil(chunks * max(chunk, o.stream_us))
 
 
 def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
@@ -121,15 +260,14 @@ def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
     if ask.whole and ask.need_bytes <= limit:
         out.append(_Option(ask, state, "resident", keep=kept_here and prev.mode == "resident"))
         if ask.swap_ok():
-            swap_in = _units(cost.copy_ms(ask.profile.weight_bytes, ask.profile))
-            out.append(_Option(ask, state, "swap", keep=kept_here and prev.mode == "swap", latency=swap_in))
+            out.append(_Option(ask, state, "swap", keep=kept_here and prev.mode == "swap"))
     if kept_here and prev.mode == "elastic" and prev.resident_layers < ask.profile.total_layers:
         piece = cost.elastic_slice_at(ask.profile, ask.slo, prev.resident_layers)
         if piece.footprint <= limit:
             cap = max((c for c in range(1, n_asks + 2) if ask.keeps_tpot(piece, c, limit)), default=None)
             if cap is not None:
                 out.append(_Option(ask, state, "elastic", piece, None if cap == n_asks + 1 else cap, keep=True,
-                                   latency=_stream(ask, piece, cap)))
+                                   stream_us=_stream(ask, piece, cap)))
     seen: dict = {}
     for c in range(1, n_asks + 2):
         piece = ask.start(c, limit)
@@ -137,7 +275,7 @@ def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
             seen[piece] = c  # the largest share count this start slice still holds at
     for piece, c in sorted(seen.items(), key=lambda kv: kv[1]):
         cap = None if c == n_asks + 1 else c
-        out.append(_Option(ask, state, "elastic", piece, cap, latency=_stream(ask, piece, c)))
+        out.append(_Option(ask, state, "elastic", piece, cap, stream_us=_stream(ask, piece, c)))
     if seen and state.node.host_bytes is not None:
         out += _host_saving(ask, state, min(p.resident_layers for p in seen), limit, n_asks)
     return out
@@ -158,16 +296,12 @@ def _host_saving(ask: Ask, state: SlotState, start: int, limit: int, n_asks: int
         if caps:
             c = max(caps)
             out.append(_Option(ask, state, "elastic", piece, None if c == n_asks + 1 else c,
-                               latency=_stream(ask, piece, c)))
+                               stream_us=_stream(ask, piece, c)))
     return out
 
 
 def _stream(ask: Ask, piece: cost.ElasticSlice, streamers: int) -> int:
-    return _units(cost.copy_ms(piece.streamed_bytes, ask.profile, streamers))
-
-
-def _units(ms: float) -> int:
-    return min(math.ceil(ms / LATENCY_UNIT_MS), LATENCY_CAP)
+    return math.ceil(cost.copy_ms(piece.streamed_bytes, ask.profile, streamers) * US)
 
 
 def _host(opt: _Option) -> int:
@@ -176,25 +310,26 @@ def _host(opt: _Option) -> int:
     return opt.piece.streamed_bytes if opt.mode == "elastic" else 0
 
 
-def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, position: int) -> None:
-    """Each swap member with a TTFT target waits at most its room for the others' turns, at the share
-    the slot's streamer count gives."""
+def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, position: int, fixed) -> None:
+    """Each swap member with a TTFT target meets it after the worst wait: the others' turns at the share the
+    slot's streamer count gives, its own swap-in, and the residents' and streaming models' steps (`fixed`, in
+    microseconds) beside its own."""
     if len(swaps) < 2 or all(o.ask.slo.ttft_ms is None for _, o in swaps):
         return
     for c in range(0, n_max + 1):  # c elastic models on the link: a swap-in gets 1/(c + 1) of it
         at_c = model.NewBoolVar(f"n{position}_{c}")
         model.Add(streamers == c).OnlyEnforceIf(at_c)
         model.Add(streamers != c).OnlyEnforceIf(at_c.Not())
-        turns = {o.ask.key: math.ceil(o.ask.turn_ms(c + 1)) for _, o in swaps}
+        turns = {o.ask.key: math.ceil(o.ask.turn_ms(c + 1) * US) for _, o in swaps}
         for v, o in swaps:
             room = o.ask.swap_room_ms(c + 1)
             if room is None:
                 continue
             others = sum(turns[p.ask.key] * w for w, p in swaps if p.ask.key != o.ask.key)
-            model.Add(others <= math.floor(max(room, -1))).OnlyEnforceIf([v, at_c])
+            model.Add(others + fixed <= math.floor(max(room * US, -1))).OnlyEnforceIf([v, at_c])
 
 
-def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list[SlotState], list[Ask]]:
+def _build(states: list[SlotState], chosen: dict, refused: list[Ask]) -> tuple[list[SlotState], list[Ask]]:
     for state in states:
         mine = [o for o in chosen.values() if o.state is state]
         resident = [o.ask for o in mine if o.mode == "resident"]
@@ -211,4 +346,4 @@ def _build(asks: list[Ask], states: list[SlotState], chosen: dict) -> tuple[list
             if o.mode == "elastic" and not o.keep:
                 state.elastic[o.ask.key][2] = False
         state.squeezed.update(a.key for a, _, _ in layout.elastic if a.whole)
-    return states, [ask for ask in asks if ask.key not in chosen]
+    return states, refused

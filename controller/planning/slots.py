@@ -28,14 +28,13 @@ class Ask:
     last_slot: str | None = None   # where the last plan placed it: tried first when it is re-placed
     _starts: dict = field(default_factory=dict, repr=False)
 
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.model.key
-
     slice_cache: dict = field(default_factory=dict, repr=False)  # shared by the asks of one plan
 
     def __post_init__(self):
         self.need_bytes = self.need.total
+        self.key: tuple[str, str] = self.model.key
+        # the names a worker serves it under: its name, then its spec.servedNames
+        self.names: tuple[str, ...] = tuple(dict.fromkeys((self.model.name, *self.model.served_names)))
 
     @property
     def slices(self) -> list[cost.ElasticSlice]:
@@ -91,6 +90,13 @@ class Ask:
             self.profile.weight_bytes, self.profile, streamers)
         return self.slo.ttft_ms - own
 
+    @property
+    def step_ms(self) -> float:
+        """One decode step at its concurrency, alone on the GPU."""
+        if "step" not in self._starts:
+            self._starts["step"] = cost.decode_step_ms(self.profile, self.slo.concurrency)
+        return self._starts["step"]
+
     def swap_ok(self) -> bool:
         room = self.swap_room_ms(1)
         return room is None or room >= 0
@@ -123,6 +129,8 @@ class SlotState:
     host_used: int = 0     # pinned host bytes of this slot's models
     elastic_bytes: int = 0
     kept_bytes: int = 0    # residents kept from the last plan (a re-pack never moves them)
+    summary: tuple | None = None  # slo_fits' bounds, with the slot's state they were computed at
+    served: tuple | None = None   # the compositions and served names of its models, likewise (greedy's rule check)
 
     @property
     def swap_area(self) -> int:
@@ -191,21 +199,133 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
         if used > state.slot.usable_bytes:
             return None
         pieces[i] = (ask, bigger, fixed)
-    if len(swap) > 1 and not swap_group_ok(swap, streamers + 1):
+    if rule_broken(resident + swap + [a for a, _, _ in pieces]) is not None:
+        return None
+    if not slo_limits_hold(state.slot, resident, swap, [(a, p) for a, p, _ in pieces]):
         return None
     return Layout(tuple(resident), tuple(swap), tuple(pieces), used, host)
 
 
-def swap_group_ok(swap: list[Ask] | tuple[Ask, ...], streamers: int) -> bool:
-    """Every member with a TTFT target can wait for all the other members' turns (the worst case under
-    LRU: it was just evicted) plus its own swap-in."""
-    turns = [a.turn_ms(streamers) for a in swap]
-    total = sum(turns)
-    for ask, turn in zip(swap, turns):
-        room = ask.swap_room_ms(streamers)
-        if room is not None and total - turn > room:
-            return False
-    return True
+def slo_limits_hold(slot: GpuSlot, resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> bool:
+    """The swap-wait limit, judged by the same prediction (all co-tenants decoding) the decisions carry
+    (docs/planner.md, "One definition of a met SLO"): every swap member with a TTFT target meets it after the
+    worst wait for the others' turns plus its own swap-in. (The link share limit is the start slice itself:
+    `Ask.start` keeps each streaming model's streaming within its TPOT target at its share.)"""
+    if len(swap) < 2 or all(a.slo.ttft_ms is None for a in swap):
+        return True
+    predicted = predictions(resident, swap, pieces)
+    return not any(a.slo.ttft_ms is not None and "ttft" in cost.missed(a.slo, predicted[a.key]) for a in swap)
+
+
+def predictions(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> dict:
+    """Per member key: its predicted TTFT/TPOT on a slot with this layout, co-tenants all decoding at once: the
+    one computation behind the decisions, the SLO limits and the planners' SLO objective."""
+    n = len(pieces)
+    shared = shared_ms(resident, swap, pieces)
+    turns = {a.key: a.turn_ms(n + 1) for a in swap}
+    out = {}
+    for ask in resident:
+        out[ask.key] = cost.predict_resident(ask.profile, ask.slo, shared[ask.key])
+    for ask in swap:
+        wait = sum(turns.values()) - turns[ask.key]
+        out[ask.key] = cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n + 1)
+    for ask, piece in pieces:
+        out[ask.key] = cost.predict_elastic(ask.profile, ask.slo, piece, n, shared[ask.key])
+    return out
+
+
+def shared_ms(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> dict:
+    """Per member key: the co-tenants' GPU time inside one of its decode steps, when all of them decode at
+    once. Resident models and the active swap member (the slowest, for the worst case) step back to back; an
+    elastic model computes for one step per streamed pass, so it takes its step once per pass: its share
+    of the member's step is step × (member's step ÷ the pass), at most one step."""
+    n = len(pieces)
+    streaming = [(a.key, a.step_ms, cost.copy_ms(piece.streamed_bytes, a.profile, n)) for a, piece in pieces]
+    group = max((a.step_ms for a in swap), default=0.0)
+    in_resident = sum(a.step_ms for a in resident)
+    shared = {}
+    for members, base_of in ((resident, lambda a: in_resident - a.step_ms + group), (swap, lambda a: in_resident),
+                             ([a for a, _ in pieces], lambda a: in_resident + group)):
+        for a in members:
+            base = base_of(a)
+            own = a.step_ms + base
+            shared[a.key] = base + sum(step * min(1.0, own / pass_ms) if pass_ms else step
+                                       for key, step, pass_ms in streaming if key != a.key)
+    return shared
+
+
+def slo_fits(state: SlotState, ask: Ask) -> bool:
+    """Adding `ask` resident to the slot leaves every SLO target met that was met: its own and its co-tenants'
+    (a resident or swap co-tenant's TPOT grows by its step at least; any co-tenant's by at most its step
+    and the elastic models' steps). Decided by these bounds: where they leave it open, it does not fit."""
+    fixed, streamed, slack, whole_slack = _summary(state)
+    if not _has_targets(ask) and slack is None:
+        return True
+    if cost.missed(ask.slo, cost.predict_resident(ask.profile, ask.slo, fixed)):
+        return False
+    if whole_slack is not None and whole_slack < ask.step_ms:
+        return False
+    own_ok = not cost.missed(ask.slo, cost.predict_resident(ask.profile, ask.slo, fixed + streamed))
+    return own_ok and (slack is None or slack >= ask.step_ms + streamed)
+
+
+def _summary(state: SlotState) -> tuple:
+    """(GPU time a new resident shares with the residents and the swap group; the elastic models' steps, at
+    most what they add; the least room left under a met target of any member, and of a resident or swap
+    member; None where no such target). Cached until the slot changes."""
+    stamp = (state.used, state.host_used, len(state.resident), len(state.swap), len(state.elastic))
+    if state.summary is not None and state.summary[0] == stamp:
+        return state.summary[1]
+    fixed = sum(a.step_ms for a in state.resident) + max((a.step_ms for a in state.swap), default=0.0)
+    streamed = sum(a.step_ms for a, _, _ in state.elastic.values())
+    rooms: dict[bool, list[float]] = {True: [], False: []}
+    targeted = [a for a in state.members() if _has_targets(a)]
+    if targeted:
+        pieces = [(a, p) for a, p, _ in state.elastic.values()]
+        now = predictions(state.resident, state.swap, pieces)
+        for a in targeted:
+            pred = now[a.key]
+            for target, value in ((a.slo.ttft_ms, pred.ttft_ms), (a.slo.tpot_ms, pred.tpot_ms)):
+                if target is not None and value <= target:
+                    rooms[a.key in state.elastic].append(target - value)
+    every = rooms[True] + rooms[False]
+    result = (fixed, streamed, min(every) if every else None, min(rooms[False]) if rooms[False] else None)
+    state.summary = (stamp, result)
+    return result
+
+
+def alone_misses(ask: Ask) -> tuple[str, ...]:
+    """The targets it misses alone on a GPU of its product: whole when it may run whole, else streaming at
+    its start slice with the link to itself."""
+    if ask.whole:
+        return cost.missed(ask.slo, cost.predict_resident(ask.profile, ask.slo))
+    piece = ask.start(1, ask.model.budget_bytes) or ask.minimum
+    return cost.missed(ask.slo, cost.predict_elastic(ask.profile, ask.slo, piece))
+
+
+def _has_targets(ask: Ask) -> bool:
+    return ask.slo.ttft_ms is not None or ask.slo.tpot_ms is not None
+
+
+def rule_broken(members: list[Ask]) -> tuple[str, Ask, Ask] | None:
+    """The first render-time rule these models on one slot break, as (reason, the model, the one it clashes
+    with): one composition per GPU (MixedCompositions: each composition's worker claims the GPU) and each
+    served name once per worker (ServedNameTaken). controller.rendering.compose refuses the same."""
+    names = [n for a in members for n in a.names]
+    if len({a.model.composition for a in members}) <= 1 and len(set(names)) == len(names):
+        return None
+    composition: dict[str, Ask] = {}
+    served: dict[str, Ask] = {}
+    for ask in sorted(members, key=lambda a: a.key):
+        first = next(iter(composition.values()), None)
+        if first is not None and ask.model.composition not in composition:
+            return ("MixedCompositions", ask, first)
+        composition.setdefault(ask.model.composition, ask)
+        for name in ask.names:
+            if name in served:
+                return ("ServedNameTaken", ask, served[name])
+            served[name] = ask
+    return None
 
 
 def apply(state: SlotState, layout: Layout) -> None:

@@ -190,14 +190,14 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
     on_slot: dict[str | None, list[Decision]] = defaultdict(list)
     for decision in plan.decisions:
         on_slot[decision.slot].append(decision)
-    ordered = sorted(slots, key=lambda s: s.id)
     share = math.ceil(len(plan.decisions) / processes)
     parts: list[tuple[list[GpuSlot], list[Decision]]] = [([], list(on_slot.get(None, [])))]
-    for slot in ordered:
+    for group in _name_sharing_groups(models, slots, on_slot):
         if len(parts[-1][1]) >= share and len(parts) < processes:
             parts.append(([], []))
-        parts[-1][0].append(slot)
-        parts[-1][1].extend(on_slot.get(slot.id, []))
+        for slot in group:
+            parts[-1][0].append(slot)
+            parts[-1][1].extend(on_slot.get(slot.id, []))
     global _FORKED_JOBS
     warm_validators(SHIPPED_KINDS)
     _FORKED_JOBS = [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()), part_slots,
@@ -217,6 +217,30 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
         tree.merge(part)
         errors.extend(part_errors)
     return tree, errors
+
+
+def _name_sharing_groups(models: Sequence[ElasticModel], slots: Sequence[GpuSlot],
+                         on_slot: Mapping[str | None, list[Decision]]) -> list[list[GpuSlot]]:
+    """The slots in id order, those whose workers would take one name (a NameCollision, found only where both
+    render in one process) joined into one group, placed at its first slot."""
+    composition_of = {m.key: m.composition for m in models}
+    first: dict[str, str] = {}  # slot id -> the first slot id of its group (union-find, roots by smallest id)
+
+    def root(slot_id: str) -> str:
+        while first.get(slot_id, slot_id) != slot_id:
+            slot_id = first[slot_id]
+        return slot_id
+
+    claimed: dict[str, str] = {}  # worker name -> a slot id that takes it
+    for slot in sorted(slots, key=lambda s: s.id):
+        for decision in on_slot.get(slot.id, []):
+            other = claimed.setdefault(worker_name(slot, composition_of.get(decision.key, "")), slot.id)
+            a, b = sorted((root(other), root(slot.id)))
+            first[b] = a
+    groups: dict[str, list[GpuSlot]] = {}
+    for slot in sorted(slots, key=lambda s: s.id):
+        groups.setdefault(root(slot.id), []).append(slot)
+    return list(groups.values())
 
 
 _FORKED_JOBS: list[tuple] = []
