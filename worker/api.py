@@ -33,7 +33,7 @@ from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, Sampling, parse_chat, parse
 from .responses import ChatShape, CompletionShape
 from .tools import ToolCallShape
 from .runtime import ServedModel, Worker
-from .scheduler import ErrorEvent, Event, FinishEvent, TokenEvent
+from .events import ErrorEvent, Event, FinishEvent, TokenEvent
 
 MAX_JSON_DEPTH = 64  # nested objects/arrays in a request body; OpenAI bodies need fewer than 10
 _HTTP_REASONS = {404: "NotFound", 405: "MethodNotAllowed"}

@@ -34,7 +34,8 @@ from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
 from engine.residency import Residency, make_residency
-from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
+from .events import Event
+from .scheduler import DEFAULT_STALL_S, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
 

@@ -32,7 +32,7 @@ from engine.batch import Generation, ModelEngine
 from engine.text import TextStream
 from .emitter import Emitter, RowOutput, StepOutput, deliver
 from .errors import ModelUnavailable, QueueFull, WorkerError
-from .events import ErrorEvent, Event, FinishEvent, TokenEvent  # noqa: F401 (TokenEvent: re-exported)
+from .events import ErrorEvent, Event, FinishEvent
 from .metrics import WorkerMetrics
 from .policy import Idle, QueuePolicy, SwapIn
 
