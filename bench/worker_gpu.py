@@ -92,7 +92,7 @@ class Trace:
     finished: threading.Event = field(default_factory=threading.Event)
 
     def sink(self, event) -> None:
-        from worker.scheduler import ErrorEvent, FinishEvent, TokenEvent
+        from worker.events import ErrorEvent, FinishEvent, TokenEvent
 
         if isinstance(event, TokenEvent):
             self.times.append(time.perf_counter())

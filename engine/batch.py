@@ -1,9 +1,10 @@
 """One model's continuous batch: sequences join and leave at step boundaries, prefill is chunked
 and interleaved with decode, and each step is one forward pass for the whole batch.
 
-`Generation` is one request's state: prompt, sampled tokens, stop conditions (end-of-text
-tokens, stop_token_ids, stop strings, max_tokens, a complete grammar), its grammar's
-constraint when it has one, and incremental detokenisation. `ModelEngine` seats up
+`Generation` is one request's state: prompt, sampled tokens, the stop conditions a token
+decides (end-of-text tokens, stop_token_ids, max_tokens, a complete grammar), and its grammar's
+constraint when it has one. Its text (detokenising, stop strings) is the consumer's work, off
+the step (engine/text.py: `decode` and `params.stop` are for it). `ModelEngine` seats up
 to `concurrency` generations in static KV slots (kept compact: a leaving sequence's slot
 is refilled by the last one) and runs a step: every decoding sequence feeds one token,
 and what is left of the prefill chunk (the shared footprint constant) goes to prefilling
@@ -44,10 +45,6 @@ class Generation:
     cached: int = 0  # tokens of this sequence in its KV slot
     slot: int | None = None
     joined: int = 0
-    _emitted: int = 0  # characters of _text handed out
-    _text: str = ""  # the output detokenised so far
-    _prefix: int = 0  # incremental detokenisation: context tokens start here
-    _read: int = 0  # ... and the tokens up to here are in _text
     seed: int = -1  # the request's seed, else one drawn at random (set in __post_init__)
     _reported: list[Choice] = field(default_factory=list)
 
@@ -79,8 +76,8 @@ class Generation:
         """The tokens the sampler must not choose now: the stop tokens while min_tokens is not reached."""
         return tuple(sorted(self.stops)) if len(self.output_ids) < self.params.min_tokens else ()
 
-    def accept(self, choice: Choice) -> str:
-        """Take the sampled token; returns the text that became final ("" while it is held back)."""
+    def accept(self, choice: Choice) -> None:
+        """Take the sampled token (a stop token ends the answer and is not part of it)."""
         params = self.params
         if params.logprobs is not None:
             self._reported.append(choice)
@@ -97,31 +94,11 @@ class Generation:
             self.finish_reason = "stop"  # the structure is complete: nothing but end-of-text could follow
         elif len(self.output_ids) >= params.max_tokens:
             self.finish_reason = "length"
-        return self._text_delta()
 
     def take_reported(self) -> tuple[Choice, ...]:
         """The log-probabilities of the tokens sampled since the last call (empty unless the request asked)."""
         reported, self._reported = tuple(self._reported), []
         return reported
-
-    def _text_delta(self) -> str:
-        """Newly final text: held back while it may end inside a UTF-8 sequence or a stop string.
-        Detokenised incrementally (a few tokens of context per step, as streaming servers do), so a long
-        output costs the same per token as a short one."""
-        before = len(self._text)
-        window = self.decode(self.output_ids[self._prefix:])
-        head = self.decode(self.output_ids[self._prefix:self._read])
-        if len(window) > len(head) and (self.done or not window.endswith("\ufffd")):
-            self._text += window[len(head):]
-            self._prefix, self._read = self._read, len(self.output_ids)
-        longest = max((len(s) for s in self.params.stop), default=0)
-        for stop in self.params.stop:
-            at = self._text.find(stop, max(0, before - longest + 1))
-            if at != -1:
-                self._text, self.finish_reason = self._text[:at], "stop"
-        final = len(self._text) if self.done else max(len(self._text) - max(longest - 1, 0), self._emitted)
-        delta, self._emitted = self._text[self._emitted:final], max(self._emitted, final)
-        return delta
 
 
 class ModelEngine:
@@ -186,10 +163,10 @@ class ModelEngine:
             self.seated[slot] = last
         generation.slot = None
 
-    def step(self) -> list[tuple[Generation, str | None]]:
-        """One forward pass for every seated sequence. Returns (generation, text delta) per sequence that
-        took part; the delta is None for a prefill chunk that did not finish the prompt. Finished
-        sequences leave the batch."""
+    def step(self) -> list[tuple[Generation, tuple[int, ...] | None]]:
+        """One forward pass for every seated sequence. Returns (generation, the tokens it added to its
+        answer) per sequence that took part: None for a prefill chunk that did not finish the prompt, ()
+        when a stop token ended the answer. Finished sequences leave the batch."""
         decoding = [g for g in self.seated if not g.prefilling]
         prefilling = sorted((g for g in self.seated if g.prefilling), key=lambda g: g.joined)
         budget = self.prefill_chunk - len(decoding)
@@ -210,7 +187,11 @@ class ModelEngine:
         # last prefill of a step can be cut short)
         sampling = [g for g, _ in plan if not g.prefilling]
         choices = self.sampler.choose(logits[: len(sampling)], sampling) if sampling else []
-        results: list[tuple[Generation, str | None]] = [(g, g.accept(c)) for g, c in zip(sampling, choices)]
+        results: list[tuple[Generation, tuple[int, ...] | None]] = []
+        for generation, choice in zip(sampling, choices):
+            held = len(generation.output_ids)
+            generation.accept(choice)
+            results.append((generation, tuple(generation.output_ids[held:])))
         results += [(g, None) for g, _ in plan[len(sampling):]]
         for generation, _ in results:
             if generation.done:

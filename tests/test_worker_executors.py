@@ -16,6 +16,8 @@ import httpx
 import pytest
 import yaml
 
+from engine.batch import Generation
+from engine.sampling import SamplingParams
 from worker.scheduler import FinishEvent
 from worker_support import (  # noqa: F401  (fixtures are used by name)
     REPO_ROOT, Collector, config_document, generation, model_entry, started_worker, single_threaded_torch,
@@ -62,6 +64,53 @@ def test_cancelling_a_running_request_frees_its_slot_for_the_queued_one(worker_o
     assert not long[0].done.is_set(), "a cancelled request gets no more events"
     jobs[1].cancelled = True
     wait_for(lambda: not engine.seated, "the batch to empty")
+
+
+def letters(ids) -> str:
+    return "".join(chr(ord("a") + token % 26) for token in ids)
+
+
+def test_a_steps_events_reach_their_consumer_in_one_hand_off(worker_of, tiny_models):
+    """All of a step's events for one consumer (an event loop) go in one `post`, not one per token."""
+    worker = worker_of([model_entry("m", tiny_models["llama"], "resident", concurrency=3)])
+    posts = []
+
+    def post(run):
+        posts.append(run)
+        run()
+
+    sinks = [Collector() for _ in range(3)]
+    for sink in sinks:
+        worker.submit("m", Generation(prompt_ids=[72, 105], params=SamplingParams(max_tokens=8, temperature=0),
+                                      eos_ids=frozenset(), decode=letters), sink, post)
+    for sink in sinks:
+        assert sink.done.wait(WAIT_S) and isinstance(sink.events[-1], FinishEvent)
+    events = sum(len(sink.events) for sink in sinks)
+    assert events == 3 * 9, "each token's text, then the finish"
+    assert len(posts) <= 8 + 2, f"{len(posts)} hand-offs for {events} events: one per step, not per event"
+
+
+def test_a_stop_string_frees_the_slot_at_once(worker_of, tiny_models):
+    """A stop string ends its request on the emitter's side: its slot goes to the queued request long before
+    the stopped one's max_tokens, and it is counted as a request served."""
+    worker = worker_of([model_entry("m", tiny_models["llama"], "resident", concurrency=1, context=512)])
+    engine = worker.served["m"].engine
+    stopped, queued = Collector(), Collector()
+    stops = tuple("abcdefghijklm")  # half the letters: the answer stops within a few tokens
+    worker.submit("m", Generation(prompt_ids=[72, 105], params=SamplingParams(max_tokens=400, temperature=0,
+                                                                              stop=stops),
+                                  eos_ids=frozenset(), decode=letters), stopped)
+    worker.submit("m", generation(tokens=2), queued)
+    assert stopped.done.wait(WAIT_S) and queued.done.wait(WAIT_S)
+    finish = stopped.events[-1]
+    assert isinstance(finish, FinishEvent) and finish.reason == "stop" and finish.completion_tokens < 100
+    text = "".join(e.text for e in stopped.events[:-1])
+    assert not any(stop in text for stop in stops), "the stop string is not part of the answer"
+    wait_for(lambda: not engine.seated, "the batch to empty")
+    assert engine.steps < 100, "the stopped request kept its slot"
+    served = worker.metrics.registry.get_sample_value(worker.metrics.requests._name + "_total",
+                                                      {"model": "m", "outcome": "ok"})
+    assert served == 2
 
 
 def test_cancelling_a_queued_request_withdraws_it_at_once(worker_of, tiny_models):

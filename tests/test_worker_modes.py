@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from engine.batch import Generation, ModelEngine
+from engine.text import TextStream
 from engine.sampling import Choice, SamplingParams
 from engine.errors import BudgetExceeded
 from engine.memory import DeviceLedger
@@ -182,15 +183,20 @@ def test_sampling(tiny_models, case, params, expect):
     ("eos-token", (), frozenset({ord("d")}), "stop", "abc"),
 ])
 def test_generation_stops(case, stop, eos, finish, text):
-    """Scripted logits that choose the bytes of 'abcdef' in order."""
+    """Scripted tokens, the bytes of 'abcdef' in order: the engine's Generation decides the token stops, the
+    consumer's TextStream the stop strings (what follows a stop string is dropped)."""
     generation = Generation(prompt_ids=[1, 2], params=SamplingParams(max_tokens=6, temperature=0, stop=stop),
                             eos_ids=eos, decode=lambda ids: bytes(ids).decode())
+    stream = TextStream(generation.decode, generation.params.stop)
     pieces = []
     for letter in "abcdef":
         if generation.done:
             break
-        pieces.append(generation.accept(Choice(ord(letter))))
-    assert ("".join(p for p in pieces if p), generation.finish_reason) == (text, finish), case
+        held = len(generation.output_ids)
+        generation.accept(Choice(ord(letter)))
+        pieces.append(stream.feed(generation.output_ids[held:], generation.done))
+    reason = "stop" if stream.stopped else generation.finish_reason
+    assert ("".join(p for p in pieces if p), reason) == (text, finish), case
 
 
 def test_text_is_never_emitted_inside_a_utf8_sequence_and_long_outputs_decode_incrementally():
@@ -200,11 +206,23 @@ def test_text_is_never_emitted_inside_a_utf8_sequence_and_long_outputs_decode_in
         seen.append(len(ids))
         return bytes(ids).decode(errors="replace")
 
-    generation = Generation(prompt_ids=[1], params=SamplingParams(max_tokens=300, temperature=0),
-                            eos_ids=frozenset(), decode=decode)
+    stream = TextStream(decode)
     script = list("é".encode()) + [ord("x")] + [ord("y")] * 297
-    pieces = []
-    for token in script:
-        pieces.append(generation.accept(Choice(token)))
+    pieces = [stream.feed([token], done=False) for token in script]
     assert pieces[:3] == ["", "é", "x"] and "".join(pieces) == "éx" + "y" * 297
     assert max(seen) <= 4, "each step decodes a few tokens of context, not the whole output"
+    assert len(seen) < 1.5 * len(script), "about one decode per token, not two"
+
+
+@pytest.mark.parametrize("case,stop,script,pieces,tokens", [
+    ("stop-inside-one-token", ("c",), [b"ab", b"cd", b"ef"], ["ab", ""], 2),
+    ("stop-across-tokens", ("bc",), [b"a", b"b", b"c", b"d"], ["", "a", ""], 3),
+    ("later-tokens-dropped", ("b",), [b"a", b"b", b"c"], ["a", ""], 2),
+    ("held-prefix-released-at-the-end", ("xy",), [b"a", b"x"], ["", "ax"], 2),
+])
+def test_a_stop_string_ends_the_text_and_counts_the_tokens_up_to_it(case, stop, script, pieces, tokens):
+    """Tokens are byte strings here (one id each); the last feed is `done`, as an answer's last token."""
+    vocabulary = {i: piece for i, piece in enumerate(script)}
+    stream = TextStream(lambda ids: b"".join(vocabulary[i] for i in ids).decode(), stop)
+    got = [stream.feed([i], done=i == len(script) - 1) for i in range(len(script)) if not stream.stopped]
+    assert (got, stream.tokens) == (pieces, tokens), case

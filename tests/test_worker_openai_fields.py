@@ -246,3 +246,28 @@ def test_a_client_that_gives_up_on_a_whole_answer_has_its_request_cancelled(serv
     while cancelled_requests() == before:
         assert time.monotonic() < deadline, "the abandoned request was not cancelled"
         time.sleep(0.05)
+
+
+# stop strings
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_stop_string_ends_the_answer_before_it_and_counts_the_tokens_up_to_it(client, stream):
+    """The stop string is two ASCII tokens of the greedy answer (matched across tokens): the answer is the text
+    before it, finish_reason "stop", and usage counts the tokens up to and with the one that completed it; the
+    tokens the model made after it are dropped."""
+    plain = client.completions.create(model="m", prompt="Once upon a time", max_tokens=16, temperature=0, logprobs=0)
+    text, tokens = plain.choices[0].text, plain.choices[0].logprobs.tokens
+    assert "".join(tokens) == text, "each token of this answer decodes alone to its own text"
+    last = next(k for k in range(2, len(tokens)) if all(len(t) == 1 and t.isascii() and t.isprintable()
+                                                        for t in tokens[k - 1:k + 1])
+                and text.find(tokens[k - 1] + tokens[k]) == len("".join(tokens[:k - 1])))
+    stop, before = tokens[last - 1] + tokens[last], "".join(tokens[:last - 1])
+    fields = dict(model="m", prompt="Once upon a time", max_tokens=16, temperature=0, stop=[stop])
+    if stream:
+        chunks = list(client.completions.create(stream=True, stream_options={"include_usage": True}, **fields))
+        got = "".join(c.choices[0].text for c in chunks if c.choices)
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        usage = chunks[-1].usage
+    else:
+        reply = client.completions.create(**fields)
+        got, finish, usage = reply.choices[0].text, reply.choices[0].finish_reason, reply.usage
+    assert (got, finish, usage.completion_tokens) == (before, "stop", last + 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import deque
 from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -32,7 +33,7 @@ from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, Sampling, parse_chat, parse
 from .responses import ChatShape, CompletionShape
 from .tools import ToolCallShape
 from .runtime import ServedModel, Worker
-from .scheduler import ErrorEvent, Event, FinishEvent, TokenEvent
+from .events import ErrorEvent, Event, FinishEvent, TokenEvent
 
 MAX_JSON_DEPTH = 64  # nested objects/arrays in a request body; OpenAI bodies need fewer than 10
 _HTTP_REASONS = {404: "NotFound", 405: "MethodNotAllowed"}
@@ -137,8 +138,8 @@ def create_app(worker: Worker) -> FastAPI:
                                          default_max_tokens=COMPLETION_DEFAULT_MAX_TOKENS, prompt_param="prompt",
                                          **parsed.sampling.as_kwargs(i)) for i in range(parsed.n)]
         shape = CompletionShape(parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
-        return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
-                              parsed.include_usage, keepalive_s)
+        relay = _Relay(worker, served, generations, per_token=parsed.stream)
+        return await _respond(request, relay, shape, parsed.stream, parsed.include_usage, keepalive_s)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -155,8 +156,8 @@ def create_app(worker: Worker) -> FastAPI:
                                          **parsed.sampling.as_kwargs(i)) for i, constraint in enumerate(constraints)]
         shape = (ToolCallShape if structure and structure.tools else ChatShape)(
             parsed.model, _token_texts(served), parsed.sampling.logprobs is not None)
-        return await _respond(request, _Relay(worker, served, generations), shape, parsed.stream,
-                              parsed.include_usage, keepalive_s)
+        relay = _Relay(worker, served, generations, per_token=parsed.stream)
+        return await _respond(request, relay, shape, parsed.stream, parsed.include_usage, keepalive_s)
 
     app.add_middleware(BodyLimit, max_bytes=worker.config.max_request_bytes)
     return app
@@ -295,34 +296,53 @@ def _model_card(worker: Worker, name: str) -> dict:
 
 
 class _Relay:
-    """Submits one job per choice and yields (choice index, event) on the event loop as the executor
-    thread pushes them; None when nothing came for `idle_s` seconds."""
+    """Submits one job per choice and yields (choice index, event) on the event loop as the model's emitter
+    hands them over (all of a step's events in one call_soon_threadsafe); None when nothing woke it for
+    `idle_s` seconds. `per_token` False (a whole answer): only a finish or an error wakes the handler, so a
+    token costs the loop one append, not a pass through the middleware stack."""
 
-    def __init__(self, worker: Worker, served: ServedModel, generations: list):
-        loop = asyncio.get_running_loop()
-        self.queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+    def __init__(self, worker: Worker, served: ServedModel, generations: list, per_token: bool):
+        self.per_token = per_token
+        self.loop = asyncio.get_running_loop()
+        self.pending: deque[tuple[int, Event]] = deque()
+        self.due = False  # pending holds what the handler wakes for
+        self.waiter: asyncio.Future | None = None
         self.jobs = []
         try:
             for index, generation in enumerate(generations):
-                self.jobs.append(worker.submit(
-                    served.config.name, generation,
-                    lambda event, index=index: loop.call_soon_threadsafe(self.queue.put_nowait, (index, event))))
+                self.jobs.append(worker.submit(served.config.name, generation,
+                                               lambda event, index=index: self._push(index, event),
+                                               self.loop.call_soon_threadsafe))
         except WorkerError:  # the queue filled part way: the choices already queued are dropped with it
             self.cancel()
             raise
+
+    def _push(self, index: int, event: Event) -> None:
+        self.pending.append((index, event))
+        if self.per_token or not isinstance(event, TokenEvent):
+            self.due = True
+            if self.waiter is not None and not self.waiter.done():
+                self.waiter.set_result(None)
 
     async def events(self, idle_s: float) -> AsyncIterator[tuple[int, Event] | None]:
         running = len(self.jobs)
         try:
             while running:
-                try:
-                    index, event = await asyncio.wait_for(self.queue.get(), idle_s)
-                except TimeoutError:
-                    yield None
-                    continue
-                yield index, event
-                if not isinstance(event, TokenEvent):
-                    running -= 1
+                if not self.due:
+                    self.waiter = self.loop.create_future()
+                    try:
+                        async with asyncio.timeout(idle_s):  # a timer on this task, no task of its own
+                            await self.waiter
+                    except TimeoutError:
+                        yield None
+                    finally:
+                        self.waiter = None
+                self.due = False
+                while self.pending:
+                    index, event = self.pending.popleft()
+                    yield index, event
+                    if not isinstance(event, TokenEvent):
+                        running -= 1
         finally:
             self.cancel()  # a client that went away stops costing device time
 

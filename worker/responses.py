@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from engine.sampling import Choice
-from .scheduler import FinishEvent
+from .events import FinishEvent
 
 TokenTexts = Callable[[list[int]], list[str]]
 

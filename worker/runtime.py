@@ -34,7 +34,8 @@ from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
 from engine.residency import Residency, make_residency
-from .scheduler import DEFAULT_STALL_S, Event, Job, Scheduler
+from .events import Event
+from .scheduler import DEFAULT_STALL_S, Job, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
 
@@ -247,8 +248,9 @@ class Worker:
         return Generation(prompt_ids=prompt_ids, params=SamplingParams(max_tokens=wanted, **sampling),
                           eos_ids=served.eos_ids, decode=served.decode, constraint=constraint)
 
-    def submit(self, name: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
-        return self.scheduler.submit(name, generation, sink)
+    def submit(self, name: str, generation: Generation, sink: Callable[[Event], None],
+               post: Callable[[Callable[[], None]], None] | None = None) -> Job:
+        return self.scheduler.submit(name, generation, sink, post)
 
     # state
     def model_state(self, name: str) -> str:

@@ -1,11 +1,13 @@
 """The executors: one thread per model (and, on CUDA, one stream per model) that runs the
-policy's actions for that model and delivers tokens.
+policy's actions for that model and hands each step's tokens to the model's emitter
+(worker/emitter.py), which detokenises them and delivers the events on a thread of its own.
 
 Request handlers `submit` a Job (thread-safe; QueueFull when the model's queue is full)
-and receive events through the Job's `sink`; cancelling a job (setting `job.cancelled`,
-as a disconnecting client does) withdraws it from its queue, or frees its KV slot at the
-model's next step boundary. Each model's thread seats newly admitted jobs in its
-ModelEngine, runs one batched step, and retires finished and cancelled jobs. A swap
+and receive events through the Job's `sink` (called through its `post`, e.g. an event loop's
+call_soon_threadsafe); cancelling a job (setting `job.cancelled`, as a disconnecting client
+does) withdraws it from its queue, or frees its KV slot at the model's next step boundary, as
+a stop string that ended it (`job.stopped`) does. Each model's thread seats newly admitted
+jobs in its ModelEngine, runs one batched step, and retires finished, stopped and cancelled jobs. A swap
 model's thread swaps itself in (evicting the drained active model) without holding up
 the other models' threads. Models with a latency SLO get high-priority CUDA streams.
 
@@ -27,37 +29,15 @@ from typing import Callable
 import torch
 
 from engine.batch import Generation, ModelEngine
+from engine.text import TextStream
+from .emitter import Emitter, RowOutput, StepOutput, deliver
 from .errors import ModelUnavailable, QueueFull, WorkerError
+from .events import ErrorEvent, Event, FinishEvent
 from .metrics import WorkerMetrics
 from .policy import Idle, QueuePolicy, SwapIn
-from engine.sampling import Choice
 
 log = logging.getLogger(__name__)
 DEFAULT_STALL_S = 60.0
-
-
-@dataclass(frozen=True)
-class TokenEvent:
-    """Text that became final, and the sampler's Choices (with log-probabilities) of the tokens sampled
-    since the previous TokenEvent, when the request asked for logprobs."""
-
-    text: str
-    choices: tuple[Choice, ...] = ()
-
-
-@dataclass(frozen=True)
-class FinishEvent:
-    reason: str
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass(frozen=True)
-class ErrorEvent:
-    error: WorkerError
-
-
-Event = TokenEvent | FinishEvent | ErrorEvent
 
 
 @dataclass(eq=False)
@@ -66,9 +46,12 @@ class Job:
     generation: Generation
     sink: Callable[[Event], None]
     submitted_at: float
+    post: Callable[[Callable[[], None]], None] | None = None  # runs a callable on the sink's thread (None: any)
     started_at: float | None = None  # when it joined its model's batch (the queue wait ends)
     first_token_at: float | None = None
     last_token_at: float | None = None
+    text: TextStream | None = None  # the answer's text so far (the emitter's)
+    stopped: bool = False  # a stop string ended it: its slot is freed at the next step
     _cancelled: bool = False
     _on_cancel: Callable[["Job"], None] = field(default=lambda job: None, repr=False)
 
@@ -94,6 +77,7 @@ class _Executor:
     busy_since: float | None = None  # start of the action in progress
     died: str | None = None
     retiring: Callable[[], None] | None = None  # set by remove_model: called once the model has no work
+    emitter: Emitter | None = None  # turns its steps' tokens into events, on its own thread
     streams: dict = field(default_factory=dict)  # priority -> the model's CUDA stream
 
 
@@ -145,7 +129,10 @@ class Scheduler:
         with self._cond:
             self.executors[name].priority = priority
 
-    def submit(self, model: str, generation: Generation, sink: Callable[[Event], None]) -> Job:
+    def submit(self, model: str, generation: Generation, sink: Callable[[Event], None],
+               post: Callable[[Callable[[], None]], None] | None = None) -> Job:
+        """Queue `generation`; its events go to `sink`, called through `post` (e.g. an event loop's
+        call_soon_threadsafe: one call per step for all of that loop's jobs), or on the emitter's thread."""
         with self._cond:
             executor = self.executors.get(model)
             if executor is None or executor.retiring is not None:
@@ -162,7 +149,7 @@ class Scheduler:
                     "retry after the Retry-After seconds or raise maxQueuedRequests",
                     retry_after_s=self._retry_after(model, queued),
                 )
-            job = Job(model, generation, sink, submitted_at=self.clock(), _on_cancel=self._cancel)
+            job = Job(model, generation, sink, submitted_at=self.clock(), post=post, _on_cancel=self._cancel)
             self.policy.enqueue(model, job)
             self.metrics.queue_depth.labels(model).set(len(self.policy.queued[model]))
             self._cond.notify_all()
@@ -196,7 +183,7 @@ class Scheduler:
             left = [j for m in self.executors for j in (*self.policy.queued[m], *self.policy.running[m])]
         error = WorkerError("ShuttingDown", "the worker stopped before this request finished; retry it")
         for job in left:
-            _deliver(job, ErrorEvent(error))
+            deliver(job.post, [(job, [ErrorEvent(error)])])
         deadline = time.monotonic() + timeout_s
         for executor in list(self.executors.values()):
             if executor.thread is not None and executor.thread.is_alive():
@@ -222,9 +209,15 @@ class Scheduler:
 
     # internals
     def _launch(self, executor: _Executor) -> None:
+        executor.emitter = Emitter(executor.model, self.metrics, self._stopped_by_text)
         executor.thread = threading.Thread(target=self._run, args=(executor,), name=f"executor-{executor.model}",
                                            daemon=True)
         executor.thread.start()
+
+    def _stopped_by_text(self, job: Job) -> None:
+        """A stop string ended `job` (on the emitter's thread): its executor frees the slot at the next step."""
+        with self._cond:
+            self._cond.notify_all()
 
     def _cancel(self, job: Job) -> None:
         with self._cond:
@@ -243,6 +236,8 @@ class Scheduler:
         except BaseException as exc:  # a bug in the executor itself: liveness must see it
             log.exception("executor of %s died", executor.model)
             executor.died = f"{type(exc).__name__}: {exc}"
+        finally:
+            executor.emitter.close()
 
     def _loop(self, executor: _Executor) -> None:
         model = executor.model
@@ -307,7 +302,7 @@ class Scheduler:
                 self._cond.notify_all()
             for job in failed:
                 self._account(job, "error")
-                _deliver(job, ErrorEvent(error))
+                deliver(job.post, [(job, [ErrorEvent(error)])])
             return
         seconds = time.perf_counter() - started
         self.metrics.swaps.labels(action.model).inc()
@@ -319,18 +314,22 @@ class Scheduler:
             self._cond.notify_all()
 
     def _step(self, executor: _Executor, jobs: tuple[Job, ...]) -> None:
+        """Seat, step and retire; the step's tokens go to the emitter, which turns them into events."""
         engine = executor.engine
-        retired: list[tuple[Job, list[Event]]] = []
+        retired: list[Job] = []
+        rows: list[RowOutput] = []
+        by_generation: dict[Generation, Job] = {}  # read once: other threads cancel or stop jobs meanwhile
         for job in jobs:
-            if job.cancelled:
+            if job.cancelled or job.stopped:
                 engine.leave(job.generation)
-                retired.append((job, []))
-            elif job not in executor.seated:
+                retired.append(job)
+                continue
+            if job not in executor.seated:
                 engine.join(job.generation)
                 executor.seated.add(job)
                 job.started_at = self.clock()
                 self.metrics.queue_wait_seconds.labels(job.model).observe(job.started_at - job.submitted_at)
-        by_generation = {job.generation: job for job in jobs if not job.cancelled}
+            by_generation[job.generation] = job
         try:
             with self.metrics.busy(executor.model, engine.residency.device.type):
                 results = engine.step()
@@ -340,53 +339,39 @@ class Scheduler:
             error = ErrorEvent(WorkerError("GenerationFailed", f"generation failed: {exc}"))
             for job in by_generation.values():
                 engine.leave(job.generation)
-                retired.append((job, [error]))
+                retired.append(job)
+                rows.append(RowOutput(job, (), (), error))
             results = []
-        for generation, delta in results:
+        for generation, tokens in results:
+            if tokens is None:
+                continue  # a prefill chunk that did not finish its prompt
             job = by_generation[generation]
-            events: list[Event] = []
-            if delta is not None:
-                self._observe_token(job)
-                reported = generation.take_reported()
-                if delta or reported:
-                    events.append(TokenEvent(delta, reported))
+            end = None
             if generation.done:
-                events.append(FinishEvent(generation.finish_reason, len(generation.prompt_ids),
-                                          len(generation.output_ids)))
-                retired.append((job, events))
-            else:
-                for event in events:
-                    _deliver(job, event)
+                end = FinishEvent(generation.finish_reason, len(generation.prompt_ids), len(generation.output_ids))
+                retired.append(job)
+            rows.append(RowOutput(job, tokens, generation.take_reported(), end))
+        now = self.clock()
         with self._cond:
             if results:
-                self.last_step_at = self.clock()
+                self.last_step_at = now
                 self.policy.stepped(executor.model)
-            for job, _ in retired:
+            for job in retired:
                 executor.seated.discard(job)
                 self.policy.finished(executor.model, job)
             if retired:
                 self._cond.notify_all()
+        if rows:
+            executor.emitter.put(StepOutput(now, tuple(rows)))
         self._report_in_flight(executor)
-        for job, events in retired:
-            self._account(job, "cancelled" if job.cancelled else (
-                "error" if any(isinstance(e, ErrorEvent) for e in events) else "ok"))
-            for event in events:
-                _deliver(job, event)
+        for job in retired:
+            errored = any(r.job is job and isinstance(r.end, ErrorEvent) for r in rows)
+            self._account(job, "cancelled" if job.cancelled else ("error" if errored else "ok"))
 
     def _report_in_flight(self, executor: _Executor) -> None:
         running = list(executor.seated)
         tokens = sum(len(j.generation.prompt_ids) + len(j.generation.output_ids) for j in running)
         self.metrics.in_flight(executor.model, len(running), tokens)
-
-    def _observe_token(self, job: Job) -> None:
-        now = self.clock()
-        if job.first_token_at is None:
-            job.first_token_at = now
-            self.metrics.ttft_seconds.labels(job.model).observe(now - job.submitted_at)
-        else:
-            self.metrics.tpot_seconds.labels(job.model).observe(now - job.last_token_at)
-        job.last_token_at = now
-        self.metrics.tokens.labels(job.model, "completion").inc()
 
     def _account(self, job: Job, outcome: str) -> None:
         self.metrics.requests.labels(job.model, outcome).inc()
@@ -407,11 +392,3 @@ def _stream_for(executor: _Executor):
         stream = executor.streams[executor.priority] = torch.cuda.Stream(device=device,
                                                                           priority=-1 if executor.priority else 0)
     return torch.cuda.stream(stream)
-
-
-def _deliver(job: Job, event: Event) -> None:
-    """Hand `event` to the request; a sink that fails (its event loop closed) cancels the job."""
-    try:
-        job.sink(event)
-    except RuntimeError:
-        job.cancelled = True
