@@ -1,21 +1,19 @@
-"""One system, one decision, end to end: a right-sizing record's verdict (InPlace, Move) is what the next
-reconcile pass does, through the real commands against a real git remote (git daemon on 127.0.0.1).
+"""One system, one decision, end to end: a right-sizing record's verdict (InPlace, Move, NeedsCapacity) is what
+the next reconcile pass does, through the real commands against a real git remote (git daemon on 127.0.0.1).
 
-Each case seeds a GitOps repo (an Auto model beside a neighbour, a toy profile, gpus.yaml), lets
+Each case seeds a GitOps repo (the Auto model chat beside two neighbours, a toy profile, gpus.yaml), lets
 `gpushare reconcile --offline --once` plan it, changes the inventory where the case needs it, runs one
 right-sizing pass (controller.rightsizing.apply.rightsize_once) with usage that breaches (refusals for
 want of memory), then one more reconcile pass, and reads both committed files from git:
 decisions/<ns>/<name>.yaml (what the plan did) and decisions/rightsizing/<ns>/<name>.yaml (what the
-record said it would do). NeedsCapacity is not reached this way: the planner places an upsized model
-(squeezed elastic, swap, or the neighbour gives way) wherever its old budget was placed (the three cases
-found no inventory change that refuses it); the NeedsCapacity record is covered in memory
-(tests/test_rightsizing_placement.py).
+record said it would do). A NeedsCapacity record's bytes missing are the plan's own figure.
 """
 from __future__ import annotations
 
 import pytest
 import yaml
 
+from contract.quantity import paste_quantity
 from controller.cli.commands import main
 from controller.rightsizing.apply import rightsize_once
 from controller.rightsizing.usage import Sample
@@ -72,15 +70,17 @@ def _slot(assigned: dict) -> str | None:
 
 AUTO = "  rightsizing:\n    policy: Auto\n    upsizeAfter: 1m\n"
 
-# (first inventory, inventory at the right-sizing pass, the verdict): the neighbour holds 1300 MiB of node-a
+# (first inventory, inventory at the right-sizing pass, the verdict). The neighbours (1.2 GiB resident each) sort
+# before chat: where the planner must refuse one of equals, it refuses the later name, so chat.
 CASES = [
     pytest.param([("node-a", 3300), ("node-b", 1600)], None, "InPlace", id="in-place-room-beside-the-neighbour"),
     pytest.param([("node-a", 2200)], [("node-a", 2200), ("node-b", 1600)], "Move",
                  id="move-to-a-gpu-that-joined-since-the-last-plan"),
-    # its GPU shrank and pins little host RAM: no swap, no room beside the neighbour; the plan keeps chat there
-    # (resident at its new budget) and the neighbour gives way: the record says InPlace because the plan does
+    # its GPU shrank and pins little host RAM (no swap): the upsized chat stays, resident, and a neighbour gives way
     pytest.param([("node-a", 2200)], [("node-a", 1550, 1024)], "InPlace",
                  id="in-place-on-a-shrunk-gpu-the-neighbour-gives-way"),
+    pytest.param([("node-a", 2200), ("node-b", 1300)], [("node-b", 1300, 1024)], "NeedsCapacity",
+                 id="needs-capacity-its-gpu-left-and-the-other-is-full"),  # no room even to stream it
 ]
 
 
@@ -89,12 +89,13 @@ def test_a_records_verdict_is_what_the_next_reconcile_pass_does(git_server, tmp_
                                                                 verdict):  # noqa: F811
     url = git_server.create_repo("fleet", {
         "models/llm/chat.yaml": _model("chat", 800, AUTO).encode(),
-        "models/llm/other.yaml": _model("other", 1300).encode(),
+        "models/llm/assistant.yaml": _model("assistant", 1300).encode(),
+        "models/llm/batch.yaml": _model("batch", 1300).encode(),
         f"profiles/{PRODUCT}/org--toy.yaml": _profile().encode(), "gpus.yaml": _gpus(*first)})
 
     def reconcile() -> dict[str, dict]:
-        assert main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r")
-                     ]) == 0
+        assert main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r"),
+                     "--max-prune-share", "1"]) == 0  # a case takes a GPU and its worker away
         files = git_server.files("fleet")
         return {path: yaml.safe_load(files[path]) for path in (CHAT, RECORD) if path in files}
 
@@ -108,6 +109,15 @@ def test_a_records_verdict_is_what_the_next_reconcile_pass_does(git_server, tmp_
     record, assigned = after[RECORD], after[CHAT]["status"]["assigned"]
 
     assert record["fit"]["kind"] == verdict
+    if verdict == "NeedsCapacity":  # Auto keeps its budget; the plan refused it and says the same bytes missing
+        assert record["budgetBytes"] == record["specBudgetBytes"] == assigned["budgetBytes"] == 800 * MiB
+        assert assigned["mode"] == "refused" and _slot(assigned) is None
+        missing = record["fit"]["missingBytes"]
+        assert missing > 0 and record["fit"]["product"] == PRODUCT
+        assert f"Missing: {paste_quantity(missing)}" in assigned["reason"]
+        needs = next(c for c in record["conditions"] if c["type"] == "NeedsCapacity")
+        assert needs["status"] == "True" and needs["message"] == record["fit"]["message"]
+        return
     assert record["budgetBytes"] > record["specBudgetBytes"] == 800 * MiB  # Auto applies the upsize
     assert assigned["budgetBytes"] == record["budgetBytes"] and assigned["mode"] != "refused"
     assert _slot(assigned) == record["fit"]["slot"]  # the slot the record named is the one the plan gave
