@@ -47,13 +47,14 @@ def _profile() -> str:
                     "tiedEmbeddings": False, "totalBytes": 12 * layer},
         "kvCache": {"bytesPerToken": 1},
         "activation": {"prefillBytesPerToken": 0, "prefillChunkTokens": 512, "decodeBytesPerSequence": 0},
-        "runtimeOverheadBytes": 0, "derivation": {"weights": "round numbers for a test"}, "latency": {"decodeMsPerToken": 10.0, "prefillMsPer1kTokens": 100.0}})
+        "runtimeOverheadBytes": 0, "derivation": {"weights": "round numbers for a test"},
+        "latency": {"decodeMsPerToken": 10.0, "prefillMsPer1kTokens": 100.0}})
 
 
 def _gpus(*nodes: tuple) -> bytes:
     """One GPU per node (name, usable MiB beside the default 1 GiB reserve[, host RAM MiB])."""
-    lines = "".join(f"  - name: {name}\n    product: {PRODUCT}\n    memory: {usable + RESERVED // MiB}Mi\n    count: 1\n"
-                    + (f"    hostMemory: {host[0]}Mi\n" if host else "") for name, usable, *host in nodes)
+    lines = "".join(f"  - name: {name}\n    product: {PRODUCT}\n    memory: {usable + RESERVED // MiB}Mi\n"
+                    "    count: 1\n" + (f"    hostMemory: {host[0]}Mi\n" if host else "") for name, usable, *host in nodes)
     return f"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\nnodes:\n{lines}".encode()
 
 
