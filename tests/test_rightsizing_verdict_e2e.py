@@ -54,7 +54,8 @@ def _profile() -> str:
 def _gpus(*nodes: tuple) -> bytes:
     """One GPU per node (name, usable MiB beside the default 1 GiB reserve[, host RAM MiB])."""
     lines = "".join(f"  - name: {name}\n    product: {PRODUCT}\n    memory: {usable + RESERVED // MiB}Mi\n"
-                    "    count: 1\n" + (f"    hostMemory: {host[0]}Mi\n" if host else "") for name, usable, *host in nodes)
+                    "    count: 1\n" + (f"    hostMemory: {host[0]}Mi\n" if host else "")
+                    for name, usable, *host in nodes)
     return f"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\nnodes:\n{lines}".encode()
 
 
