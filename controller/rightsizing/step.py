@@ -5,7 +5,7 @@ the budget in force (Auto: the effective budget of its record; Recommend: the us
 the last change an earlier step made acting as history. A new budget becomes:
 - Recommend: a `Proposal` (the edit of the user's file on the review branch) and an open record;
 - Auto: a record whose budget the next pass plans with, unless it does not fit anywhere
-  (NeedsCapacity: the record keeps the old budget and says how many bytes are missing).
+  (NeedsCapacity: the record keeps the old budget and says how many bytes the plan lacks to place it).
 No usage for the model (Prometheus down, a gap at the end of the window) changes nothing
 and sets the condition UsageMissing. With usage and the model's profile, each record also
 carries the KV-cache reservation the loop recommends (controller.rightsizing.kv). Called by
@@ -14,9 +14,11 @@ carries the KV-cache reservation the loop recommends (controller.rightsizing.kv)
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from contract.quantity import format_bytes
+from controller.planning.cost import elastic_slice_at
+from controller.planning.occupancy import device_bytes
 from controller.planning.plan import plan
 from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Profile
 
@@ -181,6 +183,7 @@ def planned_fits(models: Sequence[ElasticModel], budgets: Mapping[tuple[str, str
         return {}
     fleet = tuple(replace(m, budget_bytes=budgets.get(m.key, m.budget_bytes)) for m in models)
     planned = {d.key: d for d in plan(Inputs(fleet, tuple(profiles), tuple(slots)), previous).decisions}
+    by_profile = {p.key: p for p in profiles}
     fits = {}
     for key, budget in budgets.items():
         new, old = planned.get(key), previous.get(key)
@@ -188,8 +191,9 @@ def planned_fits(models: Sequence[ElasticModel], budgets: Mapping[tuple[str, str
             continue
         product = new.gpu_product
         if new.mode == "refused" or new.slot is None:
-            guess = where_it_fits(old, budget, tuple(previous.values()), slots) if old is not None else None
-            missing = guess.missing_bytes if guess is not None and guess.kind == "NeedsCapacity" else 0
+            model = next(m for m in fleet if m.key == key)
+            profile = by_profile.get((model.model, model.revision, product))
+            missing = shortfall(model, profile, planned.values(), slots) if profile is not None else 0
             fits[key] = Fit("NeedsCapacity", None, missing, product,
                             f"the next plan refuses it at {format_bytes(budget)}: {new.reason}")
             continue
@@ -201,6 +205,16 @@ def planned_fits(models: Sequence[ElasticModel], budgets: Mapping[tuple[str, str
         else:
             fits[key] = Fit("Move", new.slot, 0, product, f"the next plan moves it to {new.slot}, {where}")
     return fits
+
+
+def shortfall(model: ElasticModel, profile: Profile, planned: Iterable[Decision], slots: Sequence[GpuSlot]) -> int:
+    """The bytes a plan that refused `model` lacks to place it at all: its elastic minimum (every layer streamed)
+    beyond the most room a slot of the profile's product has left in that plan (the planner's own "Missing"
+    figure; 0 when the room was there and something else refused it: the plan's reason says what)."""
+    placed = tuple(planned)
+    rooms = [s.usable_bytes - device_bytes(d for d in placed if d.slot == s.id) for s in slots
+             if s.product == profile.gpu_product]
+    return max(0, elastic_slice_at(profile, model.slo, 0).footprint - max(rooms, default=0))
 
 
 def profile_of(model: ElasticModel, decision: Decision | None,
