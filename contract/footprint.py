@@ -15,8 +15,14 @@ worker's admission for the config the controller renders.
   worker packs a layer's tensors densely, largest element size first, so no
   padding is needed);
 - KV cache: kvBytesPerToken × contextTokens × concurrency, reserved up front;
-- activation peak: the larger of one prefill chunk (PREFILL_CHUNK_TOKENS at
-  most, so a long prompt never needs more) and one decode step of the whole batch;
+- activation peak: the larger of one prefill chunk (`prefill_chunk_tokens`
+  tokens at most, so a long prompt never needs more) and one decode step of the
+  whole batch. A resident model prefills in PREFILL_CHUNK_TOKENS; an elastic one
+  in chunks sized to its streaming floor: every chunk streams each non-resident
+  layer once, so a chunk is made long enough that its compute covers that stream
+  (streamed bytes ÷ `stream_bytes_per_prefill_token`, the bytes the link copies
+  while one prompt token prefills), between PREFILL_CHUNK_TOKENS and
+  ELASTIC_PREFILL_MAX_TOKENS. The engine prefills in the same chunk;
 - runtime overhead: measured by the profiler on a GPU, else the documented
   default `default_overhead_bytes` (256 MiB of library workspaces and sampler
   buffers + 1 % of the weights for allocator rounding). CUDA graph pools and
@@ -34,6 +40,7 @@ from functools import cached_property
 from contract.quantity import format_bytes
 
 PREFILL_CHUNK_TOKENS = 512          # prefill runs in chunks of at most this many tokens (bounds the peak)
+ELASTIC_PREFILL_MAX_TOKENS = 4096   # an elastic model's streaming-floor chunk never exceeds this (bounds its peak)
 OVERHEAD_BASE_BYTES = 256 << 20     # cuBLAS/cuBLASLt workspaces, sampler buffers, CUDA graph pools
 OVERHEAD_WEIGHT_DIVISOR = 100       # + 1/100 of the weights: caching-allocator rounding and fragmentation
 SAMPLER_LOGIT_BYTES = 4             # the sampler reads logits as float32
@@ -49,6 +56,9 @@ class Terms:
     prefill_activation_bytes_per_token: int
     decode_activation_bytes_per_sequence: int
     overhead_bytes: int
+    # host→device bytes the pinned link copies while one prompt token prefills (link GB/s × prefill time per
+    # token, from the profile); 0 when unknown (a hand-written config): elastic prefill keeps the fixed chunk
+    stream_bytes_per_prefill_token: int = 0
 
     @property
     def total_layers(self) -> int:
@@ -75,6 +85,7 @@ class Footprint:
     resident_layers: int
     total_layers: int
     streamed_bytes: int
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS  # the engine's prefill chunk: prefill_chunk_tokens()
 
     @property
     def total(self) -> int:
@@ -89,9 +100,30 @@ def kv_cache_bytes(terms: Terms, context_tokens: int, concurrency: int) -> int:
     return terms.kv_bytes_per_token * context_tokens * concurrency
 
 
-def activation_bytes(terms: Terms, context_tokens: int, concurrency: int) -> int:
-    """The activation peak: one prefill chunk, or one decode step of `concurrency` sequences."""
-    prefill = terms.prefill_activation_bytes_per_token * min(context_tokens, PREFILL_CHUNK_TOKENS)
+def prefill_chunk_tokens(terms: Terms, streamed_bytes: int) -> int:
+    """The most prompt tokens one prefill step runs. Resident (nothing streamed), or the link speed unknown:
+    PREFILL_CHUNK_TOKENS. Elastic: the streaming floor, the fewest tokens whose compute covers one stream of
+    the `streamed_bytes` (ceil(streamed ÷ stream_bytes_per_prefill_token)), at least PREFILL_CHUNK_TOKENS
+    and at most ELASTIC_PREFILL_MAX_TOKENS. The planner, the admission and the engine all use this one."""
+    per_token = terms.stream_bytes_per_prefill_token
+    if streamed_bytes <= 0 or per_token <= 0:
+        return PREFILL_CHUNK_TOKENS
+    return max(PREFILL_CHUNK_TOKENS, min(ELASTIC_PREFILL_MAX_TOKENS, -(-streamed_bytes // per_token)))
+
+
+def link_bytes_per_prefill_token(link_gbps: float, prefill_ms_per_1k_tokens: float) -> int:
+    """Terms.stream_bytes_per_prefill_token from a profile's figures: GB/s × 1e9 × (ms per 1k tokens ÷ 1e6)
+    seconds per token, rounded to whole bytes (0 when either figure is missing or not positive)."""
+    if not (link_gbps > 0 and prefill_ms_per_1k_tokens > 0):
+        return 0
+    return round(link_gbps * prefill_ms_per_1k_tokens * 1e3)
+
+
+def activation_bytes(terms: Terms, context_tokens: int, concurrency: int, streamed_bytes: int = 0) -> int:
+    """The activation peak: one prefill chunk (prefill_chunk_tokens, at most the context), or one decode step
+    of `concurrency` sequences."""
+    chunk = min(context_tokens, prefill_chunk_tokens(terms, streamed_bytes))
+    prefill = terms.prefill_activation_bytes_per_token * chunk
     return max(prefill, terms.decode_activation_bytes_per_sequence * concurrency)
 
 
@@ -110,9 +142,10 @@ def footprint(terms: Terms, context_tokens: int, concurrency: int, resident_laye
         weights=terms.fixed_bytes + terms.layers_total - streamed_bytes,
         buffers=stream_buffer_bytes(streamed),
         kv_cache=kv_cache_bytes(terms, context_tokens, concurrency),
-        activation=activation_bytes(terms, context_tokens, concurrency),
+        activation=activation_bytes(terms, context_tokens, concurrency, streamed_bytes),
         overhead=terms.overhead_bytes,
-        resident_layers=kept, total_layers=total, streamed_bytes=streamed_bytes)
+        resident_layers=kept, total_layers=total, streamed_bytes=streamed_bytes,
+        prefill_chunk_tokens=prefill_chunk_tokens(terms, streamed_bytes))
 
 
 def elastic_minimum(terms: Terms, context_tokens: int, concurrency: int) -> Footprint:
@@ -122,20 +155,22 @@ def elastic_minimum(terms: Terms, context_tokens: int, concurrency: int) -> Foot
 
 def largest_elastic(terms: Terms, context_tokens: int, concurrency: int, limit: int) -> Footprint | None:
     """The elastic footprint with the most resident layers (fewer than all) within `limit`, or None.
-    One backward scan: with k layers resident, the buffers hold the largest of layers k..n-1."""
+    One backward scan: with k layers resident, the buffers hold the largest of layers k..n-1 and the
+    activation peak is that of the prefill chunk the streamed bytes size (prefill_chunk_tokens)."""
     layers = terms.layer_bytes
-    base = elastic_minimum(terms, context_tokens, concurrency)
-    fixed = base.total - base.weights - base.buffers + terms.fixed_bytes  # KV + activation + overhead + fixed
+    fixed = kv_cache_bytes(terms, context_tokens, concurrency) + terms.overhead_bytes + terms.fixed_bytes
     resident, largest_after = terms.layers_total, 0
     for k in range(len(layers) - 1, -1, -1):
         size = layers[k]
         resident -= size
         largest_after = size if size > largest_after else largest_after
-        if fixed + resident + 2 * largest_after <= limit:  # 2 × largest: stream_buffer_bytes
+        streamed = terms.layers_total - resident
+        activation = activation_bytes(terms, context_tokens, concurrency, streamed)
+        if fixed + activation + resident + 2 * largest_after <= limit:  # 2 × largest: stream_buffer_bytes
             return Footprint(weights=terms.fixed_bytes + resident, buffers=2 * largest_after,
-                             kv_cache=base.kv_cache, activation=base.activation, overhead=base.overhead,
-                             resident_layers=k, total_layers=len(layers),
-                             streamed_bytes=terms.layers_total - resident)
+                             kv_cache=kv_cache_bytes(terms, context_tokens, concurrency), activation=activation,
+                             overhead=terms.overhead_bytes, resident_layers=k, total_layers=len(layers),
+                             streamed_bytes=streamed, prefill_chunk_tokens=prefill_chunk_tokens(terms, streamed))
     return None
 
 
@@ -181,7 +216,8 @@ def terms_document(terms: Terms) -> dict:
             "kvBytesPerToken": terms.kv_bytes_per_token,
             "prefillActivationBytesPerToken": terms.prefill_activation_bytes_per_token,
             "decodeActivationBytesPerSequence": terms.decode_activation_bytes_per_sequence,
-            "overheadBytes": terms.overhead_bytes}
+            "overheadBytes": terms.overhead_bytes,
+            "streamBytesPerPrefillToken": terms.stream_bytes_per_prefill_token}
 
 
 def terms_from_document(doc: dict) -> Terms:
@@ -190,7 +226,8 @@ def terms_from_document(doc: dict) -> Terms:
                  kv_bytes_per_token=doc["kvBytesPerToken"],
                  prefill_activation_bytes_per_token=doc["prefillActivationBytesPerToken"],
                  decode_activation_bytes_per_sequence=doc["decodeActivationBytesPerSequence"],
-                 overhead_bytes=doc["overheadBytes"])
+                 overhead_bytes=doc["overheadBytes"],
+                 stream_bytes_per_prefill_token=doc.get("streamBytesPerPrefillToken", 0))
 
 
 def describe(f: Footprint) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from contract.footprint import Terms
+from contract.footprint import Terms, link_bytes_per_prefill_token
 from controller.policy import OFF, Rightsizing
 
 Mode = Literal["resident", "swap", "elastic", "refused"]
@@ -114,7 +114,9 @@ class Profile:
                      layer_bytes=self.layer_bytes, kv_bytes_per_token=self.kv_bytes_per_token,
                      prefill_activation_bytes_per_token=self.prefill_activation_bytes_per_token,
                      decode_activation_bytes_per_sequence=self.decode_activation_bytes_per_sequence,
-                     overhead_bytes=self.runtime_overhead_bytes)
+                     overhead_bytes=self.runtime_overhead_bytes,
+                     stream_bytes_per_prefill_token=link_bytes_per_prefill_token(
+                         self.host_to_device_gbps, self.prefill_ms_per_1k_tokens))
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -149,7 +149,7 @@ def test_a_pasted_minimum_budget_is_enough_because_it_is_rounded_up(capsys, flee
     assert replan(fleet, "tiny-70b", minimum) == "elastic"
 
 
-@pytest.mark.parametrize("sentence", ["Missing: 3.3Gi.", "Raise memoryBudget to at least 11.3Gi, or lower"])
+@pytest.mark.parametrize("sentence", ["Missing: 4.1Gi.", "Raise memoryBudget to at least 12.1Gi, or lower"])
 def test_a_refusal_gives_one_unit_per_sentence(sentence):
     refused = next(d for d in plan(read_repo(FLEET).inputs).decisions if d.name == "tiny-70b")
     assert sentence in refused.reason and "bytes" not in refused.reason

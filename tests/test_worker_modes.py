@@ -3,10 +3,13 @@ elastic keeps exactly its resident layers and prefetches one layer ahead into tw
 device-byte accounting never passes a model's budget."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from contract.footprint import PREFILL_CHUNK_TOKENS, footprint
 from engine.batch import Generation, ModelEngine
 from engine.text import TextStream
 from engine.sampling import Choice, SamplingParams
@@ -15,6 +18,7 @@ from engine.memory import DeviceLedger
 from engine.residency import decoder_layers, make_residency
 from engine.residency.elastic import ElasticResidency
 from engine.transfer import Transfer
+from worker.shape import estimated_terms, read_shape
 from worker_support import FAMILIES, MiB, single_threaded_torch, tiny_models  # noqa: F401  (fixtures)
 
 CPU = torch.device("cpu")
@@ -63,6 +67,35 @@ def test_greedy_tokens_are_identical_in_every_mode(tiny_models, family):
         "elastic-3": greedy(loaded(path, "elastic", resident_layers=3)),
     }
     assert got == {mode: expected for mode in got}, f"{family}: modes disagree with transformers generate"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_elastic_prefill_in_streaming_floor_chunks_matches_transformers(tiny_models, family):
+    """The chunk the footprint sizes to the streaming floor (above the fixed one), several of them per prompt:
+    the same greedy tokens as transformers, in exactly ceil(prompt ÷ chunk) prefill steps."""
+    path = tiny_models[family]
+    prompt = [(7 * i + 3) % 250 for i in range(1400)]
+    context = len(prompt) + 8
+    terms = estimated_terms(read_shape(path))
+    terms = replace(terms, stream_bytes_per_prefill_token=sum(terms.layer_bytes[1:]) // 600)
+    need = footprint(terms, context, 1, resident_layers=1)
+    chunk = need.prefill_chunk_tokens
+    assert PREFILL_CHUNK_TOKENS < chunk < len(prompt) // 2, "the floor chunk is above the fixed one, several run"
+    reference = AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
+    expected = reference.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False,
+                                  eos_token_id=None)[0, len(prompt):].tolist()
+    engine = ModelEngine(loaded(path, "elastic", resident_layers=1), concurrency=1, context_tokens=context,
+                         kv_bytes=0, prefill_chunk=chunk)
+    generation = Generation(prompt_ids=prompt, params=SamplingParams(max_tokens=6, temperature=0),
+                            eos_ids=frozenset(), decode=lambda ids: "")
+    engine.join(generation)
+    prefill_steps = 0
+    while generation.prefilling:
+        engine.step()
+        prefill_steps += 1
+    while not generation.done:
+        engine.step()
+    assert (generation.output_ids, prefill_steps) == (expected, -(-len(prompt) // chunk)), family
 
 
 @pytest.mark.parametrize("resident_layers", [0, 1, 3, 4])

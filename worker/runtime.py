@@ -412,7 +412,7 @@ class Worker:
         residency.on_streamed_bytes = self.metrics.streamed_bytes.labels(model.name).inc
         residency.load()
         engine = ModelEngine(residency, concurrency=model.concurrency, context_tokens=model.context_tokens,
-                             kv_bytes=need.kv_cache)
+                             kv_bytes=need.kv_cache, prefill_chunk=need.prefill_chunk_tokens)
         self.metrics.serve(model.name, model.mode, ledger, kv_reserved_bytes=need.kv_cache,
                            kv_bytes_per_token=self.shapes[model.name].kv_bytes_per_token)
         eos = host_model.generation_config.eos_token_id if host_model.generation_config else None

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from contract.estimate import BATCH_STEP_GROWTH
-from contract.footprint import PREFILL_CHUNK_TOKENS, Footprint, footprint, largest_elastic
+from contract.footprint import Footprint, footprint, largest_elastic, prefill_chunk_tokens
 from contract.swapturn import MIN_RESIDENCY_MS
 from controller.types import SLO, Predicted, Profile
 
@@ -141,10 +141,15 @@ def predict_elastic(profile: Profile, slo: SLO, piece: ElasticSlice, streamers: 
     non-resident layer once, overlapped with that chunk's compute."""
     stream = copy_ms(piece.streamed_bytes, profile, streamers)
     tpot = max(decode_step_ms(profile, slo.concurrency) + shared_ms, stream)
-    chunks = math.ceil(slo.context_tokens / PREFILL_CHUNK_TOKENS)
-    chunk_compute = prefill_ms(profile, min(slo.context_tokens, PREFILL_CHUNK_TOKENS))
-    ttft = chunks * max(chunk_compute, stream) + tpot
+    ttft = elastic_prefill_ms(profile, slo, piece.streamed_bytes, stream) + tpot
     return Predicted(ttft_ms=_ms(ttft), tpot_ms=_ms(tpot), link_share_gbps=_sig(link_share_gbps(profile, streamers)))
+
+
+def elastic_prefill_ms(profile: Profile, slo: SLO, streamed_bytes: int, stream_ms: float) -> float:
+    """A prompt filling contextTokens, prefilled elastically: chunks of prefill_chunk_tokens (sized to the
+    streaming floor, contract.footprint), each the longer of its compute and one stream (`stream_ms`)."""
+    chunk = min(slo.context_tokens, prefill_chunk_tokens(profile.terms, streamed_bytes))
+    return math.ceil(slo.context_tokens / chunk) * max(prefill_ms(profile, chunk), stream_ms)
 
 
 def missed(slo: SLO, predicted: Predicted) -> tuple[str, ...]:

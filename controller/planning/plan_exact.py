@@ -246,10 +246,9 @@ def _capped(model: cp_model.CpModel, terms: list, cap: int, name: str):
 
 
 def _elastic_ttft_us(o: _Option) -> int:
-    """An elastic model's TTFT beside its TPOT: every prefill chunk streams its non-resident layers once."""
-    chunks = math.ceil(o.ask.slo.context_tokens / cost.PREFILL_CHUNK_TOKENS)
-    chunk = cost.prefill_ms(o.ask.profile, min(o.ask.slo.context_tokens, cost.PREFILL_CHUNK_TOKENS)) * US
-    return math.ceil(chunks * max(chunk, o.stream_us))
+    """An elastic model's TTFT beside its TPOT: every prefill chunk (sized to the streaming floor) streams its
+    non-resident layers once."""
+    return math.ceil(cost.elastic_prefill_ms(o.ask.profile, o.ask.slo, o.piece.streamed_bytes, o.stream_us / US) * US)
 
 
 def _options(ask: Ask, state: SlotState, n_asks: int) -> list[_Option]:
