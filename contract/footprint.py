@@ -120,9 +120,10 @@ def link_bytes_per_prefill_token(link_gbps: float, prefill_ms_per_1k_tokens: flo
 
 
 def activation_bytes(terms: Terms, context_tokens: int, concurrency: int, streamed_bytes: int = 0) -> int:
-    """The activation peak: one prefill chunk (prefill_chunk_tokens, at most the context), or one decode step
+    """The activation peak: one prefill step (prefill_chunk_tokens, at most the tokens of all `concurrency`
+    sequences: the engine fills one step's chunk with several prompts when each is shorter), or one decode step
     of `concurrency` sequences."""
-    chunk = min(context_tokens, prefill_chunk_tokens(terms, streamed_bytes))
+    chunk = min(context_tokens * concurrency, prefill_chunk_tokens(terms, streamed_bytes))
     prefill = terms.prefill_activation_bytes_per_token * chunk
     return max(prefill, terms.decode_activation_bytes_per_sequence * concurrency)
 

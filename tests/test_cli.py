@@ -72,7 +72,7 @@ def test_explain_gives_the_arithmetic_and_the_budget_that_would_change_it(capsys
     assert code == 0
     assert "Mode: elastic (ExceedsBudget)" in out
     assert "need = weights + KV cache + activation peak + runtime overhead" in out
-    assert "keeps one more of the 62 streamed layers resident" in out
+    assert "keeps one more of the 63 streamed layers resident" in out
     assert "Not resident:" in out and "Not swap:" in out
 
 

@@ -168,7 +168,7 @@ def test_budget_below_minimum_names_the_budget_that_would_do(world):
     decision = report.output.plan.decisions[0]
     assert decision.mode == "refused"
     assert world.conditions()["Degraded"]["message"] == decision.reason
-    assert "Raise memoryBudget to at least 624Mi," in decision.reason  # 654276944 bytes, rounded up
+    assert "Raise memoryBudget to at least 667.7Mi," in decision.reason  # the elastic minimum, rounded up
 
 
 def test_failed_profiler_job_shows_its_termination_message(world):

@@ -27,6 +27,22 @@ def test_footprint_terms(case, context, concurrency, layers, expected):
     assert footprint(TERMS, context, concurrency, layers).total == expected, case
 
 
+SHORT = Terms(fixed_bytes=0, layer_bytes=(0,), kv_bytes_per_token=0, prefill_activation_bytes_per_token=10,
+              decode_activation_bytes_per_sequence=1, overhead_bytes=0)
+
+
+@pytest.mark.parametrize("case,context,concurrency,tokens", [
+    ("one-short-prompt-is-its-context", 100, 1, 100),
+    ("several-short-prompts-share-one-step", 100, 4, 400),
+    ("many-short-prompts-fill-the-chunk", 100, 8, PREFILL_CHUNK_TOKENS),
+    ("long-prompts-one-chunk", 4096, 4, PREFILL_CHUNK_TOKENS),
+])
+def test_the_prefill_peak_counts_every_prompt_one_step_can_carry(case, context, concurrency, tokens):
+    """engine.batch fills a step's chunk with the prompts of several sequences: the reservation is for the tokens
+    one step can carry, the chunk or every sequence's context, whichever is fewer."""
+    assert activation_bytes(SHORT, context, concurrency) == 10 * tokens, case
+
+
 def streaming(per_token: int, layers=(3000,) * 4) -> Terms:
     return Terms(fixed_bytes=100, layer_bytes=layers, kv_bytes_per_token=2, prefill_activation_bytes_per_token=3,
                  decode_activation_bytes_per_sequence=10, overhead_bytes=7, stream_bytes_per_prefill_token=per_token)
