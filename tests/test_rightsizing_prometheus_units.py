@@ -84,6 +84,28 @@ def test_a_window_longer_than_prometheus_answers_at_once_is_read_in_pieces():
     assert device[0] == (0.0, 149_985.0) and device[-1][0] == 150_000.0  # back to back, nothing read twice
 
 
+@pytest.mark.parametrize("fleet,points", [
+    pytest.param(1, 241, id="one-model-one-piece"), pytest.param(2000, 125, id="2000-models-pieces-of-125"),
+    pytest.param(10_000, 25, id="10000-models-pieces-of-25")])
+def test_one_answer_holds_a_bounded_number_of_points_whatever_the_fleet(fleet, points):
+    """A parsed answer costs about 200 bytes a point: for a large fleet each query covers a shorter range, so
+    one answer holds about ANSWER_POINTS points across the fleet's series, and the whole range is still read."""
+    from controller.rightsizing.prometheus import ANSWER_POINTS
+    asked = []
+
+    def fetch(url: str, deadline_s: float = 0) -> bytes:
+        params = dict(urllib.parse.parse_qsl(url.split("?", 1)[1]))
+        asked.append((float(params["start"]), float(params["end"]), float(params["step"])))
+        return _matrix([])
+
+    read_usage("http://prom:9090", 0, 240 * 60, 60, fetch, fleet={f"team/m-{i}" for i in range(fleet)})
+    widths = [round((end - start) / step) + 1 for start, end, step in asked]
+    assert max(widths) == min(points, 240) and max(widths) * fleet <= max(ANSWER_POINTS, 240)
+    pieces = sorted({(start, end) for start, end, _ in asked})  # the same pieces for every field
+    assert pieces[0][0] == 0 and pieces[-1][1] == 239 * 60  # the grid's 240 points, each read once:
+    assert all(b[0] == a[1] + 60 for a, b in zip(pieces, pieces[1:]))  # back to back
+
+
 def _matrix(result) -> bytes:
     return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
 

@@ -4,7 +4,9 @@ Owns the queries over the worker's metrics (docs/worker.md) and the grid they ar
 on: one point per `step` seconds for every model seen in the range. A point Prometheus
 has no value for (it was down, the worker was not scraped) becomes a sample without
 `deviceBytes`, which the recommender treats as missing data. A range longer than Prometheus
-answers in one query (11,000 points per series) is read in pieces of MAX_POINTS.
+answers in one query (11,000 points per series) is read in pieces of MAX_POINTS; for a large
+fleet, pieces are shorter still, so that one answer holds about ANSWER_POINTS points across its
+series (a parsed answer costs about 200 bytes a point, and QUERY_CONCURRENCY are held at once).
 
 Every answer is untrusted. Each call goes through gitops.outbound (a deadline per query, all
 of them within READ_DEADLINE_S, MAX_ANSWER_BYTES, credentials from URL userinfo as a Secret).
@@ -33,6 +35,7 @@ from .usage import LIMITS, Sample, escape
 
 Fetch = Callable[[str, float], bytes]  # (url, seconds left) -> the answer's body
 MAX_POINTS = 10_000  # points per series in one query_range (Prometheus refuses more than 11,000)
+ANSWER_POINTS = 250_000  # points of one answer across the fleet's series (a fleet of N: pieces of ANSWER_POINTS/N)
 QUERY_DEADLINE_S = 30.0  # one query_range call, connect to last byte
 READ_DEADLINE_S = 120.0  # every query of one read together: a slow Prometheus costs one pass at most
 MAX_ANSWER_BYTES = 256 << 20
@@ -182,7 +185,9 @@ class _Reader:
         """model -> field -> one value per grid point (NaN: none), from one query per field and piece."""
         values: dict[str, dict[str, array]] = {}
         promql = queries(step_s)
-        jobs = [(field, a, b) for field in fields for a, b in _pieces(grid_start, last, step_s)]
+        fleet = len(self.fleet) if self.fleet is not None else 1
+        per_series = max(1, min(MAX_POINTS, ANSWER_POINTS // max(1, fleet)))  # one answer's size stays bounded
+        jobs = [(field, a, b) for field in fields for a, b in _pieces(grid_start, last, step_s, per_series)]
         in_flight: deque = deque()  # at most QUERY_CONCURRENCY answers held at once, taken in order
 
         def take() -> None:
@@ -275,12 +280,12 @@ def _store(series: dict, field: str, columns: dict[str, array], grid_start: floa
     return None
 
 
-def _pieces(start: float, end: float, step_s: int) -> list[tuple[float, float]]:
-    """[start, end] on the grid, cut into ranges of at most MAX_POINTS points each."""
+def _pieces(start: float, end: float, step_s: int, points: int = MAX_POINTS) -> list[tuple[float, float]]:
+    """[start, end] on the grid, cut into ranges of at most `points` points each."""
     out, at = [], start
     while at <= end:
-        out.append((at, min(end, at + (MAX_POINTS - 1) * step_s)))
-        at += MAX_POINTS * step_s
+        out.append((at, min(end, at + (points - 1) * step_s)))
+        at += points * step_s
     return out
 
 
