@@ -47,9 +47,13 @@ class Generation:
     joined: int = 0
     seed: int = -1  # the request's seed, else one drawn at random (set in __post_init__)
     _reported: list[Choice] = field(default_factory=list)
+    # The tokens that end the answer (not part of it): stop_token_ids, and end-of-text unless ignore_eos.
+    stops: frozenset[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.seed = self.params.seed if self.params.seed is not None else secrets.randbits(64)
+        params = self.params
+        self.seed = params.seed if params.seed is not None else secrets.randbits(64)
+        self.stops = frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
 
     @property
     def done(self) -> bool:
@@ -64,12 +68,6 @@ class Generation:
         if self.prefilling:
             return tuple(self.prompt_ids[self.cached: self.cached + budget])
         return (self.output_ids[-1],)
-
-    @property
-    def stops(self) -> frozenset[int]:
-        """The tokens that end the answer (not part of it): stop_token_ids, and end-of-text unless ignore_eos."""
-        params = self.params
-        return frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids)
 
     @property
     def banned(self) -> tuple[int, ...]:
