@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from controller.inputs.load import DecisionRecord, combine, revive_last_good
-from controller.inputs.rightsizing_records import Record as RightsizingRecord
+from controller.inputs.rightsizing_records import Records
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile
 
 
@@ -51,7 +51,7 @@ class Tree:
     composition_errors: tuple[InputError, ...] = ()
     last_good: Mapping[str, str] = field(default_factory=dict)  # decisions/_last-good/<path> -> text
     held: tuple[str, ...] = ()  # input files broken now and read from their last good copy
-    rightsizing: Mapping[tuple[str, str], RightsizingRecord] = field(default_factory=dict)  # decisions/rightsizing/
+    rightsizing: Records = field(default_factory=Records)  # decisions/rightsizing/, with the files that failed
     prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
     last: LastPass = LastPass()
 

@@ -66,7 +66,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
             held = read.held
             if read.outside:
                 log.info("usage: %d series of models outside the fleet were skipped", read.outside)
-    problems = list(getattr(tree.rightsizing, "problems", ()))
+    problems = list(tree.rightsizing.problems)
     records = dict(tree.rightsizing)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
         pending = _records_at(copy, heads[review])
