@@ -9,7 +9,7 @@ from gitops.errors import GitError
 from gitops.git import Identity
 from gitops.workcopy import WorkingCopy
 from gitops.change import Change
-from gitops.writeback import NO_CHANGE, PublishResult, Target, parse_target, publish
+from gitops.writeback import NO_CHANGE, Checkout, PublishResult, Target, parse_target, publish
 
-__all__ = ["Change", "Credentials", "GitError", "Identity", "NO_CHANGE",
+__all__ = ["Change", "Checkout", "Credentials", "GitError", "Identity", "NO_CHANGE",
            "PublishResult", "Target", "WorkingCopy", "parse_target", "publish"]

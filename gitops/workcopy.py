@@ -5,6 +5,10 @@ Owns one disposable working copy per (remote, tracked branch): created with
 resets to the remote branch (the controller never rebases or merges generated
 files: it re-renders them on top of whatever upstream holds). Remotes may be a
 local path, `file://`, `git://`, `https://` (token file) or ssh (key file).
+The work tree may hold only part of the tree (git's sparse checkout, non-cone
+patterns given when the copy is opened: the controller checks out what a pass
+reads, not the tens of thousands of manifests it only writes); what a commit
+holds is listed from git (`entries`, `files`), never from the work tree.
 New trees are built in the object store alone (`entries`, `write_blobs`,
 `write_tree`: `ls-tree`, `fast-import`, a scratch index), so committing tens of
 thousands of generated files writes none of them to the work tree. Also the
@@ -23,6 +27,7 @@ from gitops.change import TreeEdit
 from gitops.credentials import Credentials, install_askpass, redact
 from gitops.errors import BranchNotFound, InvalidWriteBack, RevisionNotFound, WorkdirInUse
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, PushOutcome, classify, parse_push
+from gitops.paths import is_under
 
 _SCHEMES = ("https", "http", "ssh", "git", "file")
 _TRANSPORT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")  # <transport>::<address>
@@ -65,15 +70,29 @@ def remote_url(url_or_path: str) -> str:
     return str(Path(url_or_path).resolve())
 
 
+FULL_TREE = ("/*",)  # the sparse-checkout pattern of the whole tree
+
+
+def owned_paths(entries: Mapping[str, tuple[str, str]], prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The paths of `entries` (as `WorkingCopy.entries` lists them) that lie under `prefixes`, sorted."""
+    return tuple(sorted(path for path in entries if is_under(path, prefixes)))
+
+
 class WorkingCopy:
-    """A checkout of `branch` of `url_or_path` in `workdir`, owned by the controller."""
+    """A checkout of `branch` of `url_or_path` in `workdir`, owned by the controller.
+
+    `sparse`: git's non-cone sparse-checkout patterns (gitignore syntax, rooted at the
+    repository's top) naming what the work tree holds; the whole tree when None. Set
+    each time the copy is opened (an existing work directory, full or not, takes the
+    new patterns at its next `checkout`)."""
 
     def __init__(self, url_or_path: str, branch: str, workdir: Path | str, *,
                  identity: Identity = DEFAULT_IDENTITY, credentials: Credentials | None = None,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, sparse: tuple[str, ...] | None = None) -> None:
         self.url = remote_url(url_or_path)
         self.branch = check_branch_name(branch)
         self.root = Path(workdir).resolve()
+        self.sparse = FULL_TREE if sparse is None else tuple(sparse)
         if credentials is not None:
             credentials.check()
         self._open(identity, credentials, timeout_s)
@@ -90,7 +109,20 @@ class WorkingCopy:
         self.git = Git(self.root, identity=identity, credentials=credentials, askpass=askpass,
                        timeout_s=timeout_s)
         self.git.run("config", "remote.origin.url", self.url)
+        self._set_sparse(git_dir)
         self.object_format = self.git.text("rev-parse", "--show-object-format")
+
+    def _set_sparse(self, git_dir: Path) -> None:
+        """Git's sparse checkout with `self.sparse` (non-cone: patterns may name files, e.g. one kind of
+        manifest); `checkout` applies it. Non-cone matching costs as much as the whole tree at 37,000 files
+        as cone mode, which cannot tell two kinds of file apart in one directory."""
+        if any("\n" in pattern or not pattern.strip() for pattern in self.sparse):
+            raise InvalidWriteBack(f"the sparse-checkout patterns {self.sparse!r} hold an empty or multi-line "
+                                   "pattern", "give one gitignore-style pattern per entry")
+        self.git.run("config", "core.sparseCheckout", "true")
+        self.git.run("config", "core.sparseCheckoutCone", "false")
+        (git_dir / "info").mkdir(exist_ok=True)
+        (git_dir / "info" / "sparse-checkout").write_text("".join(f"{p}\n" for p in self.sparse))
 
     def fetch(self, *also: str) -> dict[str, str | None]:
         """Fetch the tracked branch and the branches in `also`: each remote head, None when absent.
@@ -114,7 +146,8 @@ class WorkingCopy:
         return {b: heads.get(b) for b in (self.branch, *also)}
 
     def checkout(self, commit: str) -> None:
-        """Make the work tree exactly `commit` (local changes and untracked files are discarded).
+        """Make the work tree exactly `commit`'s files that the sparse patterns name (local changes and untracked
+        files are discarded; a file the patterns leave out is removed from the work tree).
 
         Files are written by one git process per CPU (git's parallel checkout, for 100 files or more):
         checking out tens of thousands of generated files is bound by creating them, and one process
@@ -143,6 +176,11 @@ class WorkingCopy:
                 mode, _type, object_id = meta.split(" ")
                 entries[path] = (mode, object_id)
         return entries
+
+    def files(self, commit: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
+        """`commit`'s files, symlinks and submodules under `prefixes`, sorted: what git holds there, whether or
+        not the sparse work tree holds them."""
+        return owned_paths(self.entries(commit, prefixes), prefixes)
 
     def write_blobs(self, blobs: Mapping[str, bytes]) -> None:
         """Store `blobs` with `git fast-import`: one pack per process, no loose object per file.

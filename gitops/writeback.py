@@ -2,7 +2,8 @@
 
 Owns `publish`, the one write path from the controller into git. Each attempt:
 fetch and hard-reset to the tracked branch's remote head; call the pure
-`render(tree_root) -> Change` on that tree; plan the edit that makes the owned
+`render(Checkout) -> Change` on that tree (its root, and every owned path the
+commit holds as git lists it: a sparse work tree holds only some); plan the edit that makes the owned
 paths exactly the Change (gitops.change: add what differs from upstream's
 `ls-tree` by blob id, remove owned files that are neither generated nor kept);
 build the new tree in git's object store (new blobs through `fast-import`, the
@@ -49,7 +50,7 @@ from pathlib import Path
 from gitops.change import Change, check_change, plan_edit
 from gitops.errors import InvalidWriteBack, PushRejected, PushRetriesExhausted
 from gitops.paths import normalize_owned
-from gitops.workcopy import WorkingCopy, check_branch_name
+from gitops.workcopy import WorkingCopy, check_branch_name, owned_paths
 
 log = logging.getLogger("gpushare.gitops")
 NO_CHANGE = "no change"
@@ -88,7 +89,17 @@ class PublishResult:
         return self.commit is not None
 
 
-Render = Callable[[Path], Change]
+@dataclass(frozen=True)
+class Checkout:
+    """What a render is given: the work tree's `root` (the files the copy's sparse patterns name) and every
+    file, symlink and submodule under the owned prefixes in the checked-out commit, from `git ls-tree`
+    (`generated`, sorted): list the controller's files from it, never from the work tree."""
+
+    root: Path
+    generated: tuple[str, ...]
+
+
+Render = Callable[[Checkout], Change]
 
 
 def parse_target(value: str | Target) -> Target:
@@ -110,9 +121,10 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
                ) -> tuple[str | None, Change]:
     """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change)."""
     copy.checkout(upstream)
-    change = render(copy.root)
+    entries = copy.entries(upstream, owned)
+    change = render(Checkout(copy.root, owned_paths(entries, owned)))
     check_change(change, owned)
-    edit = plan_edit(change, copy.entries(upstream, owned), owned, copy.object_format)
+    edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)
     return (None if tree == copy.tree_of(base) else tree), change
 

@@ -16,9 +16,9 @@ import yaml
 
 from controller.kube.cluster import Cluster
 from controller.cli.cluster_loop import ClusterReconciler
+from controller.cli.common import controller_copy
 from controller.kube.leader import LeaderElection
 from controller.rendering.names import profile_configmap_name
-from gitops import WorkingCopy
 from profiler_job.args import ConfigMapTarget
 from profiler_job.publish import configmap_body
 from tests.conftest import REPO_ROOT
@@ -95,7 +95,7 @@ class World:
         kwargs.setdefault("jitter", lambda low, high: high)
         kwargs.setdefault("renew_every_s", 3600.0)
         return ClusterReconciler(Cluster(self.kube.api_client, sleep=self.waits.append),
-                                 WorkingCopy(self.url, "main", self.tmp / f"checkout-{identity}"), election,
+                                 controller_copy(self.url, "main", self.tmp / f"checkout-{identity}"), election,
                                  applications=[APP], clock=self.clock, sleep=self.waits.append, **kwargs)
 
     # ------------------------------------------------------------ git

@@ -10,7 +10,7 @@ import pytest
 
 import gitops.workcopy
 import gitops
-from gitops import NO_CHANGE, Change, WorkingCopy
+from gitops import NO_CHANGE, Change, Checkout, WorkingCopy
 from gitops.errors import (BranchNotFound, GitUnreachable, PushRejected, PushRetriesExhausted,
                            RevisionNotFound, UnsafePath, WorkdirInUse)
 from gitops.git import blob_id
@@ -24,7 +24,8 @@ REPO = "fleet.git"
 SEED = {"models/a.yaml": b"model: a\n", "gpus.yaml": b"gpus: []\n", "README.md": b"fleet\n"}
 
 
-def render_models(root: Path) -> Change:
+def render_models(checkout: Checkout) -> Change:
+    root = checkout.root
     """What the controller would render: one file per model, computed from the checked-out tree."""
     files = {f"rendered/{m.stem}.yaml": b"# from models/" + m.name.encode() + b"\n" + m.read_bytes()
              for m in sorted((root / "models").glob("*.yaml"))}
@@ -86,8 +87,8 @@ def test_owned_files_not_generated_are_pruned_unless_kept_and_user_files_stay(re
     remote.push_files(REPO, {"rendered/gone.yaml": b"stale", "rendered/broken/deploy.yaml": b"last good",
                              "decisions/old.yaml": b"old"}, "earlier output")
 
-    def render(root: Path) -> Change:
-        change = render_models(root)
+    def render(checkout: Checkout) -> Change:
+        change = render_models(checkout)
         return Change(change.files, "models changed", keep=frozenset({"rendered/broken/"}))
 
     publish(copy(remote, tmp_path), render)
@@ -101,12 +102,13 @@ def test_the_loser_of_a_race_re_renders_on_top_and_lands_without_force(remote, t
     winner, loser = copy(remote, tmp_path, "winner"), copy(remote, tmp_path, "loser")
     seen, won, user = [], [], []
 
-    def render_while_others_push(root: Path) -> Change:
+    def render_while_others_push(checkout: Checkout) -> Change:
+        root = checkout.root
         seen.append(sorted(m.name for m in (root / "models").glob("*.yaml")))
         if len(seen) == 1:  # after the loser fetched, before it pushes
             won.append(publish(winner, render_models))
             user.append(remote.push_files(REPO, {"models/b.yaml": b"model: b\n"}, "user adds b"))
-        return render_models(root)
+        return render_models(checkout)
 
     start = remote.head(REPO)
     result = publish(loser, render_while_others_push, backoff_s=0, sleep=no_sleep)
@@ -123,9 +125,9 @@ def test_the_loser_of_a_race_re_renders_on_top_and_lands_without_force(remote, t
 def test_races_are_retried_a_bounded_number_of_times(remote, tmp_path):
     calls = []
 
-    def render_always_overtaken(root: Path) -> Change:
+    def render_always_overtaken(checkout: Checkout) -> Change:
         calls.append(remote.push_files(REPO, {"models/a.yaml": f"rev {len(calls)}\n".encode()}, "user edit"))
-        return render_models(root)
+        return render_models(checkout)
 
     with pytest.raises(PushRetriesExhausted) as caught:
         publish(copy(remote, tmp_path), render_always_overtaken, max_attempts=3, backoff_s=0, sleep=no_sleep)
@@ -139,9 +141,9 @@ def test_a_push_refused_by_the_remote_is_not_retried(remote, tmp_path):
     hook.chmod(0o755)
     calls = []
 
-    def render(root: Path) -> Change:
+    def render(checkout: Checkout) -> Change:
         calls.append(1)
-        return render_models(root)
+        return render_models(checkout)
 
     with pytest.raises(PushRejected, match="pre-receive hook declined"):
         publish(copy(remote, tmp_path), render, backoff_s=0, sleep=no_sleep)
@@ -161,7 +163,7 @@ def test_unsafe_writes_are_refused_and_change_nothing(remote, tmp_path, files, l
     head = remote.head(REPO)
     wc = copy(remote, tmp_path)
     with pytest.raises(UnsafePath):
-        publish(wc, lambda root: Change(files, "bad"))
+        publish(wc, lambda checkout: Change(files, "bad"))
     assert remote.head(REPO) == head
     assert (wc.root / "models/a.yaml").read_bytes() == SEED["models/a.yaml"]
     assert not Path("/tmp/gpushare-escape.yaml").exists()
@@ -243,9 +245,9 @@ def test_a_remote_that_never_answers_times_out_as_unreachable(tmp_path):
 def test_a_pass_with_no_branch_moved_since_the_previous_one_renders_nothing(remote, tmp_path):
     wc, renders = copy(remote, tmp_path), []
 
-    def counting_render(root: Path) -> Change:
+    def counting_render(checkout: Checkout) -> Change:
         renders.append(1)
-        return render_models(root)
+        return render_models(checkout)
 
     first = publish(wc, counting_render)
     idle = publish(wc, counting_render, previous=first)
@@ -267,5 +269,5 @@ def test_generated_files_are_committed_even_where_the_user_ignores_them(remote, 
 ])
 def test_generated_paths_may_change_between_file_and_directory(remote, tmp_path, upstream, generated):
     remote.push_files(REPO, upstream, "earlier layout")
-    publish(copy(remote, tmp_path), lambda root: Change(generated, "new layout"))
+    publish(copy(remote, tmp_path), lambda checkout: Change(generated, "new layout"))
     assert {k: v for k, v in remote.files(REPO).items() if k.startswith("rendered/")} == generated

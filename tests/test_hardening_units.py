@@ -159,7 +159,7 @@ class _FakeCopy:
 
 
 def test_a_commit_another_controller_already_pushed_is_not_reported_as_committed():
-    result = publish(_FakeCopy(), lambda root: Change({"rendered/x.yaml": b"x"}, "msg"), owned=("rendered/",))
+    result = publish(_FakeCopy(), lambda checkout: Change({"rendered/x.yaml": b"x"}, "msg"), owned=("rendered/",))
     assert not result.changed and result.heads["main"] == "c" * 40
 
 

@@ -44,12 +44,13 @@ from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, prune_share_setting
-from controller.cli.common import credentials_from, default_workdir, install_values, reviewers, show
+from controller.cli.common import (controller_copy, credentials_from, default_workdir, install_values, reviewers,
+                                   show)
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.cli.rightsizing_loop import RightsizingSchedule, schedule_from
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
-from gitops import Change, GitError, PublishResult, Target, WorkingCopy, parse_target, publish
+from gitops import Change, Checkout, GitError, PublishResult, Target, WorkingCopy, parse_target, publish
 from gitops.errors import RevisionNotFound
 
 log = logging.getLogger("gpushare.cluster")
@@ -282,8 +283,8 @@ class ClusterReconciler:
         pushed, so a replica deposed while it rendered never pushes."""
         renders = []
 
-        def render(root: Path) -> Change:
-            tree = read_repo(root)
+        def render(checkout: Checkout) -> Change:
+            tree = read_repo(checkout.root, checkout.generated)
             if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
                 tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
             rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
@@ -443,8 +444,8 @@ def run_cluster(args) -> int:
               "  fix: run in a pod with a ServiceAccount, or pass --kubeconfig FILE", file=sys.stderr)
         return 1
     try:
-        copy = WorkingCopy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch),
-                           credentials=credentials_from(args))
+        copy = controller_copy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch),
+                               credentials_from(args))
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1

@@ -2,7 +2,7 @@
 
 Owns the small pieces that `gpushare reconcile --offline` (controller.cli.reconcile_cmd)
 and `--kube` (controller.cli.cluster_loop) both use, so neither imports the other: credentials,
-the checkout's place, the pass's printout and outcome line, the install's composition
+the checkout's place and what it holds (`controller_copy`), the pass's printout and outcome line, the install's composition
 parameters (--worker-image) and the pull request step (--write-back pr:NAME).
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from controller.cli.offline import OfflineResult
 from controller.cli.review import open_proposal, open_review
 from controller.inputs.cache_policy import host_path_root
 from controller.inputs.compositions import shipped_compositions
+from controller.inputs.layout import CHECKED_OUT
 from controller.rendering.site import install_parameters, with_install_parameters
 from gitops import Credentials, GitError, PublishResult, WorkingCopy
 from gitops.forge import PullRequest, forge_for
@@ -65,6 +66,12 @@ def forge_from_settings(args, environ=os.environ) -> None:
 def default_workdir(repo: str, branch: str) -> Path:
     digest = hashlib.sha256(f"{repo}#{branch}".encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / "gpushare" / f"checkout-{digest}"
+
+
+def controller_copy(repo: str, branch: str, workdir: Path, credentials: Credentials | None = None) -> WorkingCopy:
+    """The controller's working copy of `repo`: only what a pass reads is checked out (layout.CHECKED_OUT), the
+    generated paths come from git; an existing full checkout is made sparse at its next pass."""
+    return WorkingCopy(repo, branch, workdir, credentials=credentials, sparse=CHECKED_OUT)
 
 
 def show(result: OfflineResult, out=None, *, table: bool = True) -> None:

@@ -2,23 +2,23 @@
 
 Owns the adapter between the pure pass and gitops: read the checked-out tree
 (controller.inputs.reader: models/, gpus.yaml, profiles/, compositions/, the last
-decisions/ and PLAN.md), run controller.passes.reconcile.run_pass, hold the commit
+decisions/ and PLAN.md, with the generated paths as git lists them: the working copy
+checks out only what a pass reads), run controller.passes.reconcile.run_pass, hold the commit
 when it would prune too much (controller.passes.reconcile.guarded_change), hand its
 files to gitops.publish. Called by `gpushare reconcile --offline` and `gpushare demo`
 (controller.cli.reconcile_cmd), and by `gpushare validate` through `pass_over`.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.inputs.layout import GENERATED
 from controller.inputs.reader import read_repo
-from controller.inputs.repofiles import owned_files
 from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
                                          prune_share_setting, run_pass)
-from gitops import Change, PublishResult, Target, WorkingCopy, publish
+from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, publish
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,13 @@ class OfflineResult:
     hold: PruneHold | None = None  # the pass would have pruned too much: nothing was committed
 
 
-def pass_over(root: Path, processes: int | None = None, install: Mapping[str, object] | None = None) -> PassOutput:
+def pass_over(root: Path, processes: int | None = None, install: Mapping[str, object] | None = None,
+              generated: Sequence[str] | None = None) -> PassOutput:
     """The pass over a checked-out GitOps tree (pure but for reading files), called as cluster mode calls it
     but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
-    in place of the defaults the compositions leave unset."""
-    return run_pass(read_repo(root), install=install, processes=processes or available_processes())
+    in place of the defaults the compositions leave unset; `generated`: the generated paths as git lists them
+    (controller.inputs.reader.read_repo; None: a plain directory, listed as it is)."""
+    return run_pass(read_repo(root, generated), install=install, processes=processes or available_processes())
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
@@ -45,10 +47,10 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
     share = prune_share_setting() if max_prune_share is None else max_prune_share
     outputs: list[tuple[PassOutput, PruneHold | None]] = []
 
-    def render(root: Path) -> Change:
+    def render(checkout: Checkout) -> Change:
         progress("reading, planning and rendering the checkout")
-        out = pass_over(root, install=install)
-        guarded = guarded_change(owned_files(root, GENERATED), out.files, share, keep=out.keep)
+        out = pass_over(checkout.root, install=install, generated=checkout.generated)
+        guarded = guarded_change(checkout.generated, out.files, share, keep=out.keep)
         outputs.append((out, guarded.hold))
         progress(f"planned {len(out.plan.decisions)} model(s); committing and pushing what changed")
         return Change(files=guarded.files, message=out.message, keep=guarded.keep)

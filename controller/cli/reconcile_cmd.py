@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.cli.common import (credentials_from, default_workdir, fail, forge_from_settings, from_directory,
-                                   install_values, outcome_line, reviewers, show)
+from controller.cli.common import (controller_copy, credentials_from, default_workdir, fail, forge_from_settings,
+                                   from_directory, install_values, outcome_line, reviewers, show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
@@ -139,7 +139,7 @@ def _reconcile(args) -> int:
         return run_cluster(args)
     workdir = args.workdir or default_workdir(args.repo, args.branch)
     try:
-        copy = WorkingCopy(args.repo, args.branch, workdir, credentials=credentials_from(args))
+        copy = controller_copy(args.repo, args.branch, workdir, credentials_from(args))
         review, propose = reviewers(args, copy)
     except GitError as exc:
         return fail(exc)

@@ -7,7 +7,9 @@ cluster mode, `profiles/measured/`; under `decisions/_last-good/` it keeps the l
 copy of each input file that parsed cleanly (what a pass reads while that file is
 broken) and each model's generated paths (kept while the model fails to render). The reader (controller.inputs.reader) reads
 the user's paths; the shells hand `GENERATED` (or `CLUSTER_GENERATED`) to gitops,
-which writes nothing outside the prefixes it is given.
+which writes nothing outside the prefixes it is given. `CHECKED_OUT` names what the
+controller's own working copy checks out: what a pass reads (everything but the rendered
+manifests other than PLAN.md and the workers' Deployments and ConfigMaps).
 """
 from __future__ import annotations
 
@@ -25,3 +27,9 @@ RIGHTSIZING_DIR = f"{DECISIONS_DIR}/rightsizing"  # right-sizing records: writte
 
 GENERATED = (f"{DECISIONS_DIR}/", f"{RENDERED_DIR}/")
 CLUSTER_GENERATED = (*GENERATED, f"{MEASURED_PROFILES_DIR}/")
+
+WORKER_FILES = ("deployment-", "configmap-")  # rendered/<namespace>/<prefix>*: a worker's files a pass reads back
+# git's non-cone sparse-checkout patterns of the controller's working copy (gitops.WorkingCopy): every path but
+# rendered/<namespace>/**, then the worker files again; the ~25,000 other manifests of a 10,000-model fleet are
+# never written to the work tree (their paths come from git: gitops.Checkout.generated).
+CHECKED_OUT = ("/*", f"!/{RENDERED_DIR}/*/*", *(f"/{RENDERED_DIR}/*/{prefix}*" for prefix in WORKER_FILES))

@@ -11,6 +11,11 @@ passes (which hand the Tree whole to controller.passes.reconcile.run_pass) and b
 so they all plan from the same inputs, checked by the same `check_inputs` and revived alike
 (`Tree.planned`): validate refuses exactly what reconcile refuses.
 
+The controller's paths (what LastPass lists, which rendered workers and right-sizing records there
+are) come from the listing the shell hands in, `generated` (git's listing of the checked-out commit:
+the controller's working copy checks out only what a pass reads); a plain directory (validate, plan,
+explain) is listed as it is.
+
 Every file is read through controller.inputs.repofiles, so nothing outside the
 repository is ever read. A gpus.yaml, profile or composition file with any error is
 read from its last good copy while there is one (its errors are still reported), so
@@ -23,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -33,7 +38,7 @@ from contract.wire import SOURCE_ANNOTATION
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
-                                      PROFILES_DIR, RENDERED_DIR, RIGHTSIZING_DIR)
+                                      PROFILES_DIR, RENDERED_DIR, RIGHTSIZING_DIR, WORKER_FILES)
 from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
                                     parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, RepoFileError, is_file, max_state_bytes, owned_files,
@@ -53,11 +58,14 @@ def load_repo(root: Path) -> Inputs:
     return read_repo(root).inputs
 
 
-def read_repo(root: Path) -> Tree:
+def read_repo(root: Path, generated: Iterable[str] | None = None) -> Tree:
     """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
     good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
-    are read sorted."""
+    are read sorted. `generated`: every path under the controller's prefixes (layout.CLUSTER_GENERATED, or the
+    shell's own) as git holds them in the checked-out commit, of which the work tree may hold only those a pass
+    reads; None: list them from the directory (a plain directory, not the controller's checkout)."""
     root = Path(root)
+    paths = controller_paths(root, generated)
     models, model_errors = read_models(root)
     profiles = read_profile_tree(root)
     inventory = read_inventory(root)
@@ -65,25 +73,36 @@ def read_repo(root: Path) -> Tree:
     committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
                  if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
-    rightsizing = read_rightsizing(root)
+    rightsizing = read_rightsizing(root, paths)
     model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
                 tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), committed,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root))
+                rightsizing, read_prices(root), read_last_pass(root, paths))
 
 
-def read_last_pass(root: Path) -> LastPass:
-    """What the last pass left: its decisions, PLAN.md, owners file, generated paths and rendered workers."""
-    return LastPass(load_decision_records(root), read_plan_md(root), read_owners(root),
-                    tuple(owned_files(root, CLUSTER_GENERATED)), read_rendered_workers(root))
+def controller_paths(root: Path, generated: Iterable[str] | None) -> tuple[str, ...]:
+    """The paths under the controller's prefixes, sorted: `generated` (git's listing) when given, else the
+    directory's files there."""
+    if generated is None:
+        return tuple(owned_files(root, CLUSTER_GENERATED))
+    return tuple(sorted(path for path in generated if path.startswith(CLUSTER_GENERATED)))
 
 
-def read_rightsizing(root: Path) -> Records:
+def read_last_pass(root: Path, generated: Iterable[str] | None = None) -> LastPass:
+    """What the last pass left: its decisions, PLAN.md, owners file, generated paths (`generated` as
+    `read_repo` takes it) and rendered workers."""
+    paths = controller_paths(root, generated)
+    return LastPass(load_decision_records(root), read_plan_md(root), read_owners(root), paths,
+                    read_rendered_workers(root, paths))
+
+
+def read_rightsizing(root: Path, paths: Iterable[str] | None = None) -> Records:
     """The right-sizing records under decisions/rightsizing/<namespace>/<name>.yaml (regular files in the
     repository only, each within the limits of the controller's own files); a garbled, oversized or unreadable
     one is a RecordProblem: its model holds alone and `validate` reports it (the right-sizing pass rewrites it)."""
-    paths = [rel for rel in owned_files(root, (RIGHTSIZING_DIR + "/",)) if rel.count("/") == 3]
+    paths = [rel for rel in controller_paths(root, paths) if rel.startswith(RIGHTSIZING_DIR + "/")
+             and rel.count("/") == 3]
     return records_from({rel: read_optional(root, rel, max_state_bytes()) or "\x00" for rel in paths})
 
 
@@ -94,10 +113,11 @@ def read_prices(root: Path) -> dict[str, float]:
     return parse_prices(docs[0][1]) if docs else {}
 
 
-def read_rendered_workers(root: Path) -> dict[str, str]:
-    """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts."""
-    names = [rel for rel in owned_files(root, (RENDERED_DIR,))
-             if rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(("deployment-", "configmap-"))]
+def read_rendered_workers(root: Path, paths: Iterable[str] | None = None) -> dict[str, str]:
+    """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts. `paths`: the
+    controller's paths (`controller_paths`), listed from the directory when None."""
+    names = [rel for rel in controller_paths(root, paths) if rel.startswith(RENDERED_DIR + "/")
+             and rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(WORKER_FILES)]
     return {rel: text for rel in names if (text := read_optional(root, rel)) is not None}
 
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_repo
 from contract.quantity import format_bytes
-from gitops import Change, PublishResult, Target, WorkingCopy, parse_target, publish
+from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
 
 from .edit import BudgetEditError, set_memory_budget
 from .prometheus import Usage, UsageUnavailable
@@ -52,7 +53,8 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     review = parse_target(records_target).review
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
-    tree = read_repo(root)  # models, records, prices and inventory, through the one reader and its limits
+    # models, records, prices and inventory, through the one reader and its limits; the controller's paths from git
+    tree = read_repo(root, copy.files(heads[copy.branch], CLUSTER_GENERATED))
     inputs = tree.inputs
     usage_error, held = None, {}
     try:
@@ -77,7 +79,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
-    def records_change(_root: Path) -> Change:
+    def records_change(_checkout: Checkout) -> Change:
         guard()
         return Change(files={r.path: r.dump().encode() for r in result.records.values()},
                       message=_records_message(result, usage_error))
@@ -119,9 +121,9 @@ def _propose(copy: WorkingCopy, proposal: Proposal, guard: Callable[[], None]) -
     model = proposal.model
     path = model.source.file
 
-    def render(root: Path) -> Change:
+    def render(checkout: Checkout) -> Change:
         guard()
-        text = (root / path).read_bytes().decode("utf-8")
+        text = (checkout.root / path).read_bytes().decode("utf-8")
         return Change(files={path: set_memory_budget(text, model.namespace, model.name,
                                                      proposal.budget_bytes).encode()},
                       message=proposal.message)
