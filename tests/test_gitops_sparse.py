@@ -1,0 +1,179 @@
+"""The controller's sparse working copy against a real remote served on 127.0.0.1.
+
+gitops.WorkingCopy(sparse=...) with the controller's patterns (controller.inputs.layout.CHECKED_OUT, through
+controller.cli.common.controller_copy) checks out what a pass reads and nothing else; the render is handed
+every generated path from git (gitops.Checkout.generated), so a manifest that is not checked out is still
+pruned, kept or left as it is, and the prune guard counts the whole tree. An existing full work directory
+becomes sparse at its next pass, and back.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+import gitops
+from controller.cli.common import controller_copy
+from controller.cli.offline import reconcile_once
+from controller.inputs.layout import GENERATED
+from controller.inputs.reader import read_repo
+from controller.inputs.repofiles import owned_files
+from gitops import Change, Checkout, WorkingCopy
+from gitops.errors import UnsafePath
+from tests.gitserver import git_server, serving  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.integration
+publish = functools.partial(gitops.publish, owned=GENERATED)
+REPO = "fleet"
+FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
+WORKER = "rendered/gpushare-system/deployment-worker-n-gpu0-default.yaml"
+SERVICE = "rendered/llm/service-chat.yaml"
+TREE = {
+    "models/llm/chat.yaml": b"kind: ElasticModel\n",
+    "gpus.yaml": b"nodes: []\n",
+    "README.md": b"fleet\n",
+    "profiles/NVIDIA-H200/x.yaml": b"profile\n",
+    "profiles/measured/NVIDIA-H200/x.yaml": b"measured\n",
+    "compositions/mine.yaml": b"composition\n",
+    "apps/argocd.yaml": b"an Application\n",
+    "decisions/llm/chat.yaml": b"decision\n",
+    "decisions/_last-good/gpus.yaml": b"nodes: []\n",
+    "decisions/rightsizing/llm/chat.yaml": b"record\n",
+    "rendered/PLAN.md": b"# plan\n",
+    WORKER: b"worker\n",
+    "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml": b"config\n",
+    "rendered/gpushare-system/networkpolicy-worker-n-gpu0-default.yaml": b"policy\n",
+    "rendered/gpushare-system/role-worker-n-gpu0-default.yaml": b"role\n",
+    SERVICE: b"service\n",
+    "rendered/llm/namespace-llm.yaml": b"namespace\n",
+    "rendered/llm/nested/deployment-deep.yaml": b"deeper than a worker\n",
+}
+NOT_CHECKED_OUT = {"rendered/gpushare-system/networkpolicy-worker-n-gpu0-default.yaml",
+                   "rendered/gpushare-system/role-worker-n-gpu0-default.yaml", SERVICE,
+                   "rendered/llm/namespace-llm.yaml", "rendered/llm/nested/deployment-deep.yaml"}
+
+
+def work_tree(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")
+            if ".git" not in p.relative_to(root).parts and (p.is_file() or p.is_symlink())}
+
+
+@pytest.fixture
+def remote(git_server):  # noqa: F811
+    git_server.create_repo(REPO, TREE)
+    return git_server
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory) -> Path:
+    """One sparse checkout of TREE, shared by the cases that only look at it."""
+    base = tmp_path_factory.mktemp("sparse")
+    with serving(base / "remotes") as server:
+        server.create_repo(REPO, TREE)
+        copy = controller_copy(server.url(REPO), "main", base / "wc")
+        copy.sync()
+        yield copy.root
+
+
+@pytest.mark.parametrize("path", sorted(TREE), ids=lambda p: p.replace("/", "|"))
+def test_the_work_tree_holds_what_a_pass_reads(synced, path):
+    on_disk = work_tree(synced)
+    assert (path in on_disk) == (path not in NOT_CHECKED_OUT)
+    if path in on_disk:
+        assert (synced / path).read_bytes() == TREE[path]
+
+
+def test_the_render_is_given_every_generated_path_from_git(remote, tmp_path):
+    seen: list[Checkout] = []
+
+    def render(checkout: Checkout) -> Change:
+        seen.append(checkout)
+        return Change({}, "nothing", keep=frozenset(checkout.generated))
+
+    result = publish(controller_copy(remote.url(REPO), "main", tmp_path / "wc"), render)
+    assert not result.changed
+    (checkout,) = seen
+    assert checkout.generated == tuple(sorted(p for p in TREE if p.startswith(GENERATED)))
+    tree = read_repo(checkout.root, checkout.generated)
+    assert tree.last.paths == tuple(sorted(p for p in TREE if p.startswith(("decisions/", "rendered/"))))
+    assert set(tree.last.workers) == {WORKER, "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml"}
+    assert [p.path for p in tree.rightsizing.problems] == ["decisions/rightsizing/llm/chat.yaml"], \
+        "the record under decisions/rightsizing/ is read (and found garbled)"
+
+
+# (case id, the generated files, kept prefixes, what the branch holds at SERVICE afterwards (None: removed),
+#  whether a commit is made)
+CASES = [
+    ("regenerated-unchanged-is-left", {SERVICE: TREE[SERVICE]}, frozenset(), TREE[SERVICE], False),
+    ("regenerated-changed-is-replaced", {SERVICE: b"service v2\n"}, frozenset(), b"service v2\n", True),
+    ("not-generated-is-pruned", {}, frozenset(), None, True),
+    ("kept-by-prefix-stays", {}, frozenset({"rendered/llm/"}), TREE[SERVICE], False),
+    ("kept-by-path-stays", {}, frozenset({SERVICE}), TREE[SERVICE], False),
+]
+
+
+@pytest.mark.parametrize("case, files, keep, after, commits", CASES, ids=[c[0] for c in CASES])
+def test_a_manifest_not_checked_out_is_pruned_kept_or_left_as_in_a_full_checkout(remote, tmp_path, case, files,
+                                                                                   keep, after, commits):
+    """Everything else generated is regenerated as it is, so only SERVICE's fate differs; the sparse copy and a
+    full one make the same tree."""
+    others = {p: d for p, d in TREE.items() if p.startswith(GENERATED) and p != SERVICE}
+    trees = []
+    for name, sparse in (("sparse", True), ("full", False)):
+        remote.create_repo(f"{name}.git", TREE)
+        url = remote.url(f"{name}.git")
+        copy = controller_copy(url, "main", tmp_path / name) if sparse else WorkingCopy(url, "main", tmp_path / name)
+        result = publish(copy, lambda checkout: Change({**others, **files}, case, keep=keep))
+        assert result.changed == commits
+        held = remote.files(f"{name}.git")
+        assert held.get(SERVICE) == after
+        assert {p: d for p, d in held.items() if p != SERVICE} == {p: d for p, d in TREE.items() if p != SERVICE}
+        trees.append(copy.tree_of(remote.head(f"{name}.git")))
+    assert trees[0] == trees[1], "the sparse copy commits the tree the full one does"
+
+
+def test_nothing_is_written_through_a_symlink_that_is_not_checked_out(remote, tmp_path):
+    remote.push_files(REPO, {}, "a link where a directory of manifests goes", links={"rendered/team": "/tmp"})
+    copy = controller_copy(remote.url(REPO), "main", tmp_path / "wc")
+    with pytest.raises(UnsafePath, match="symlink"):
+        publish(copy, lambda checkout: Change({"rendered/team/service-x.yaml": b"x"}, "through a link",
+                                              keep=frozenset({"rendered/team"})))
+
+
+def test_an_existing_full_checkout_becomes_sparse_at_its_next_checkout_and_back(remote, tmp_path):
+    workdir = tmp_path / "wc"
+    full = WorkingCopy(remote.url(REPO), "main", workdir)
+    full.sync()
+    assert work_tree(workdir) == set(TREE)
+    (workdir / SERVICE).write_bytes(b"edited by hand")  # a local change the next checkout discards
+
+    sparse = controller_copy(remote.url(REPO), "main", workdir)
+    head = sparse.sync()["main"]
+    assert work_tree(workdir) == set(TREE) - NOT_CHECKED_OUT
+    assert sparse.files(head, GENERATED) == tuple(sorted(p for p in TREE if p.startswith(GENERATED)))
+
+    again = WorkingCopy(remote.url(REPO), "main", workdir)
+    again.sync()
+    assert work_tree(workdir) == set(TREE)
+    assert (workdir / SERVICE).read_bytes() == TREE[SERVICE]
+
+
+def test_the_prune_guard_counts_the_whole_tree_not_the_work_tree(git_server, tmp_path):  # noqa: F811
+    """The example fleet reconciled by a sparse copy; then gpus.yaml is deleted: the guard holds the pass and
+    counts every rendered object upstream holds, as a full checkout lists them."""
+    files = {p.relative_to(FLEET).as_posix(): p.read_bytes() for p in FLEET.rglob("*") if p.is_file()}
+    git_server.create_repo(REPO, files)
+    copy = controller_copy(git_server.url(REPO), "main", tmp_path / "controller")
+    first = reconcile_once(copy)
+    assert first.published.changed and not first.output.errors
+    full = WorkingCopy(git_server.url(REPO), "main", tmp_path / "full")
+    full.sync()
+    objects = [p for p in owned_files(full.root, GENERATED) if p.startswith("rendered/") and p != "rendered/PLAN.md"]
+    assert len(work_tree(copy.root) & set(objects)) < len(objects), "some rendered objects are not checked out"
+
+    git_server.push_files(REPO, {"gpus.yaml": None}, "the inventory is deleted")
+    held = reconcile_once(copy)
+
+    assert held.hold is not None and not held.published.changed
+    assert held.hold.before == len(objects)
