@@ -37,7 +37,7 @@ from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECIS
 from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
                                     parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, RepoFileError, is_file, max_state_bytes, owned_files,
-                                         read_optional, read_text, yaml_files)
+                                         read_optional, read_text, read_texts, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yamlin import YamlLimits
@@ -98,7 +98,7 @@ def read_rendered_workers(root: Path) -> dict[str, str]:
     """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts."""
     names = [rel for rel in owned_files(root, (RENDERED_DIR,))
              if rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(("deployment-", "configmap-"))]
-    return {rel: text for rel in names if (text := read_optional(root, rel)) is not None}
+    return {rel: text for rel, text in read_texts(root, names).items() if isinstance(text, str)}
 
 
 def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
@@ -282,11 +282,14 @@ def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
     unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass)."""
     records = {}
-    for rel in yaml_files(Path(root), DECISIONS_DIR):
-        if rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/")):
+    paths = [rel for rel in yaml_files(Path(root), DECISIONS_DIR)
+             if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
+    limits = YamlLimits.from_env()
+    for rel, text in read_texts(root, paths).items():
+        if isinstance(text, RepoFileError):
             continue
         try:
-            (_, doc), = load_documents(read_text(root, rel), rel)[0]
+            (_, doc), = load_documents(text, rel, limits)[0]
             decision = decision_from_dict(doc["status"]["assigned"])
         except (RepoFileError, KeyError, TypeError, ValueError, AttributeError):
             continue

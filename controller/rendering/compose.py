@@ -186,7 +186,7 @@ def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot
 
 def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositions, processes: int):
     """Split the slots into `processes` groups of about equal decision counts (the pending and slot-less
-    decisions go with the first), render each group's objects in a forked process, merge."""
+    decisions go with the first), render the first group here and each other one in a forked process, merge."""
     on_slot: dict[str | None, list[Decision]] = defaultdict(list)
     for decision in plan.decisions:
         on_slot[decision.slot].append(decision)
@@ -203,8 +203,9 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
     _FORKED_JOBS = [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()), part_slots,
                      compositions) for i, (part_slots, decisions) in enumerate(parts)]
     try:  # the forked processes inherit the jobs (compositions hold Jinja environments, which do not pickle)
-        with ProcessPoolExecutor(len(parts), mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_objects_job, range(len(parts))))
+        with ProcessPoolExecutor(max(1, len(parts) - 1), mp_context=multiprocessing.get_context("fork")) as pool:
+            others = [pool.submit(_objects_job, i) for i in range(1, len(parts))]
+            results = [_objects_job(0)] + [other.result() for other in others]  # this process renders one part
     finally:
         _FORKED_JOBS = []
     tree, errors = _Tree(), []
