@@ -32,7 +32,8 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
     """The pass over a checked-out GitOps tree (pure but for reading files), called as cluster mode calls it
     but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
     in place of the defaults the compositions leave unset."""
-    return run_pass(read_repo(root), install=install, processes=processes or available_processes())
+    processes = processes or available_processes()
+    return run_pass(read_repo(root, processes), install=install, processes=processes)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

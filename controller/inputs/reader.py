@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
+from controller.forked import forked_map
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
@@ -53,10 +54,10 @@ def load_repo(root: Path) -> Inputs:
     return read_repo(root).inputs
 
 
-def read_repo(root: Path) -> Tree:
+def read_repo(root: Path, processes: int = 1) -> Tree:
     """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
     good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
-    are read sorted."""
+    are read sorted. `processes`: how many processes may read a large fleet's decision records."""
     root = Path(root)
     models, model_errors = read_models(root)
     profiles = read_profile_tree(root)
@@ -70,12 +71,12 @@ def read_repo(root: Path) -> Tree:
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
                 tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), committed,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root))
+                rightsizing, read_prices(root), read_last_pass(root, processes))
 
 
-def read_last_pass(root: Path) -> LastPass:
+def read_last_pass(root: Path, processes: int = 1) -> LastPass:
     """What the last pass left: its decisions, PLAN.md, owners file, generated paths and rendered workers."""
-    return LastPass(load_decision_records(root), read_plan_md(root), read_owners(root),
+    return LastPass(load_decision_records(root, processes), read_plan_md(root), read_owners(root),
                     tuple(owned_files(root, CLUSTER_GENERATED)), read_rendered_workers(root))
 
 
@@ -278,12 +279,25 @@ def read_compositions(root: Path) -> RepoCompositions:
     return RepoCompositions(MappingProxyType(found), read)
 
 
-def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
+PARALLEL_MIN_RECORDS = 2000  # below this, one process reads the decision records faster than several start
+
+
+def load_decision_records(root: Path, processes: int = 1) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
-    unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass)."""
-    records = {}
+    unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass). A
+    large fleet's records are read in `processes` processes (controller.forked), the result the same."""
     paths = [rel for rel in yaml_files(Path(root), DECISIONS_DIR)
              if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
+    parts = processes if processes > 1 and len(paths) >= PARALLEL_MIN_RECORDS else 1
+    share = -(-len(paths) // parts)
+    records: dict[tuple[str, str], DecisionRecord] = {}
+    for part in forked_map(_records_of, [(root, paths[i:i + share]) for i in range(0, len(paths), share or 1)]):
+        records.update(part)  # in path order, as one process reads them
+    return records
+
+
+def _records_of(root: Path, paths: list[str]) -> dict[tuple[str, str], DecisionRecord]:
+    records = {}
     limits = YamlLimits.from_env()
     for rel, text in read_texts(root, paths).items():
         if isinstance(text, RepoFileError):
