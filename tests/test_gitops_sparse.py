@@ -95,7 +95,7 @@ def test_the_render_is_given_every_generated_path_from_git(remote, tmp_path):
     assert not result.changed
     (checkout,) = seen
     assert checkout.generated == tuple(sorted(p for p in TREE if p.startswith(GENERATED)))
-    tree = read_repo(checkout.root, checkout.generated)
+    tree = read_repo(checkout.root, generated=checkout.generated)
     assert tree.last.paths == tuple(sorted(p for p in TREE if p.startswith(("decisions/", "rendered/"))))
     assert set(tree.last.workers) == {WORKER, "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml"}
     assert [p.path for p in tree.rightsizing.problems] == ["decisions/rightsizing/llm/chat.yaml"], \

@@ -43,7 +43,7 @@ from controller.kube.leader import LeaderElection
 from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
-from controller.passes.reconcile import PassOutput, prune_share_setting
+from controller.passes.reconcile import PassOutput, available_processes, prune_share_setting
 from controller.cli.common import (controller_copy, credentials_from, default_workdir, install_values, reviewers,
                                    show)
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
@@ -284,7 +284,7 @@ class ClusterReconciler:
         renders = []
 
         def render(checkout: Checkout) -> Change:
-            tree = read_repo(checkout.root, checkout.generated)
+            tree = read_repo(checkout.root, available_processes(), generated=checkout.generated)
             if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
                 tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
             rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)

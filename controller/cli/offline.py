@@ -34,7 +34,8 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
     but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
     in place of the defaults the compositions leave unset; `generated`: the generated paths as git lists them
     (controller.inputs.reader.read_repo; None: a plain directory, listed as it is)."""
-    return run_pass(read_repo(root, generated), install=install, processes=processes or available_processes())
+    processes = processes or available_processes()
+    return run_pass(read_repo(root, processes, generated=generated), install=install, processes=processes)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

@@ -54,7 +54,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
     # models, records, prices and inventory, through the one reader and its limits; the controller's paths from git
-    tree = read_repo(root, copy.files(heads[copy.branch], CLUSTER_GENERATED))
+    tree = read_repo(root, generated=copy.files(heads[copy.branch], CLUSTER_GENERATED))
     inputs = tree.inputs
     usage_error, held = None, {}
     try:
