@@ -67,7 +67,6 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     in the checked-out commit, of which the work tree may hold only those a pass reads; None: list them from the
     directory (a plain directory, not the controller's checkout)."""
     root = Path(root)
-    paths = controller_paths(root, generated)
     models, model_errors = read_models(root)
     profiles = read_profile_tree(root)
     inventory = read_inventory(root)
@@ -75,12 +74,12 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
                  if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
-    rightsizing = read_rightsizing(root, paths)
+    rightsizing = read_rightsizing(root, generated)
     model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
                 tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), committed,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root, processes, paths))
+                rightsizing, read_prices(root), read_last_pass(root, processes, generated))
 
 
 def controller_paths(root: Path, generated: Iterable[str] | None) -> tuple[str, ...]:
@@ -100,13 +99,14 @@ def read_last_pass(root: Path, processes: int = 1, generated: Iterable[str] | No
                     read_rendered_workers(root, paths))
 
 
-def read_rightsizing(root: Path, paths: Iterable[str] | None = None) -> Records:
+def read_rightsizing(root: Path, generated: Iterable[str] | None = None) -> Records:
     """The right-sizing records under decisions/rightsizing/<namespace>/<name>.yaml (regular files in the
     repository only, each within the limits of the controller's own files); a garbled, oversized or unreadable
-    one is a RecordProblem: its model holds alone and `validate` reports it (the right-sizing pass rewrites it)."""
-    paths = [rel for rel in controller_paths(root, paths) if rel.startswith(RIGHTSIZING_DIR + "/")
-             and rel.count("/") == 3]
-    return records_from({rel: read_optional(root, rel, max_state_bytes()) or "\x00" for rel in paths})
+    one is a RecordProblem: its model holds alone and `validate` reports it (the right-sizing pass rewrites it).
+    `generated` as `read_repo` takes it."""
+    listed = owned_files(root, (RIGHTSIZING_DIR + "/",)) if generated is None else generated
+    paths = [rel for rel in listed if rel.startswith(RIGHTSIZING_DIR + "/") and rel.count("/") == 3]
+    return records_from({rel: read_optional(root, rel, max_state_bytes()) or "\x00" for rel in sorted(paths)})
 
 
 def read_prices(root: Path) -> dict[str, float]:
