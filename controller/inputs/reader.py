@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
-from controller.forked import forked_map
+from controller.cpu import forked_map
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
@@ -285,7 +285,7 @@ PARALLEL_MIN_RECORDS = 2000  # below this, one process reads the decision record
 def load_decision_records(root: Path, processes: int = 1) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
     unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass). A
-    large fleet's records are read in `processes` processes (controller.forked), the result the same."""
+    large fleet's records are read in `processes` processes (controller.cpu), the result the same."""
     paths = [rel for rel in yaml_files(Path(root), DECISIONS_DIR)
              if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
     parts = processes if processes > 1 and len(paths) >= PARALLEL_MIN_RECORDS else 1
