@@ -31,6 +31,7 @@ from typing import Protocol
 from kubernetes import config
 
 from contract import kube
+from controller.cpu import gc_paused
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
@@ -284,10 +285,11 @@ class ClusterReconciler:
         renders = []
 
         def render(checkout: Checkout) -> Change:
-            tree = read_repo(checkout.root, available_processes(), generated=checkout.generated)
-            if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
-                tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
-            rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
+            with gc_paused():
+                tree = read_repo(checkout.root, available_processes(), generated=checkout.generated)
+                if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
+                    tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
+                rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
             renders.append(rendered)
             self._renew()
             return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.cpu import gc_paused
 from controller.inputs.layout import GENERATED
 from controller.inputs.reader import read_repo
 from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
@@ -35,7 +36,8 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
     in place of the defaults the compositions leave unset; `generated`: the generated paths as git lists them
     (controller.inputs.reader.read_repo; None: a plain directory, listed as it is)."""
     processes = processes or available_processes()
-    return run_pass(read_repo(root, processes, generated=generated), install=install, processes=processes)
+    with gc_paused():
+        return run_pass(read_repo(root, processes, generated=generated), install=install, processes=processes)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

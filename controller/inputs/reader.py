@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
-from controller.forked import forked_map
+from controller.cpu import forked_map
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
@@ -308,7 +308,7 @@ def load_decision_records(root: Path, processes: int = 1, generated: Iterable[st
                           ) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
     unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass). A
-    large fleet's records are read in `processes` processes (controller.forked), the result the same.
+    large fleet's records are read in `processes` processes (controller.cpu), the result the same.
     `generated`: the controller's paths, sorted (`controller_paths`); None: listed from the directory."""
     listed = yaml_files(Path(root), DECISIONS_DIR) if generated is None else [
         rel for rel in generated if rel.startswith(DECISIONS_DIR + "/") and rel.endswith(YAML_SUFFIXES)]

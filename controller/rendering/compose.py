@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-from controller.forked import forked_map
+from controller.cpu import forked_map
 from controller.inputs.cache_policy import host_path_problem, host_path_root
 from controller.inputs.compositions import Composition, shipped_compositions
 from controller.inputs.tree import LastPass

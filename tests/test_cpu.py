@@ -1,13 +1,14 @@
-"""Work split over forked processes gives what one process gives: the helper itself, and the large-fleet
-readers that use it (decision records)."""
+"""How a large pass spends the process: work split over forked processes gives what one process gives (the
+helper itself, and the decision records read with it), and the garbage collector pauses for a pass."""
 from __future__ import annotations
 
 import os
+import weakref
 import shutil
 
 import pytest
 
-from controller.forked import forked_map
+from controller.cpu import forked_map, gc_paused
 from controller.inputs import reader
 from tests.test_reconcile_pass import FLEET, reconcile_into
 
@@ -48,3 +49,25 @@ def test_decision_records_read_in_several_processes_equal_one_process(tmp_path, 
         several = reader.load_decision_records(repo, processes)
         assert list(several.items()) == list(one.items())
     assert len(one) == len(records) - 1
+
+
+def test_the_garbage_collector_waits_inside_and_collects_after():
+    import gc
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # nested: still off, and the outer one turns it back on
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        node = _Node()
+        node.me = node  # a cycle only the collector frees
+        alive = weakref.ref(node)
+        del node
+        assert alive() is not None
+    assert gc.isenabled()
+    assert alive() is None  # collected once the pass is done
+
+
+class _Node:
+    me: object = None
