@@ -1,0 +1,72 @@
+"""Git's share of a restarted controller's first pass: a fresh work directory fetched and checked out, whole
+(as before issue 18) or sparse (gitops.WorkingCopy with controller.inputs.layout.CHECKED_OUT), and the
+generated paths listed (from the directory, or from `git ls-tree`); prints each run and the medians.
+
+The tree is the one bench/reconcile_scale.py builds and commits (10,000 models on 1,000 slots by default, one
+full pass first); the two checkouts alternate, `--runs` of each. Run:
+.venv/bin/python bench/checkout_scale.py [--models N --slots M --runs K]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from reconcile_scale import checked_out, seed_remote
+
+from controller.cli.offline import reconcile_once
+from controller.inputs.layout import CHECKED_OUT, GENERATED
+from controller.inputs.repofiles import owned_files
+from gitops import WorkingCopy
+
+
+def one(remote: Path, workdir: Path, sparse: bool) -> dict:
+    """Open a working copy in the fresh `workdir`, sync it, list the generated paths: the seconds of each."""
+    begin = time.perf_counter()
+    copy = WorkingCopy(str(remote), "main", workdir, sparse=CHECKED_OUT if sparse else None)
+    heads = copy.fetch()
+    fetched = time.perf_counter()
+    copy.checkout(heads["main"])
+    checked = time.perf_counter()
+    paths = copy.files(heads["main"], GENERATED) if sparse else owned_files(workdir, GENERATED)
+    listed = time.perf_counter()
+    return {"fetch": fetched - begin, "checkout": checked - fetched, "list": listed - checked,
+            "total": listed - begin, "paths": len(paths), "files": checked_out(workdir)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=int, default=10_000)
+    parser.add_argument("--slots", type=int, default=1_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="gpushare-checkout-"))
+    runs: dict[str, list[dict]] = {"whole tree": [], "sparse": []}
+    try:
+        remote = seed_remote(base, args.models, args.slots)
+        reconcile_once(WorkingCopy(str(remote), "main", base / "first"))  # the generated tree, committed
+        for run in range(args.runs):
+            for name in (("whole tree", "sparse") if run % 2 == 0 else ("sparse", "whole tree")):
+                workdir = base / f"run-{run}-{name.replace(' ', '-')}"
+                runs[name].append(one(remote, workdir, name == "sparse"))
+                shutil.rmtree(workdir)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()[0]:.1f}")
+    for name, results in runs.items():
+        first = results[0]
+        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed")
+        for key in ("fetch", "checkout", "list", "total"):
+            values = [r[key] for r in results]
+            print(f"  {key}: median {statistics.median(values):.2f} s (runs: "
+                  f"{', '.join(f'{v:.2f}' for v in values)})")
+
+
+if __name__ == "__main__":
+    main()
