@@ -19,7 +19,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from contract import wire
 from controller.inputs.compositions import Templates
-from controller.inputs.yamlin import parse_documents
+from controller.rendering.shapes import parse_output
 
 
 class Quoted(str):
@@ -104,13 +104,14 @@ def compiled(templates: Templates) -> SandboxedEnvironment:
 
 
 def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[str, object]) -> list[dict]:
-    """Render one template and parse it with libyaml's safe loader: the objects it defines, in order."""
+    """Render one template and read it as libyaml's safe loader does (controller.rendering.shapes): the objects it
+    defines, in order."""
     try:
         text = env.get_template(template).render(**context)
     except TemplateError as exc:
         raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
     try:
-        docs = [doc for doc in parse_documents(text) if doc is not None]
+        docs = [doc for doc in parse_output(text) if doc is not None]
     except (yaml.YAMLError, RecursionError) as exc:
         raise RenderError(template, f"output is not YAML: {exc}") from exc
     for doc in docs:
