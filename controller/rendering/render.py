@@ -81,9 +81,27 @@ def _finalize(value: object) -> object:
 
 WIRE = MappingProxyType({name: value for name, value in vars(wire).items() if name.isupper() and isinstance(value, str)})
 
+_MAPPING_ATTRIBUTES = {kind: frozenset(dir(kind)) for kind in (dict, MappingProxyType)}
+
+
+class _Sandbox(SandboxedEnvironment):
+    """Jinja's sandbox, which reads `worker.name` of a plain mapping as its item at once: the sandbox would first
+    try the attribute, which a dict or mappingproxy has only for the names of its methods, and fail (an exception
+    per lookup, a sixth of rendering a Service). Method names (`params.items()`) go the sandbox's way."""
+
+    def getattr(self, obj: object, attribute: str) -> object:
+        names = _MAPPING_ATTRIBUTES.get(type(obj))
+        if names is not None and attribute not in names:
+            try:
+                return obj[attribute]  # type: ignore[index]
+            except (KeyError, TypeError):
+                pass
+        return super().getattr(obj, attribute)
+
+
 def environment(loader: BaseLoader) -> SandboxedEnvironment:
     """The sandbox templates run in: no undefined names, no autoescape, only quoted strings out."""
-    env = SandboxedEnvironment(
+    env = _Sandbox(
         loader=loader,
         undefined=StrictUndefined,
         autoescape=False,
