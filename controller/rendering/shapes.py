@@ -29,6 +29,7 @@ _TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')  # a one-line double-quoted
 _SPLIT = re.compile(f"({_TOKEN.pattern})")  # text, token, text, token, ..., text
 _ESCAPE = re.compile(r'\\(?:(["\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))')
 _PRINTABLE = re.compile(r'[ -~]*\Z')
+_ESCAPED = re.compile(r'(?:[ !#-\[\]-~]|\\(?:["\\]|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}))*\Z')  # printable or the filter's escapes
 _PRINTABLE_LINES = re.compile(r'[ -~\n]*\Z')
 _STR_TAG = "tag:yaml.org,2002:str"
 _MAX_KEY_CHARS = 1000  # YAML refuses a simple key of more than 1,024 characters: a longer key is parsed in full
@@ -87,22 +88,22 @@ def _values(text: str, tokens: list[str], key_holes: frozenset[int]) -> list[str
 
 def _unescape(raw: str) -> str | None:
     """The value of a double-quoted scalar's inside that holds only the quote filter's escapes, else None."""
-    out, last = [], 0
-    for match in _ESCAPE.finditer(raw):
-        plain = raw[last:match.start()]
-        if "\\" in plain or not _PRINTABLE.match(plain):
-            return None
-        character, short, long = match.groups()
-        code = ord(character) if character else int(short or long, 16)
-        if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
-            return None
-        out += (plain, chr(code))
-        last = match.end()
-    rest = raw[last:]
-    if "\\" in rest or not _PRINTABLE.match(rest):
+    if not _ESCAPED.match(raw):
         return None
-    out.append(rest)
-    return "".join(out)
+    try:
+        return _ESCAPE.sub(_decode, raw)
+    except ValueError:  # a surrogate or a code point beyond Unicode
+        return None
+
+
+def _decode(match: re.Match) -> str:
+    character, short, long = match.groups()
+    if character:
+        return character
+    code = int(short or long, 16)
+    if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
+        raise ValueError(code)
+    return chr(code)
 
 
 def _keep(text: str, documents: list[object]) -> object:
