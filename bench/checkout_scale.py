@@ -2,8 +2,11 @@
 (as before issue 18) or sparse (gitops.WorkingCopy with controller.inputs.layout.CHECKED_OUT), and the
 generated paths listed (from the directory, or from `git ls-tree`); prints each run and the medians.
 
-The tree is the one bench/reconcile_scale.py builds and commits (10,000 models on 1,000 slots by default, one
-full pass first); the two checkouts alternate, `--runs` of each. Run:
+Also the same sparse checkout named file by file (the glob patterns of CHECKED_OUT replaced by one pattern per
+worker file, as a listing of explicit files would do), to compare the two ways git's non-cone patterns can
+name the workers; cone mode cannot (it takes whole directories, and the workers share theirs with a Service
+per model). The tree is the one bench/reconcile_scale.py builds and commits (10,000 models on 1,000 slots by
+default, one full pass first); the checkouts alternate, `--runs` of each. Run:
 .venv/bin/python bench/checkout_scale.py [--models N --slots M --runs K]
 """
 from __future__ import annotations
@@ -17,18 +20,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from reconcile_scale import checked_out, seed_remote
+from reconcile_scale import checked_out, git, seed_remote
 
 from controller.cli.offline import reconcile_once
-from controller.inputs.layout import CHECKED_OUT, GENERATED
+from controller.inputs.layout import CHECKED_OUT, GENERATED, RENDERED_DIR, WORKER_FILES
 from controller.inputs.repofiles import owned_files
 from gitops import WorkingCopy
 
 
-def one(remote: Path, workdir: Path, sparse: bool) -> dict:
+def explicit_files(remote: Path) -> tuple[str, ...]:
+    """CHECKED_OUT with its worker globs replaced by one pattern per worker file the remote holds."""
+    workers = [path for path in git("ls-tree", "-r", "--name-only", "main", "--", RENDERED_DIR, cwd=remote).split()
+               if path.count("/") == 2 and path.rsplit("/", 1)[1].startswith(WORKER_FILES)]
+    return (*CHECKED_OUT[:2], *(f"/{path}" for path in workers))
+
+
+def one(remote: Path, workdir: Path, patterns: tuple[str, ...] | None) -> dict:
     """Open a working copy in the fresh `workdir`, sync it, list the generated paths: the seconds of each."""
+    sparse = patterns is not None
     begin = time.perf_counter()
-    copy = WorkingCopy(str(remote), "main", workdir, sparse=CHECKED_OUT if sparse else None)
+    copy = WorkingCopy(str(remote), "main", workdir, sparse=patterns)
     heads = copy.fetch()
     fetched = time.perf_counter()
     copy.checkout(heads["main"])
@@ -46,14 +57,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="gpushare-checkout-"))
-    runs: dict[str, list[dict]] = {"whole tree": [], "sparse": []}
     try:
         remote = seed_remote(base, args.models, args.slots)
         reconcile_once(WorkingCopy(str(remote), "main", base / "first"))  # the generated tree, committed
+        modes = {"whole tree": None, "sparse": CHECKED_OUT, "sparse, file by file": explicit_files(remote)}
+        runs: dict[str, list[dict]] = {name: [] for name in modes}
         for run in range(args.runs):
-            for name in (("whole tree", "sparse") if run % 2 == 0 else ("sparse", "whole tree")):
-                workdir = base / f"run-{run}-{name.replace(' ', '-')}"
-                runs[name].append(one(remote, workdir, name == "sparse"))
+            for name in (list(modes) if run % 2 == 0 else list(modes)[::-1]):
+                workdir = base / f"run-{run}-{name.replace(' ', '-').replace(',', '')}"
+                runs[name].append(one(remote, workdir, modes[name]))
                 shutil.rmtree(workdir)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -61,7 +73,8 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()[0]:.1f}")
     for name, results in runs.items():
         first = results[0]
-        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed")
+        patterns = "" if modes[name] is None else f", {len(modes[name])} patterns"
+        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed{patterns}")
         for key in ("fetch", "checkout", "list", "total"):
             values = [r[key] for r in results]
             print(f"  {key}: median {statistics.median(values):.2f} s (runs: "

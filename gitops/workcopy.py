@@ -116,7 +116,7 @@ class WorkingCopy:
         """Git's sparse checkout with `self.sparse`, applied by the next `checkout`. Non-cone patterns, because
         they may name files (one kind of manifest in a directory that holds several); cone mode takes whole
         directories only. Matching them against every path costs no measurable time beside writing files
-        (a fresh checkout of a 36,000-file tree, 12,000 of them checked out: bench/reconcile_scale.py)."""
+        (bench/checkout_scale.py: a fresh checkout of a 36,000-file tree, 12,000 of them checked out)."""
         if any("\n" in pattern or not pattern.strip() for pattern in self.sparse):
             raise InvalidWriteBack(f"the sparse-checkout patterns {self.sparse!r} hold an empty or multi-line "
                                    "pattern", "give one gitignore-style pattern per entry")
