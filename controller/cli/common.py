@@ -2,8 +2,8 @@
 
 Owns the small pieces that `gpushare reconcile --offline` (controller.cli.reconcile_cmd)
 and `--kube` (controller.cli.cluster_loop) both use, so neither imports the other: credentials,
-the checkout's place and what it holds (`controller_copy`), the pass's printout and outcome line, the install's composition
-parameters (--worker-image) and the pull request step (--write-back pr:NAME).
+the checkout's place and what it holds (`controller_copy`), the pass's printout and outcome line,
+the install's composition parameters (--worker-image) and the pull request step (--write-back pr:NAME).
 """
 from __future__ import annotations
 
