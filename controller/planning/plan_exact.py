@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 
 from controller.planning import cost
 from controller.planning.greedy import greedy_fleet
-from controller.planning.slots import Ask, SlotState, apply, check, rule_broken
+from controller.planning.slots import Ask, SlotState, apply, check, is_tight, rule_broken
 
 SEED = 0
 DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock), per solve: same result every run
@@ -226,7 +226,9 @@ def _slo_terms(model: cp_model.CpModel, by_key: dict, keys: list, times: dict) -
             for name, target in targets:
                 t = math.floor(target * US)
                 value_const = tpot_const + (ttft_const if name == "ttft" else 0)
-                if name == "tpot" and stream > t:
+                if name == "tpot" and o.mode == "elastic" and is_tight(o.ask, o.ask.limit(o.state.slot)):
+                    model.Add(tpot + value_const <= t).OnlyEnforceIf(v)  # the link-share limit (slots.slo_limits_hold)
+                elif name == "tpot" and stream > t:
                     model.Add(missed[name] >= v)
                 elif not (name == "ttft" and o.mode == "swap"):  # a swap member's TTFT is a limit (_ttft_bounds)
                     model.Add(tpot + value_const <= t + big * (1 - v) + big * missed[name])
