@@ -81,28 +81,32 @@ def _assert_limits_agree(inputs: Inputs, decisions) -> None:
             limit = min(d.budget_bytes, usable[d.slot])
             start = cost.smallest_slice_meeting(profile, slo, limit, 1)
             alone_meets = start is not None and not cost.missed(slo, cost.predict_elastic(profile, slo, start))
-            assert alone_meets == (d.predicted.alone_tpot_ms <= slo.tpot_ms) or not alone_meets, d.reason
             if alone_meets:
+                assert d.predicted.alone_tpot_ms <= slo.tpot_ms, d.reason
                 assert d.predicted.tpot_ms <= slo.tpot_ms, d.reason
 
 
 def _fleets():
+    """2-5 models (whole or streaming; pinned to either product or to none; TTFT/TPOT targets that bind, that
+    only a quiet GPU meets, or that no GPU meets) on 1-3 GPUs alternating the two products, and how many of the
+    models the last plan had."""
     model = st.tuples(st.sampled_from(["org/toy", "org/loud"]), st.integers(700, 2600),
-                      st.sampled_from([None, FAST, SLOW]), st.sampled_from([None, 2500.0, 6000.0]),
+                      st.sampled_from([None, None, FAST, SLOW]), st.sampled_from([None, 2500.0, 15000.0]),
                       st.sampled_from([None, 300.0, 600.0, 800.0, 1500.0]), st.sampled_from([1, 2]))
-    slot = st.tuples(st.sampled_from([FAST, SLOW]), st.integers(900, 3200))
-    return st.tuples(st.lists(model, min_size=2, max_size=5), st.lists(slot, min_size=1, max_size=2),
+    return st.tuples(st.lists(model, min_size=2, max_size=5), st.lists(st.integers(900, 3200), min_size=1,
+                                                                       max_size=3),
                      st.integers(0, 5)).map(lambda f: (Inputs(
                          models=tuple(toy_model(f"m{i}", budget, model=m, product=product, ttft_ms=ttft, tpot_ms=tpot,
                                                 concurrency=c)
                                       for i, (m, budget, product, ttft, tpot, c) in enumerate(f[0])),
                          profiles=PROFILES,
-                         slots=tuple(toy_slot(f"n{i}", usable, product=p) for i, (p, usable) in enumerate(f[1]))),
+                         slots=tuple(toy_slot(f"n{i}", usable, product=(FAST, SLOW)[i % 2])
+                                     for i, usable in enumerate(f[1]))),
                          f[2]))
 
 
 @pytest.mark.parametrize("method", METHODS)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(fleet=_fleets())
 def test_a_model_admitted_under_an_slo_limit_is_predicted_to_meet_it(method, fleet):
     """Over generated fleets of two products (whole and streaming models, swap groups where a GPU cannot hold
@@ -113,3 +117,17 @@ def test_a_model_admitted_under_an_slo_limit_is_predicted_to_meet_it(method, fle
     _assert_limits_agree(inputs, first.decisions)
     again = plan(inputs, {d.key: d for d in first.decisions}, method=method)
     _assert_limits_agree(inputs, again.decisions)
+
+
+def test_a_fleet_that_aborted_the_exact_solver_is_planned():
+    """Found by the property above: OR-Tools' symmetry detection aborted the process (a failed check in its
+    presolve) on this fleet; the exact solver now runs without it and the limits agree."""
+    models = (toy_model("m0", 1198, model="org/loud", product=None, ttft_ms=2500, concurrency=2),
+              toy_model("m1", 1420, ttft_ms=15000, tpot_ms=600, concurrency=2),
+              toy_model("m2", 1198, model="org/loud", tpot_ms=600, concurrency=2),
+              toy_model("m3", 2464, ttft_ms=2500, tpot_ms=1500, concurrency=2))
+    inputs = Inputs(models=models, profiles=PROFILES, slots=(toy_slot("n0", 900),))
+    got = {d.name: d for d in plan(inputs, method="exact").decisions}
+    assert (got["m3"].slot, got["m3"].mode) == ("n0/gpu0", "elastic")
+    assert [got[n].mode for n in ("m0", "m1", "m2")] == ["refused"] * 3
+    _assert_limits_agree(inputs, got.values())

@@ -386,10 +386,14 @@ def is_tight(ask: Ask, limit: int) -> bool:
 
 
 def grow(states: list[SlotState]) -> None:
-    """Elastic slices placed this pass grow one layer at a time, in turn by name, into the room left."""
+    """Elastic slices placed this pass grow one layer at a time, in turn by name, into the room left. A slice
+    that streams less passes sooner, so its step takes more of a co-tenant's: where a co-tenant is bound by
+    an SLO limit, a layer is taken only while the limits still hold."""
     for state in states:
         growing = sorted((e for e in state.elastic.values() if not e[2]), key=lambda e: e[0].key)
         free = state.free
+        bound = len(state.elastic) > 1 and (len(state.swap) > 1 or any(
+            is_tight(a, a.limit(state.slot)) for a, _, _ in state.elastic.values()))
         while growing:
             still = []
             for entry in growing:
@@ -399,11 +403,15 @@ def grow(states: list[SlotState]) -> None:
                     continue
                 bigger = ask.slices[k]
                 if bigger.footprint - piece.footprint <= free and bigger.footprint <= ask.limit(state.slot):
+                    entry[1] = bigger
+                    if bound and not slo_limits_hold(state.slot, state.resident, state.swap,
+                                                     [(a, p) for a, p, _ in state.elastic.values()]):
+                        entry[1] = piece
+                        continue
                     free -= bigger.footprint - piece.footprint
                     state.used += bigger.footprint - piece.footprint
                     state.elastic_bytes += bigger.footprint - piece.footprint
                     state.node.used -= piece.streamed_bytes - bigger.streamed_bytes
                     state.host_used -= piece.streamed_bytes - bigger.streamed_bytes
-                    entry[1] = bigger
                     still.append(entry)
             growing = still
