@@ -141,3 +141,25 @@ def test_explain_names_the_gpu_that_would_have_met_the_slo_and_why_it_is_not_the
     text = explain(Inputs(models=tuple(models), profiles=tuple(PROFILES), slots=tuple(slots)), result, "llama-8b")
     assert "- h200-b/gpu0 (NVIDIA-H200) would have met it: TPOT" in text
     assert "the stability rule" in text
+
+
+def test_the_bench_finds_a_model_refused_while_another_product_could_serve_it():
+    """bench/plan_quality.py's check of "never a refusal while a GPU of another product could serve the model":
+    a plan that kept the unpinned model on the full H200 (as if its product were fixed first) is caught, with the
+    empty L4 it may run on; the planner's own plan is not. The big model is placed first (its last decision), and
+    neither may stream beside the other (its TPOT target, the other's TTFT against a swap-in)."""
+    from dataclasses import replace
+
+    from bench.plan_quality import servable_elsewhere
+    big = toy_model("big", 1300, product=FAST, tpot_ms=1000)
+    other = toy_model("other", 1300, product=None, ttft_ms=1000)
+    slots = (toy_slot("h200", 1400, product=FAST), toy_slot("l4", 1400, product=SLOW))
+    first = plan(Inputs(models=(big,), profiles=TOYS, slots=slots))
+    previous = {d.key: d for d in first.decisions}
+    inputs = Inputs(models=(big, other), profiles=TOYS, slots=slots)
+    fixed_first = plan(replace(inputs, models=(big, replace(other, gpu_product=FAST))), previous)
+    assert [d.mode for d in fixed_first.decisions] == ["resident", "refused"]
+    assert servable_elsewhere(inputs, fixed_first) == [("other", SLOW)]
+    own = plan(inputs, previous)
+    assert [d.slot for d in own.decisions] == ["h200/gpu0", "l4/gpu0"]
+    assert servable_elsewhere(inputs, own) == []
