@@ -131,3 +131,21 @@ def test_a_fleet_that_aborted_the_exact_solver_is_planned():
     assert (got["m3"].slot, got["m3"].mode) == ("n0/gpu0", "elastic")
     assert [got[n].mode for n in ("m0", "m1", "m2")] == ["refused"] * 3
     _assert_limits_agree(inputs, got.values())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_streaming_model_only_a_co_tenants_step_keeps_out_is_refused_with_the_link_share_and_explained(method):
+    """The loud resident keeps its GPU (its last decision); the streaming model's share of the link would meet
+    600 ms there, its TPOT beside the 700 ms step would not: refused with LinkShareTooSmall, and explain says the
+    co-tenants' decode steps count."""
+    from controller.planning.explain import explain
+    slots = (toy_slot("a", 2400),)
+    first = plan(Inputs(models=(loud(),), profiles=PROFILES, slots=slots), method=method)
+    inputs = Inputs(models=(loud(), toy_model("stream", 1100, tpot_ms=600)), profiles=PROFILES, slots=slots)
+    result = plan(inputs, {d.key: d for d in first.decisions}, method=method)
+    got = {d.name: d for d in result.decisions}
+    assert (got["loud"].slot, got["stream"].mode, got["stream"].reason_code) == ("a/gpu0", "refused",
+                                                                                   "LinkShareTooSmall")
+    assert "its and its co-tenants' decode steps there" in got["stream"].reason
+    assert "- its TPOT also counts its own decode step (10.0 ms) and the co-tenants' there" in explain(
+        inputs, result, "stream")
