@@ -392,8 +392,9 @@ def grow(states: list[SlotState]) -> None:
     for state in states:
         growing = sorted((e for e in state.elastic.values() if not e[2]), key=lambda e: e[0].key)
         free = state.free
-        bound = len(state.elastic) > 1 and (len(state.swap) > 1 or any(
-            is_tight(a, a.limit(state.slot)) for a, _, _ in state.elastic.values()))
+        # a shorter pass lengthens a swap member's wait or another bound streaming model's TPOT, never its own
+        bound = len(state.swap) > 1 or len(state.elastic) > 1 and any(
+            is_tight(a, a.limit(state.slot)) for a, _, _ in state.elastic.values())
         while growing:
             still = []
             for entry in growing:
