@@ -31,6 +31,7 @@ from typing import Protocol
 from kubernetes import config
 
 from contract import kube
+from controller.cpu import gc_paused
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
@@ -43,7 +44,7 @@ from controller.kube.leader import LeaderElection
 from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
-from controller.passes.reconcile import PassOutput, prune_share_setting
+from controller.passes.reconcile import PassOutput, available_processes, prune_share_setting
 from controller.cli.common import credentials_from, default_workdir, install_values, reviewers, show
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.cli.rightsizing_loop import RightsizingSchedule, schedule_from
@@ -283,10 +284,11 @@ class ClusterReconciler:
         renders = []
 
         def render(root: Path) -> Change:
-            tree = read_repo(root)
-            if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
-                tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
-            rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
+            with gc_paused():
+                tree = read_repo(root, available_processes())
+                if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
+                    tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
+                rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
             renders.append(rendered)
             self._renew()
             return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)

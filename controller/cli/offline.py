@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.cpu import gc_paused
 from controller.inputs.layout import GENERATED
 from controller.inputs.reader import read_repo
 from controller.inputs.repofiles import owned_files
@@ -32,7 +33,9 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
     """The pass over a checked-out GitOps tree (pure but for reading files), called as cluster mode calls it
     but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
     in place of the defaults the compositions leave unset."""
-    return run_pass(read_repo(root), install=install, processes=processes or available_processes())
+    processes = processes or available_processes()
+    with gc_paused():
+        return run_pass(read_repo(root, processes), install=install, processes=processes)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 MAX_LABEL = 63
 MAX_SUBDOMAIN = 253
@@ -172,6 +173,17 @@ def tolerations(items: object, where: str = "tolerations") -> list[Problem]:
     return found
 
 
+@lru_cache(maxsize=16384)
+def _key_rule(text: str) -> tuple[str, ...]:
+    """qualified_name, remembered: the same keys and values recur on every object of a large pass."""
+    return tuple(qualified_name(text))
+
+
+@lru_cache(maxsize=16384)
+def _value_rule(text: str) -> tuple[str, ...]:
+    return tuple(label_value(text))
+
+
 def labels(mapping: object, where: str, reason: str = "InvalidLabel") -> list[Problem]:
     """Every rule a map of label keys to label values breaks (metadata.labels, selectors, nodeSelector)."""
     if not isinstance(mapping, dict):
@@ -179,10 +191,10 @@ def labels(mapping: object, where: str, reason: str = "InvalidLabel") -> list[Pr
     found = []
     for key, value in mapping.items():
         key = str(key)
-        found += [Problem(reason, where, key, f"key {key!r}: {m}") for m in qualified_name(key)]
+        found += [Problem(reason, where, key, f"key {key!r}: {m}") for m in _key_rule(key)]
         text = value if isinstance(value, str) else None
         found += ([Problem(reason, f"{where}.{key}", value, "must be a string")] if text is None else
-                  [Problem(reason, f"{where}.{key}", text, m) for m in label_value(text)])
+                  [Problem(reason, f"{where}.{key}", text, m) for m in _value_rule(text)])
     return found
 
 
@@ -191,7 +203,7 @@ def annotations(mapping: object, where: str) -> list[Problem]:
     if not isinstance(mapping, dict):
         return [Problem("InvalidAnnotation", where, mapping, "must be a map of strings")]
     found = [Problem("InvalidAnnotation", where, key, f"key {key!r}: {m}")
-             for key in map(str, mapping) for m in qualified_name(key.lower())]
+             for key in map(str, mapping) for m in _key_rule(key.lower())]
     size = sum(len(str(k)) + len(str(v)) for k, v in mapping.items())
     if size > MAX_ANNOTATIONS_BYTES:
         found.append(Problem("InvalidAnnotation", where, f"{size} bytes",

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
+from controller.cpu import forked_map
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
@@ -37,7 +38,7 @@ from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECIS
 from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
                                     parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, RepoFileError, is_file, max_state_bytes, owned_files,
-                                         read_optional, read_text, yaml_files)
+                                         read_optional, read_text, read_texts, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yamlin import YamlLimits
@@ -53,10 +54,10 @@ def load_repo(root: Path) -> Inputs:
     return read_repo(root).inputs
 
 
-def read_repo(root: Path) -> Tree:
+def read_repo(root: Path, processes: int = 1) -> Tree:
     """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
     good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
-    are read sorted."""
+    are read sorted. `processes`: how many processes may read a large fleet's decision records."""
     root = Path(root)
     models, model_errors = read_models(root)
     profiles = read_profile_tree(root)
@@ -70,12 +71,12 @@ def read_repo(root: Path) -> Tree:
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
                 tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), committed,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root))
+                rightsizing, read_prices(root), read_last_pass(root, processes))
 
 
-def read_last_pass(root: Path) -> LastPass:
+def read_last_pass(root: Path, processes: int = 1) -> LastPass:
     """What the last pass left: its decisions, PLAN.md, owners file, generated paths and rendered workers."""
-    return LastPass(load_decision_records(root), read_plan_md(root), read_owners(root),
+    return LastPass(load_decision_records(root, processes), read_plan_md(root), read_owners(root),
                     tuple(owned_files(root, CLUSTER_GENERATED)), read_rendered_workers(root))
 
 
@@ -98,7 +99,7 @@ def read_rendered_workers(root: Path) -> dict[str, str]:
     """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts."""
     names = [rel for rel in owned_files(root, (RENDERED_DIR,))
              if rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(("deployment-", "configmap-"))]
-    return {rel: text for rel in names if (text := read_optional(root, rel)) is not None}
+    return {rel: text for rel, text in read_texts(root, names).items() if isinstance(text, str)}
 
 
 def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
@@ -278,15 +279,31 @@ def read_compositions(root: Path) -> RepoCompositions:
     return RepoCompositions(MappingProxyType(found), read)
 
 
-def load_decision_records(root: Path) -> dict[tuple[str, str], DecisionRecord]:
+PARALLEL_MIN_RECORDS = 2000  # below this, one process reads the decision records faster than several start
+
+
+def load_decision_records(root: Path, processes: int = 1) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
-    unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass)."""
+    unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass). A
+    large fleet's records are read in `processes` processes (controller.cpu), the result the same."""
+    paths = [rel for rel in yaml_files(Path(root), DECISIONS_DIR)
+             if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
+    parts = processes if processes > 1 and len(paths) >= PARALLEL_MIN_RECORDS else 1
+    share = -(-len(paths) // parts)
+    records: dict[tuple[str, str], DecisionRecord] = {}
+    for part in forked_map(_records_of, [(root, paths[i:i + share]) for i in range(0, len(paths), share or 1)]):
+        records.update(part)  # in path order, as one process reads them
+    return records
+
+
+def _records_of(root: Path, paths: list[str]) -> dict[tuple[str, str], DecisionRecord]:
     records = {}
-    for rel in yaml_files(Path(root), DECISIONS_DIR):
-        if rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/")):
+    limits = YamlLimits.from_env()
+    for rel, text in read_texts(root, paths).items():
+        if isinstance(text, RepoFileError):
             continue
         try:
-            (_, doc), = load_documents(read_text(root, rel), rel)[0]
+            (_, doc), = load_documents(text, rel, limits)[0]
             decision = decision_from_dict(doc["status"]["assigned"])
         except (RepoFileError, KeyError, TypeError, ValueError, AttributeError):
             continue

@@ -1,11 +1,23 @@
-"""Reading YAML documents fast: libyaml composes the nodes, plain Python builds the values.
+"""Reading YAML documents fast: libyaml parses, plain Python builds the values.
 
 Owns `parse_documents`, which returns what `yaml.load_all(text, Loader=yaml.CSafeLoader)`
 returns for the documents gpushare reads in bulk (rendered template output, ElasticModel
-files), without PyYAML's generic constructor machinery: mappings, sequences and string
-scalars are built directly; every other scalar (ints, bools, floats, timestamps, binary)
-goes to PyYAML's own safe constructor, and so do merge keys and non-scalar keys. Called by
-controller.rendering.render (template output) and controller.inputs.load (user files, with
+files, decision records), without PyYAML's generic composer and constructor machinery. Two
+ways, one result:
+
+- the event path (`_from_events`), taken first: values are built straight from libyaml's
+  parse events, with no node graph; each plain scalar's type is resolved once per distinct
+  text and every non-string scalar (ints, bools, floats, timestamps, binary) is built by
+  PyYAML's own safe constructor. It handles the YAML gpushare writes and users write: block
+  and flow collections, every scalar style. At the first thing it does not handle alone (an
+  anchor or alias, an explicit tag, a merge key, a key that is not a string, a repeated key
+  under `unique_keys`, a document beyond `limits`) or any error, it stops and
+  the text is read again by
+- the node path: libyaml composes the nodes, `check_node_graph` checks them against `limits`,
+  `_build` builds mappings, sequences and strings and hands everything else (merge keys,
+  non-scalar keys) to PyYAML's constructor. Its answer, value or error, is the reference.
+
+Called by controller.rendering.render (template output) and controller.inputs.load (user files, with
 `unique_keys=True`: a key repeated in one mapping is an error, not a silent override).
 
 User documents are read with `limits` (`YamlLimits`): before a document is built its node
@@ -67,6 +79,14 @@ def parse_documents(text: str, *, unique_keys: bool = False, limits: YamlLimits 
     """Every document of `text` (None for an empty one). Raises yaml.YAMLError on bad YAML or, with
     `unique_keys`, a repeated key; with `limits`, YamlLimitExceeded on a document beyond them (checked
     before it is built); RecursionError on a self-referencing alias when no limits are given."""
+    try:
+        documents = _from_events(text, unique_keys, limits)
+    except Exception:  # noqa: BLE001 - any problem: the node path gives the reference answer (or error)
+        documents = None
+    return documents if documents is not None else _from_nodes(text, unique_keys, limits)
+
+
+def _from_nodes(text: str, unique_keys: bool, limits: YamlLimits | None) -> list[object]:
     loader = yaml.CSafeLoader(text)
     try:
         documents = []
@@ -181,3 +201,91 @@ def _build(node: yaml.Node, loader: yaml.CSafeLoader, unique_keys: bool) -> obje
                                                         f"found duplicate key {_show(str(key))}", key_node.start_mark)
             seen.add(key)
     return mapping
+
+
+_RESOLVED: dict[tuple[str, bool], object] = {}  # (plain or quoted text, plain?) -> its value: texts recur
+_RESOLVED_MAX = 100_000
+_NOT_STR = object()  # a mapping key read as something other than a string: the node path decides
+_EVENTS = yaml.events
+
+
+def _scalar(loader: yaml.CSafeLoader, event: yaml.ScalarEvent) -> object:
+    """A scalar's value as PyYAML builds it: resolved by the text's implicit type, then constructed."""
+    plain = event.implicit[0]
+    if not plain:  # quoted or block scalars without a tag are strings
+        return event.value
+    key = (event.value, True)
+    value = _RESOLVED.get(key, _RESOLVED)
+    if value is _RESOLVED:
+        tag = loader.resolve(yaml.ScalarNode, event.value, (True, False))
+        value = event.value if tag == _STR_TAG else \
+            loader.construct_object(yaml.ScalarNode(tag, event.value, style=event.style), deep=True)
+        if len(_RESOLVED) < _RESOLVED_MAX:
+            _RESOLVED[key] = value
+    return value
+
+
+def _from_events(text: str, unique_keys: bool, limits: YamlLimits | None) -> list[object] | None:
+    """`parse_documents` built from parse events alone; None where only the node path can answer."""
+    loader = yaml.CSafeLoader(text)
+    get = loader.get_event
+    scalar_event, mapping_start, sequence_start = _EVENTS.ScalarEvent, _EVENTS.MappingStartEvent, \
+        _EVENTS.SequenceStartEvent
+    collection_end = (_EVENTS.MappingEndEvent, _EVENTS.SequenceEndEvent)
+    max_nodes = limits.max_nodes if limits is not None else -1
+    max_depth = limits.max_depth if limits is not None else _UNLIMITED_DEPTH
+    try:
+        get()  # StreamStartEvent
+        documents: list[object] = []
+        while type(get()) is _EVENTS.DocumentStartEvent:
+            # stack entries: [container, pending key or _NO_KEY, is-mapping]
+            stack: list[list] = []
+            root: object = None
+            nodes = 0
+            while True:
+                event = get()
+                kind = type(event)
+                if kind is scalar_event:
+                    if event.anchor is not None or event.tag is not None or len(stack) == max_depth:
+                        return None  # (a scalar inside max_depth collections makes the document one deeper)
+                    value = _scalar(loader, event)
+                    nodes += 1
+                elif kind is mapping_start or kind is sequence_start:
+                    if event.anchor is not None or event.tag is not None:
+                        return None
+                    nodes += 1
+                    stack.append([{} if kind is mapping_start else [], _NO_KEY, kind is mapping_start])
+                    if max_depth >= 0 and len(stack) > max_depth:
+                        return None
+                    continue
+                elif kind in collection_end:
+                    value = stack.pop()[0]
+                elif kind is _EVENTS.DocumentEndEvent:
+                    break
+                else:  # an alias
+                    return None
+                if max_nodes >= 0 and nodes > max_nodes:
+                    return None
+                if not stack:
+                    root = value
+                    continue
+                top = stack[-1]
+                if not top[2]:
+                    top[0].append(value)
+                elif top[1] is _NO_KEY:
+                    if type(value) is not str or (value == "<<" and kind is scalar_event and event.implicit[0]):
+                        return None  # a key that is not a string, or a merge key
+                    top[1] = value
+                else:
+                    if unique_keys and top[1] in top[0]:
+                        return None
+                    top[0][top[1]] = value
+                    top[1] = _NO_KEY
+            documents.append(root)
+        return documents
+    finally:
+        loader.dispose()
+
+
+_NO_KEY = object()
+_UNLIMITED_DEPTH = 500  # deeper without limits: the node path answers (a RecursionError, as before)

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import math
-import multiprocessing
 import posixpath
 import re
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import jsonschema
 
+from controller.cpu import forked_map
 from controller.inputs.cache_policy import host_path_problem, host_path_root
 from controller.inputs.compositions import Composition, shipped_compositions
 from controller.inputs.tree import LastPass
@@ -186,7 +185,7 @@ def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot
 
 def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositions, processes: int):
     """Split the slots into `processes` groups of about equal decision counts (the pending and slot-less
-    decisions go with the first), render each group's objects in a forked process, merge."""
+    decisions go with the first), render the first group here and each other one in a forked process, merge."""
     on_slot: dict[str | None, list[Decision]] = defaultdict(list)
     for decision in plan.decisions:
         on_slot[decision.slot].append(decision)
@@ -198,15 +197,9 @@ def _objects_in_parallel(models, plan: Plan, slots: Sequence[GpuSlot], compositi
         for slot in group:
             parts[-1][0].append(slot)
             parts[-1][1].extend(on_slot.get(slot.id, []))
-    global _FORKED_JOBS
-    warm_validators(SHIPPED_KINDS)
-    _FORKED_JOBS = [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()), part_slots,
-                     compositions) for i, (part_slots, decisions) in enumerate(parts)]
-    try:  # the forked processes inherit the jobs (compositions hold Jinja environments, which do not pickle)
-        with ProcessPoolExecutor(len(parts), mp_context=multiprocessing.get_context("fork")) as pool:
-            results = list(pool.map(_objects_job, range(len(parts))))
-    finally:
-        _FORKED_JOBS = []
+    warm_validators(SHIPPED_KINDS)  # once, before the children that would each compile them are forked
+    results = forked_map(_objects, [(models, Plan(decisions=tuple(decisions), pending=plan.pending if i == 0 else ()),
+                                     part_slots, compositions) for i, (part_slots, decisions) in enumerate(parts)])
     tree, errors = _Tree(), []
     for part, part_errors in results:
         for path in tree.files.keys() & part.files.keys():  # the groups are disjoint: a clash is a template bug
@@ -241,13 +234,6 @@ def _name_sharing_groups(models: Sequence[ElasticModel], slots: Sequence[GpuSlot
     for slot in sorted(slots, key=lambda s: s.id):
         groups.setdefault(root(slot.id), []).append(slot)
     return list(groups.values())
-
-
-_FORKED_JOBS: list[tuple] = []
-
-
-def _objects_job(index: int) -> tuple[_Tree, list[ComposeError]]:
-    return _objects(*_FORKED_JOBS[index])
 
 
 def _guarded(errors: list[ComposeError], step: Callable[..., object], *args: object) -> bool:

@@ -57,7 +57,17 @@ def yaml_quote(value: object) -> Quoted:
     (\\uXXXX, or \\UXXXXXXXX beyond the BMP, which YAML decodes without surrogates),
     so newlines, `{{ }}`, `: `, `#`, `---` and unicode stay inside the string.
     """
-    return Quoted(f'"{_NEEDS_ESCAPE.sub(_escape, str(value))}"')
+    text = str(value)
+    quoted = _QUOTED.get(text)
+    if quoted is None:
+        quoted = Quoted(f'"{_NEEDS_ESCAPE.sub(_escape, text)}"')
+        if len(_QUOTED) < _QUOTED_MAX:
+            _QUOTED[text] = quoted
+    return quoted
+
+
+_QUOTED: dict[str, Quoted] = {}  # text -> its quoted form: names, labels and namespaces recur on every object
+_QUOTED_MAX = 200_000
 
 
 def _finalize(value: object) -> object:

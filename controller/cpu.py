@@ -1,0 +1,56 @@
+"""How a large pass spends this process and its CPUs.
+
+Owns `forked_map`: the first part runs in this process, every other part in a forked child
+that inherits the function and its arguments (nothing is pickled on the way in, so arguments
+such as Jinja environments that do not pickle are fine); only the results come back pickled.
+Used by controller.rendering.compose (the slot groups of a large plan) and
+controller.inputs.reader (the decision records of a large fleet); each decides when a part
+is large enough to be worth a process. And `gc_paused`: Python's cyclic garbage collector
+waits while a pass builds its hundreds of thousands of short-lived objects, which it would
+otherwise scan again and again (about a tenth of a 10,000-model pass), and runs once after.
+Used by the shells around one pass (controller.cli.offline, controller.cli.cluster_loop).
+"""
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+_JOBS: list[tuple[Callable[..., Any], tuple]] = []  # what the forked children run, inherited at fork
+
+
+def _run(index: int) -> Any:
+    function, args = _JOBS[index]
+    return function(*args)
+
+
+def forked_map(function: Callable[..., Any], parts: Sequence[tuple]) -> list[Any]:
+    """[function(*part) for part in parts], the parts after the first in forked processes."""
+    global _JOBS
+    if len(parts) <= 1:
+        return [function(*part) for part in parts]
+    _JOBS = [(function, tuple(part)) for part in parts]
+    try:
+        with ProcessPoolExecutor(len(parts) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+            others = [pool.submit(_run, i) for i in range(1, len(parts))]
+            return [function(*parts[0])] + [other.result() for other in others]
+    finally:
+        _JOBS = []
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off inside (reference counting still frees almost everything at once), one
+    collection after; as it was before if it was already off."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()

@@ -1,0 +1,73 @@
+"""How a large pass spends the process: work split over forked processes gives what one process gives (the
+helper itself, and the decision records read with it), and the garbage collector pauses for a pass."""
+from __future__ import annotations
+
+import os
+import weakref
+import shutil
+
+import pytest
+
+from controller.cpu import forked_map, gc_paused
+from controller.inputs import reader
+from tests.test_reconcile_pass import FLEET, reconcile_into
+
+
+def _square_and_pid(x: int) -> tuple[int, int]:
+    return x * x, os.getpid()
+
+
+def test_forked_map_keeps_the_order_and_runs_the_first_part_here():
+    results = forked_map(_square_and_pid, [(i,) for i in range(4)])
+    assert [value for value, _ in results] == [0, 1, 4, 9]
+    assert results[0][1] == os.getpid() and all(pid != os.getpid() for _, pid in results[1:])
+
+
+def _fails_on_two(x: int) -> int:
+    if x == 2:
+        raise ValueError("part two is broken")
+    return x
+
+
+def test_forked_map_raises_what_a_forked_part_raised():
+    with pytest.raises(ValueError, match="part two is broken"):
+        forked_map(_fails_on_two, [(1,), (2,)])
+
+
+def test_decision_records_read_in_several_processes_equal_one_process(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    shutil.copytree(FLEET, repo)
+    reconcile_into(repo)
+    records = sorted((repo / "decisions").rglob("*.yaml"))
+    records = [p for p in records if "_last-good" not in p.parts and "rightsizing" not in p.parts]
+    records[0].write_text("status: [not, a, record\n")  # garbled: skipped in both
+    duplicate = records[-1].parent / "zz-copy.yaml"  # the same decision twice: the later path wins in both
+    duplicate.write_text(records[1].read_text())
+    one = reader.load_decision_records(repo)
+    monkeypatch.setattr(reader, "PARALLEL_MIN_RECORDS", 1)
+    for processes in (2, 3):
+        several = reader.load_decision_records(repo, processes)
+        assert list(several.items()) == list(one.items())
+    assert len(one) == len(records) - 1
+
+
+def test_the_garbage_collector_waits_inside_and_collects_after():
+    import gc
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # nested: still off, and the outer one turns it back on
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+        node = _Node()
+        node.me = node  # a cycle only the collector frees
+        alive = weakref.ref(node)
+        del node
+        assert alive() is not None
+    assert gc.isenabled()
+    assert alive() is None  # collected once the pass is done
+
+
+class _Node:
+    me: object = None
