@@ -89,6 +89,7 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) 
         times[state.position] = _slot_times(model, state, here)
         _rules(model, here)
         _ttft_bounds(model, swaps, streamers, n_max, state.position, times[state.position][1])
+        _tpot_bounds(model, here, times[state.position])
         nodes.setdefault(state.node.name, (state.node, []))[1].extend(here)
     for node, here in nodes.values():
         if node.host_bytes is not None:
@@ -230,7 +231,7 @@ def _slo_terms(model: cp_model.CpModel, by_key: dict, keys: list, times: dict) -
                 t = math.floor(target * US)
                 value_const = tpot_const + (ttft_const if name == "ttft" else 0)
                 if name == "tpot" and o.mode == "elastic" and is_tight(o.ask, o.ask.limit(o.state.slot)):
-                    model.Add(tpot + value_const <= t).OnlyEnforceIf(v)  # the link-share limit (slots.slo_limits_hold)
+                    pass  # met: the link-share limit holds it (_tpot_bounds)
                 elif name == "tpot" and stream > t:
                     model.Add(missed[name] >= v)
                 elif not (name == "ttft" and o.mode == "swap"):  # a swap member's TTFT is a limit (_ttft_bounds)
@@ -331,6 +332,31 @@ def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, po
                 continue
             others = sum(turns[p.ask.key] * w for w, p in swaps if p.ask.key != o.ask.key)
             model.Add(others + fixed <= math.floor(max(room * US, -1))).OnlyEnforceIf([v, at_c])
+
+
+def _tpot_bounds(model: cp_model.CpModel, here: list, times: tuple) -> None:
+    """The link-share limit (controller.planning.slots.slo_limits_hold): each streaming option whose TPOT target T
+    bounds it meets T all busy: its step, the residents' steps, the swap group's slowest step, and of each other
+    streaming model's step the part its pass overlaps. Where the limit holds, its step with the residents' and
+    the group's is within T, and two models at least share the link, so that part is at most T ÷ the other's
+    pass at half the link: a bound never below the decisions' figure, and close to it."""
+    every, fixed, _ = times
+    elastic = [(v, o) for v, o in here if o.mode == "elastic"]
+    residents = sum(_step_us(o.ask) * v for v, o in here if o.mode == "resident")
+    for v, o in elastic:
+        if not is_tight(o.ask, o.ask.limit(o.state.slot)):
+            continue
+        target = o.ask.slo.tpot_ms
+        others = sum(math.ceil(p.ask.step_ms * _overlap(target, p) * US) * w for w, p in elastic
+                     if p.ask.key != o.ask.key)
+        model.Add(residents + (every - fixed) + _step_us(o.ask) + others <= math.floor(target * US)).OnlyEnforceIf(v)
+
+
+def _overlap(target_ms: float, o: _Option) -> float:
+    """The most of a streaming option's step that a co-tenant whose own decode time is within `target_ms` shares:
+    its pass at half the link or longer."""
+    pass_ms = cost.copy_ms(o.piece.streamed_bytes, o.ask.profile, 2)
+    return min(1.0, target_ms / pass_ms) if pass_ms else 1.0
 
 
 def _build(states: list[SlotState], chosen: dict, refused: list[Ask]) -> tuple[list[SlotState], list[Ask]]:
