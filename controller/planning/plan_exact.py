@@ -15,8 +15,8 @@ targets missed. Then, with those fixed at their optimum: the predicted latency a
 predicted ÷ target); the predicted TPOT of every model; the smaller models resident; a canonical tie-break (by name, earlier slots first;
 refusing later names first). Predictions are those of controller.planning.slots.predictions (co-tenants all
 decoding), except that an elastic co-tenant counts a bound on the part of its step its pass overlaps (the
-decisions count that part exactly): the solver's figures are never below the decisions', so a limit it holds, the
-slot holds.
+decisions count that part exactly): the solver's figures are never below the decisions', so a limit it holds (the
+swap wait, _ttft_bounds; the link share, _tpot_bounds), the slot holds.
 """
 from __future__ import annotations
 
