@@ -71,3 +71,13 @@ def test_the_garbage_collector_waits_inside_and_collects_after():
 
 class _Node:
     me: object = None
+
+
+def test_models_read_in_several_processes_equal_one_process(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    shutil.copytree(FLEET, repo)
+    (repo / "models" / "broken.yaml").write_text("apiVersion: [\n")  # its error is reported in both
+    one = reader.read_models(repo)
+    monkeypatch.setattr(reader, "PARALLEL_MIN_BYTES", 1)
+    several = reader.read_models(repo, 2)
+    assert several == one and one[1] and one[0]

@@ -126,3 +126,37 @@ def test_long_model_id_gets_a_short_hashed_job_name(benign):
     job = _pass(HOSTILE["long-300"])[("Job", "llm")]
     assert len(job["metadata"]["name"]) <= 63
     assert job["metadata"]["name"] != benign[("Job", "llm")]["metadata"]["name"]
+
+
+@pytest.mark.parametrize("template, context", [
+    ("{{ m.name | quote }}", {"m": {"name": "a"}}),
+    ("{% for k, v in m.items() %}{{ k | quote }}{% endfor %}", {"m": {"items": 1, "keys": 2}}),
+    ("{{ m.get('x') | quote }}", {"m": {"get": "shadowed", "x": "y"}}),
+    ("{{ m.items | quote }}", {"m": {"items": "an item"}}),
+    ("{{ m.missing | quote }}", {"m": {}}),
+    ("{{ m.__class__ | quote }}", {"m": {"__class__": "x"}}),
+    ("{{ m.mro | quote }}", {"m": type}),
+], ids=["item", "method-beside-a-key-of-its-name", "get-beside-a-key-of-its-name", "method-name-is-the-method",
+        "missing-is-an-error", "dunder-stays-sandboxed", "not-a-mapping"])
+def test_templates_read_mappings_as_jinjas_sandbox_does(template, context):
+    """The sandbox reads a mapping's items without trying the attribute first, and renders what Jinja's own
+    sandbox renders (or refuses what it refuses)."""
+    from types import MappingProxyType
+
+    from jinja2 import DictLoader
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from controller.rendering import render
+
+    def outcome(env, ctx):
+        try:
+            return env.get_template("t").render(**ctx)
+        except Exception as exc:  # noqa: BLE001 - compared by type
+            return type(exc)
+
+    ours = render.environment(DictLoader({"t": template}))
+    stock = SandboxedEnvironment(loader=DictLoader({"t": template}), undefined=ours.undefined, finalize=ours.finalize,
+                                 autoescape=False)
+    stock.filters["quote"] = render.yaml_quote
+    for ctx in (context, {k: MappingProxyType(v) if isinstance(v, dict) else v for k, v in context.items()}):
+        assert outcome(ours, ctx) == outcome(stock, ctx)

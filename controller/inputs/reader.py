@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ def read_repo(root: Path, processes: int = 1) -> Tree:
     good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
     are read sorted. `processes`: how many processes may read a large fleet's decision records."""
     root = Path(root)
-    models, model_errors = read_models(root)
+    models, model_errors = read_models(root, processes)
     profiles = read_profile_tree(root)
     inventory = read_inventory(root)
     compositions = read_compositions(root)
@@ -197,12 +198,16 @@ def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError
     return parse_text
 
 
-def read_models(root: Path) -> tuple[list[ElasticModel], list[InputError]]:
+def read_models(root: Path, processes: int = 1) -> tuple[list[ElasticModel], list[InputError]]:
     """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does). A broken model
-    keeps its last good spec through its decision file (controller.inputs.load.revive_last_good)."""
-    found = _parse_tree(Path(root), MODELS_DIR, lambda doc, rel, i: parse_model(doc, Source(rel, i)),
-                        last_good=False)
+    keeps its last good spec through its decision file (controller.inputs.load.revive_last_good). A large
+    fleet's files are read in `processes` processes (controller.cpu), the result the same."""
+    found = _parse_tree(Path(root), MODELS_DIR, _parse_model_document, last_good=False, processes=processes)
     return found.values, found.errors
+
+
+def _parse_model_document(doc: Any, rel: str, index: int) -> tuple[ElasticModel | None, list[InputError]]:
+    return parse_model(doc, Source(rel, index))
 
 
 def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:
@@ -217,11 +222,39 @@ def read_profile_tree(root: Path) -> TreeRead:
     return _parse_tree(Path(root), PROFILES_DIR, parse_profile)
 
 
-def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True) -> TreeRead:
+PARALLEL_MIN_BYTES = 1 << 20  # below this, one process reads a tree faster than several start
+
+
+def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True, processes: int = 1) -> TreeRead:
+    """Every file under `sub`, in path order; in `processes` processes when the files hold PARALLEL_MIN_BYTES."""
+    paths = yaml_files(root, sub)
+    if processes > 1 and len(paths) > 1 and _size(root, paths) >= PARALLEL_MIN_BYTES:
+        share = -(-len(paths) // processes)
+        parts = forked_map(_parse_files, [(root, paths[i:i + share], parse, last_good)
+                                          for i in range(0, len(paths), share)])
+    else:
+        parts = [_parse_files(root, paths, parse, last_good)]
+    found = TreeRead()
+    for part in parts:
+        found.add(part)
+    return found
+
+
+def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool) -> TreeRead:
     found, parse_text = TreeRead(), documents_parser(parse)
-    for rel in yaml_files(root, sub):
+    for rel in paths:
         found.add(read_input_file(root, rel, parse_text, last_good=last_good))
     return found
+
+
+def _size(root: Path, paths: list[str]) -> int:
+    total = 0
+    for rel in paths:
+        try:
+            total += os.lstat(Path(root) / rel).st_size
+        except OSError:
+            pass  # read_input_file reports it
+    return total
 
 
 def read_inventory(root: Path) -> TreeRead:

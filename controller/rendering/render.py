@@ -19,7 +19,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from contract import wire
 from controller.inputs.compositions import Templates
-from controller.inputs.yamlin import parse_documents
+from controller.rendering.shapes import parse_output
 
 
 class Quoted(str):
@@ -81,9 +81,27 @@ def _finalize(value: object) -> object:
 
 WIRE = MappingProxyType({name: value for name, value in vars(wire).items() if name.isupper() and isinstance(value, str)})
 
+_MAPPING_ATTRIBUTES = {kind: frozenset(dir(kind)) for kind in (dict, MappingProxyType)}
+
+
+class _Sandbox(SandboxedEnvironment):
+    """Jinja's sandbox, which reads `worker.name` of a plain mapping as its item at once: the sandbox would first
+    try the attribute, which a dict or mappingproxy has only for the names of its methods, and fail (an exception
+    per lookup, a sixth of rendering a Service). Method names (`params.items()`) go the sandbox's way."""
+
+    def getattr(self, obj: object, attribute: str) -> object:
+        names = _MAPPING_ATTRIBUTES.get(type(obj))
+        if names is not None and attribute not in names:
+            try:
+                return obj[attribute]  # type: ignore[index]
+            except (KeyError, TypeError):
+                pass
+        return super().getattr(obj, attribute)
+
+
 def environment(loader: BaseLoader) -> SandboxedEnvironment:
     """The sandbox templates run in: no undefined names, no autoescape, only quoted strings out."""
-    env = SandboxedEnvironment(
+    env = _Sandbox(
         loader=loader,
         undefined=StrictUndefined,
         autoescape=False,
@@ -104,13 +122,14 @@ def compiled(templates: Templates) -> SandboxedEnvironment:
 
 
 def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[str, object]) -> list[dict]:
-    """Render one template and parse it with libyaml's safe loader: the objects it defines, in order."""
+    """Render one template and read it as libyaml's safe loader does (controller.rendering.shapes): the objects it
+    defines, in order."""
     try:
         text = env.get_template(template).render(**context)
     except TemplateError as exc:
         raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
     try:
-        docs = [doc for doc in parse_documents(text) if doc is not None]
+        docs = [doc for doc in parse_output(text) if doc is not None]
     except (yaml.YAMLError, RecursionError) as exc:
         raise RenderError(template, f"output is not YAML: {exc}") from exc
     for doc in docs:
