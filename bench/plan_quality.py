@@ -11,8 +11,9 @@ Three experiments (issue 11), every number printed:
 3. Mixed fleets (issue 23): seeded fleets of 2-4 GPUs mixing H200, L4 and A100 (A100 profiles estimated here),
    3-7 models with TPOT/TTFT targets, half without a product. Prints the SLO targets predicted met by plan()
    and by the greedy against the reference: the exact solver with SLO misses ranked right after refused (the
-   best plan with the same refusals); on how many fleets each meets as many with the same refusals; and how
-   often it refuses a model the reference serves.
+   best plan with the same refusals); on how many fleets each meets as many with the same refusals; how
+   often it refuses a model the reference serves; and on how many fleets it refuses a model that a GPU of
+   another product could take as the plan leaves it (issue 23: never).
 4. Churn: 200 models with previous decisions passed in, on a loaded fleet and with 10 spare GPUs: add one
    model, remove one, raise one budget; the distribution of other models moved (slot, mode or layers
    changed), and the same without previous decisions for comparison.
@@ -160,6 +161,7 @@ def mixed_fleets(n: int, seed: int) -> None:
     equal = {"plan": 0, "greedy": 0}
     same_refusals = {"plan": 0, "greedy": 0}
     other_product = {"plan": 0, "greedy": 0}
+    servable = {"plan": 0, "greedy": 0}
     started = time.perf_counter()
     for _ in range(n):
         inputs = mixed_fleet(rng, profiles)
@@ -176,6 +178,7 @@ def mixed_fleets(n: int, seed: int) -> None:
             equal[name] += score[0] == reference[0] and score[1] >= reference[1]
             pinned = {m.key for m in inputs.models if m.gpu_product is not None}
             other_product[name] += sum(1 for key in score[2] if key not in pinned and key in placed_by_reference)
+            servable[name] += bool(servable_elsewhere(inputs, result))
     took = time.perf_counter() - started
     print(f"mixed fleets (H200, L4, A100; SLOs; half without a product): {n} fleets in {took:.1f} s; "
           f"{totals['targets']} SLO targets")
@@ -184,7 +187,33 @@ def mixed_fleets(n: int, seed: int) -> None:
         print(f"  {name + '()' if name == 'plan' else 'greedy':<8} {totals[name]} targets met; same refusals as the "
               f"reference on {same_refusals[name]}/{n}; as many targets met with the same refusals on "
               f"{equal[name]}/{n} ({equal[name] / max(n, 1):.1%}); refused while the reference served it on another "
-              f"product or GPU: {other_product[name]}")
+              f"product or GPU: {other_product[name]}; fleets with a model refused while a GPU of another product "
+              f"it may run on could take it, the plan left as it is: {servable[name]}/{n}")
+
+
+def servable_elsewhere(inputs: Inputs, result) -> list[tuple[str, str]]:
+    """Refused models (without a product of their own) that a GPU of another product could serve as the plan
+    leaves it: re-planned with the plan's decisions as the last ones and the model pinned to that product, it
+    is placed and no other model changes slot, mode or slice. (model, product) for each."""
+    decisions = {d.key: d for d in result.decisions}
+    products = {s.product for s in inputs.slots}
+    out = []
+    for model in inputs.models:
+        refused = decisions[model.key]
+        if model.gpu_product is not None or refused.mode != "refused":
+            continue
+        for product in sorted(products - {refused.gpu_product}):
+            if not any((p.model, p.gpu_product) == (model.model, product) for p in inputs.profiles):
+                continue
+            pinned = replace(model, gpu_product=product)
+            again = plan(replace(inputs, models=tuple(pinned if m.key == model.key else m for m in inputs.models)),
+                         decisions)
+            after = {d.key: d for d in again.decisions}
+            if after[model.key].mode != "refused" and all(
+                    (after[k].slot, after[k].mode, after[k].resident_layers) == (d.slot, d.mode, d.resident_layers)
+                    for k, d in decisions.items() if k != model.key):
+                out.append((model.name, product))
+    return out
 
 
 def at_scale() -> None:

@@ -1,5 +1,5 @@
-"""Placement that meets SLOs (issue 23): the product chosen with the slot, SLO misses in the objective, one
-definition of a met SLO for the limits and the verdict, and the render-time rules known to the planner.
+"""Placement that meets SLOs (issue 23): the product chosen with the slot, SLO misses in the objective, and
+the render-time rules known to the planner (one definition of a met SLO: tests/test_plan_slo_limits.py).
 
 Each table case pins the slot its model must get, on both planners (exact and greedy), with a case id that says
 what broke before. Real H200 and L4 profiles come from examples/fleet; the three-product case uses the toy
@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from controller.inputs.reader import load_repo
 from controller.planning import cost
@@ -126,39 +124,6 @@ def test_a_rule_no_slot_can_meet_refuses_with_its_reason_and_the_fix(method, mod
     assert compose(models, result, [gpu("h200-a")]).errors == ()
 
 
-# ------------------------------------------------------------------- one definition of a met SLO
-
-def _fleets():
-    small = toy_profile("org/small", layers=2, decode_ms=400.0)
-    models = st.lists(st.tuples(st.sampled_from(["org/toy", "org/small"]), st.integers(500, 1500),
-                                st.sampled_from([None, 2000.0, 4000.0, 7500.0]),
-                                st.sampled_from([None, 1500.0, 2500.0, 3500.0])), min_size=2, max_size=5)
-    slots = st.lists(st.integers(1000, 3000), min_size=1, max_size=2)
-    return st.tuples(models, slots).map(lambda ms: Inputs(
-        models=tuple(toy_model(f"m{i}", budget, model=m, ttft_ms=ttft, tpot_ms=tpot)
-                     for i, (m, budget, ttft, tpot) in enumerate(ms[0])),
-        profiles=(toy_profile(), small),
-        slots=tuple(toy_slot(f"node-{i}", usable) for i, usable in enumerate(ms[1]))))
-
-
-@pytest.mark.parametrize("method", METHODS)
-@settings(max_examples=25, deadline=None)
-@given(inputs=_fleets())
-def test_a_model_admitted_under_an_slo_limit_is_predicted_to_meet_it(method, inputs):
-    """A swap member admitted under the swap-wait bound is predicted to meet its TTFT (the limit and the
-    verdict are one test, co-tenants decoding included); a streaming model whose TPOT target it can meet alone,
-    admitted under the link share, streams within that target at the share it is predicted at."""
-    result = plan(inputs, method=method)
-    for d in result.decisions:
-        slo = next(m.slo for m in inputs.models if m.key == d.key)
-        if d.mode == "swap" and slo.ttft_ms is not None:
-            assert "ttft" not in cost.missed(slo, d.predicted), d.reason
-        if d.mode == "elastic" and slo.tpot_ms is not None:
-            profile = next(p for p in inputs.profiles if p.model == d.model)
-            if cost.smallest_slice_meeting(profile, slo, d.budget_bytes, 1) is not None:
-                assert d.host_bytes / (d.predicted.link_share_gbps * cost.GB) * 1000 <= slo.tpot_ms, d.reason
-
-
 # ------------------------------------------------------------------- explain
 
 def test_explain_names_the_gpu_that_would_have_met_the_slo_and_why_it_is_not_there():
@@ -176,3 +141,25 @@ def test_explain_names_the_gpu_that_would_have_met_the_slo_and_why_it_is_not_the
     text = explain(Inputs(models=tuple(models), profiles=tuple(PROFILES), slots=tuple(slots)), result, "llama-8b")
     assert "- h200-b/gpu0 (NVIDIA-H200) would have met it: TPOT" in text
     assert "the stability rule" in text
+
+
+def test_the_bench_finds_a_model_refused_while_another_product_could_serve_it():
+    """bench/plan_quality.py's check of "never a refusal while a GPU of another product could serve the model":
+    a plan that kept the unpinned model on the full H200 (as if its product were fixed first) is caught, with the
+    empty L4 it may run on; the planner's own plan is not. The big model is placed first (its last decision), and
+    neither may stream beside the other (its TPOT target, the other's TTFT against a swap-in)."""
+    from dataclasses import replace
+
+    from bench.plan_quality import servable_elsewhere
+    big = toy_model("big", 1300, product=FAST, tpot_ms=1000)
+    other = toy_model("other", 1300, product=None, ttft_ms=1000)
+    slots = (toy_slot("h200", 1400, product=FAST), toy_slot("l4", 1400, product=SLOW))
+    first = plan(Inputs(models=(big,), profiles=TOYS, slots=slots))
+    previous = {d.key: d for d in first.decisions}
+    inputs = Inputs(models=(big, other), profiles=TOYS, slots=slots)
+    fixed_first = plan(replace(inputs, models=(big, replace(other, gpu_product=FAST))), previous)
+    assert [d.mode for d in fixed_first.decisions] == ["resident", "refused"]
+    assert servable_elsewhere(inputs, fixed_first) == [("other", SLOW)]
+    own = plan(inputs, previous)
+    assert [d.slot for d in own.decisions] == ["h200/gpu0", "l4/gpu0"]
+    assert servable_elsewhere(inputs, own) == []

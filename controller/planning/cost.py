@@ -66,19 +66,24 @@ def elastic_slices(profile: Profile, slo: SLO) -> list[ElasticSlice]:
 
 def smallest_slice_meeting(profile: Profile, slo: SLO, limit: int, streamers: int,
                            slices: list[ElasticSlice] | None = None) -> ElasticSlice | None:
-    """The elastic slice an elastic model starts at: the fewest resident layers whose streaming at its share
-    of the link (1/streamers) meets slo.tpotMs, or the elastic minimum without a TPOT target. None when no
-    slice within `limit` meets the target at that share. `slices`: elastic_slices(), if the caller has them."""
+    """The fewest resident layers whose streaming at its share of the link (1/streamers) meets slo.tpotMs
+    (`streams_within`), or the elastic minimum without a TPOT target. None when no slice within `limit` meets
+    the target at that share. `slices`: elastic_slices(), if the caller has them."""
     slices = slices or elastic_slices(profile, slo)
     if slices[0].footprint > limit:
         return None
     if slo.tpot_ms is None:
         return slices[0]
-    allowed = slo.tpot_ms * 1e-3 * link_share_gbps(profile, streamers) * GB  # bytes it may stream per token
     for piece in slices:
-        if piece.streamed_bytes <= allowed:
+        if streams_within(profile, slo, piece, streamers):
             return piece if piece.footprint <= limit else None
     return None
+
+
+def streams_within(profile: Profile, slo: SLO, piece: ElasticSlice, streamers: int) -> bool:
+    """The streaming term of its predicted TPOT (predict_elastic: its streamed bytes at 1/streamers of the link,
+    as the prediction rounds it) is within slo.tpotMs; True without a target."""
+    return slo.tpot_ms is None or _ms(copy_ms(piece.streamed_bytes, profile, streamers)) <= slo.tpot_ms
 
 
 def copy_ms(nbytes: int, profile: Profile, streamers: int = 1) -> float:

@@ -165,8 +165,9 @@ def _refused(ask: Ask, code: str, info: dict) -> Decision:
         reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but streaming there it "
                   f"would share the host→device link with at least {info['streamers']} streaming model(s) "
                   f"({', '.join(info['neighbours'])} on {info['slot']}): {share:g} GB/s each{own}, and a "
-                  f"share that small breaks its TPOT target or a neighbour's. Raise memoryBudget (more resident "
-                  f"layers stream less), relax slo.tpotMs, or add a GPU")
+                  f"share that small, or its and its co-tenants' decode steps there (all decoding at once), "
+                  f"breaks its TPOT target or a neighbour's. Raise memoryBudget (more resident layers stream "
+                  f"less), relax slo.tpotMs, or add a GPU")
     elif code == "HostMemoryFull":
         missing = ask.minimum.streamed_bytes - info["host_free"]
         reason = (f"{info['roomy']} slot(s) had room for its elastic minimum {fb(nbytes)}, but it would pin "

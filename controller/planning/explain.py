@@ -91,7 +91,8 @@ def _why_not(d: Decision, need_total: int, limit: int, minimum: int) -> list[str
         if d.reason_code == "NoCapacity":
             why = f"its elastic minimum {fb(minimum)} is more than any slot has free"
         elif d.reason_code == "LinkShareTooSmall":
-            why = "where its elastic minimum fits, its share of the host→device link would break a TPOT target"
+            why = ("where its elastic minimum fits, its share of the host→device link or the co-tenants' decode "
+                   "steps would break a TPOT target")
         elif d.reason_code == "HostMemoryFull":
             why = "where its elastic minimum fits, the node's host RAM cannot pin its streamed layers"
         elif fits:

@@ -16,9 +16,10 @@ import itertools
 
 from controller.planning import cost
 from controller.planning.slots import (Ask, Layout, SlotState, alone_misses, apply, check, elastic_entries, is_tight,
-                                      predictions, slo_fits)
+                                      link_slack_ms, predictions, slo_fits)
 
 SCAN = 32               # slots the greedy tries per step before it gives up on a mode
+SLACK_MARGIN_MS = 1e-3  # predictions are rounded to 1 µs: a step beyond the slack by more breaks the limit
 SLO_SCAN = 8            # of those, the best fits it predicts SLOs on (and the emptiest) before it takes the best fit
 
 
@@ -150,12 +151,15 @@ def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[l
     refused = []
     for first in (True, False):
         batch = [a for a in rest if a.placed_before == first]
+        loud = _loud(batch)
+        for ask in sorted((a for a in batch if a.whole and a.key in loud), key=_whole_order):
+            if not _place_whole(ask, states, index, kept):
+                refused.append(ask)
         for ask in sorted((a for a in batch if not a.whole), key=_streaming_order):
             if not _place_elastic(ask, states, index, squeezed=False):
                 refused.append(ask)
-        for ask in sorted((a for a in batch if a.whole), key=lambda a: (a.swap_ok(), a.need_bytes, a.key)):
-            if not (_place_resident(ask, index) or _join_swap(ask, states, index)
-                    or _repack(ask, states, index, kept) or _place_elastic(ask, states, index, squeezed=True)):
+        for ask in sorted((a for a in batch if a.whole and a.key not in loud), key=_whole_order):
+            if not _place_whole(ask, states, index, kept):
                 refused.append(ask)
     # streaming residents frees bytes: it helps a model no slot had the bytes for
     most = max((s.free for s in states), default=0)
@@ -167,6 +171,28 @@ def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[l
         if len(state.swap) == 1:
             apply(state, check(state, state.resident + state.swap, [], elastic_entries(state)))
     return states, refused
+
+
+def _whole_order(ask: Ask) -> tuple:
+    """Those a swap-in would break first (they must stay resident), then the smaller first."""
+    return (ask.swap_ok(), ask.need_bytes, ask.key)
+
+
+def _place_whole(ask: Ask, states: list[SlotState], index: _FreeIndex, kept: set) -> bool:
+    """Resident by best fit, else into a swap group, else a slot re-packs into one, else elastic."""
+    return (_place_resident(ask, index) or _join_swap(ask, states, index) or _repack(ask, states, index, kept)
+            or _place_elastic(ask, states, index, squeezed=True))
+
+
+def _loud(batch: list[Ask]) -> set:
+    """The models that fit whole and whose decode step alone exceeds the TPOT target of a streaming model of the
+    batch that the target bounds: no slot may hold both (the link-share limit), so they are placed before the
+    streaming models spread over every quiet slot."""
+    bound = [a.slo.tpot_ms for a in batch if not a.whole and is_tight(a, a.model.budget_bytes)]
+    if not bound:
+        return set()
+    least = min(bound)
+    return {a.key for a in batch if a.whole and a.step_ms > least}
 
 
 def _stream_residents_to_admit(ask: Ask, states: list[SlotState], index: _FreeIndex, kept: set) -> bool:
@@ -270,6 +296,9 @@ def _place_resident(ask: Ask, index: _FreeIndex) -> bool:
     last = [s for s in [index.by_id.get(ask.last_slot)] if s is not None and s.free >= ask.need_bytes]
     tried = 0
     for state in last or index.at_least(ask.need_bytes):
+        slack = link_slack_ms(state)
+        if slack is not None and ask.step_ms > slack + SLACK_MARGIN_MS:
+            continue  # its step alone would make a bound streaming model there miss its TPOT (the link-share limit)
         tried += 1
         if tried > SCAN and not last:
             return False

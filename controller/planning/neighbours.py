@@ -177,6 +177,10 @@ def _link_advice(model, profile: Profile, slot: GpuSlot, placed: list[Decision])
         full = cost.elastic_slice_at(profile, model.slo, 0)
         out.append(f"- or relax slo.tpotMs to {cost.copy_ms(full.streamed_bytes, profile, n):.0f} ms")
     out.append("- or move a streaming neighbour to another GPU, or add a GPU")
+    if model.slo.tpot_ms is not None:
+        step = cost.decode_step_ms(profile, model.slo.concurrency)
+        out.append(f"- its TPOT also counts its own decode step ({step:.1f} ms) and the co-tenants' there, all "
+                   f"decoding at once: a GPU with fewer or smaller co-tenants admits it")
     return out
 
 

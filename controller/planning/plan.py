@@ -22,8 +22,9 @@ The rules (docs/planner.md; docs/architecture.md has the design):
    elastic slices) within its usable memory; pinned host copies (swap members' weights,
    elastic models' streamed layers) on all GPUs of a node within the node's host RAM; the
    worst swap-in wait of a swap group within each member's TTFT; and every streaming
-   model's TPOT at its share of the link (the link divided among the elastic models and
-   the swap group) within its target.
+   model's TPOT within a target it meets alone: the longer of its streaming at its share of
+   the link (divided among the elastic models) and its step with the co-tenants' steps. Both
+   SLO limits are judged on the all-busy prediction the decision carries.
 4. The objective, in order: no model the last plan placed is refused to admit others;
    fewest refused; fewest moves of models whose own inputs did not change (so a model keeps
    its slot and mode unless keeping it would refuse someone, and the reason names the move);

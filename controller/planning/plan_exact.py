@@ -15,8 +15,8 @@ targets missed. Then, with those fixed at their optimum: the predicted latency a
 predicted ÷ target); the predicted TPOT of every model; the smaller models resident; a canonical tie-break (by name, earlier slots first;
 refusing later names first). Predictions are those of controller.planning.slots.predictions (co-tenants all
 decoding), except that an elastic co-tenant counts a bound on the part of its step its pass overlaps (the
-decisions count that part exactly): the solver's figures are never below the decisions', so a limit it holds, the
-slot holds.
+decisions count that part exactly): the solver's figures are never below the decisions', so a limit it holds (the
+swap wait, _ttft_bounds; the link share, _tpot_bounds), the slot holds.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 
 from controller.planning import cost
 from controller.planning.greedy import greedy_fleet
-from controller.planning.slots import Ask, SlotState, apply, check, rule_broken
+from controller.planning.slots import Ask, SlotState, apply, check, is_tight, rule_broken
 
 SEED = 0
 DETERMINISTIC_LIMIT_S = 10.0  # the solver's own deterministic time (not wall-clock), per solve: same result every run
@@ -89,6 +89,7 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) 
         times[state.position] = _slot_times(model, state, here)
         _rules(model, here)
         _ttft_bounds(model, swaps, streamers, n_max, state.position, times[state.position][1])
+        _tpot_bounds(model, here, times[state.position])
         nodes.setdefault(state.node.name, (state.node, []))[1].extend(here)
     for node, here in nodes.values():
         if node.host_bytes is not None:
@@ -145,6 +146,9 @@ def _solver() -> cp_model.CpSolver:
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = SEED
     solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT_S
+    # OR-Tools 9.15's symmetry detection aborts the whole process on some of these models ("Check failed:
+    # context_->VarToConstraints(var).empty()"; tests/test_plan_slo_limits.py has one): the solve does without it
+    solver.parameters.symmetry_level = 0
     return solver
 
 
@@ -226,7 +230,9 @@ def _slo_terms(model: cp_model.CpModel, by_key: dict, keys: list, times: dict) -
             for name, target in targets:
                 t = math.floor(target * US)
                 value_const = tpot_const + (ttft_const if name == "ttft" else 0)
-                if name == "tpot" and stream > t:
+                if name == "tpot" and o.mode == "elastic" and is_tight(o.ask, o.ask.limit(o.state.slot)):
+                    pass  # met: the link-share limit holds it (_tpot_bounds)
+                elif name == "tpot" and stream > t:
                     model.Add(missed[name] >= v)
                 elif not (name == "ttft" and o.mode == "swap"):  # a swap member's TTFT is a limit (_ttft_bounds)
                     model.Add(tpot + value_const <= t + big * (1 - v) + big * missed[name])
@@ -326,6 +332,31 @@ def _ttft_bounds(model: cp_model.CpModel, swaps: list, streamers, n_max: int, po
                 continue
             others = sum(turns[p.ask.key] * w for w, p in swaps if p.ask.key != o.ask.key)
             model.Add(others + fixed <= math.floor(max(room * US, -1))).OnlyEnforceIf([v, at_c])
+
+
+def _tpot_bounds(model: cp_model.CpModel, here: list, times: tuple) -> None:
+    """The link-share limit (controller.planning.slots.slo_limits_hold): each streaming option whose TPOT target T
+    bounds it meets T all busy: its step, the residents' steps, the swap group's slowest step, and of each other
+    streaming model's step the part its pass overlaps. Where the limit holds, its step with the residents' and
+    the group's is within T, and two models at least share the link, so that part is at most T ÷ the other's
+    pass at half the link: a bound never below the decisions' figure, and close to it."""
+    every, fixed, _ = times
+    elastic = [(v, o) for v, o in here if o.mode == "elastic"]
+    residents = sum(_step_us(o.ask) * v for v, o in here if o.mode == "resident")
+    for v, o in elastic:
+        if not is_tight(o.ask, o.ask.limit(o.state.slot)):
+            continue
+        target = o.ask.slo.tpot_ms
+        others = sum(math.ceil(p.ask.step_ms * _overlap(target, p) * US) * w for w, p in elastic
+                     if p.ask.key != o.ask.key)
+        model.Add(residents + (every - fixed) + _step_us(o.ask) + others <= math.floor(target * US)).OnlyEnforceIf(v)
+
+
+def _overlap(target_ms: float, o: _Option) -> float:
+    """The most of a streaming option's step that a co-tenant whose own decode time is within `target_ms` shares:
+    its pass at half the link or longer."""
+    pass_ms = cost.copy_ms(o.piece.streamed_bytes, o.ask.profile, 2)
+    return min(1.0, target_ms / pass_ms) if pass_ms else 1.0
 
 
 def _build(states: list[SlotState], chosen: dict, refused: list[Ask]) -> tuple[list[SlotState], list[Ask]]:

@@ -52,19 +52,27 @@ class Ask:
         return min(self.model.budget_bytes, slot.usable_bytes)
 
     def start(self, streamers: int, limit: int) -> cost.ElasticSlice | None:
-        """Its elastic start slice with `streamers` models on the link; None when its share would break its
-        TPOT target (or nothing fits `limit`). A target no slice meets even alone does not stop it: it is
-        placed at the elastic minimum and reported as missed."""
+        """Its elastic start slice with `streamers` models on the link: where its TPOT target bounds it
+        (`is_tight`), the fewest resident layers whose streaming meets the target at that share, None when no
+        slice within `limit` does; else the elastic minimum (None when that exceeds `limit`)."""
         key = (streamers, limit)
         if key not in self._starts:
-            piece = self.start_meeting(streamers, limit)
-            if piece is None and self.minimum.footprint <= limit and not self.meets_alone(limit):
-                piece = self.minimum
-            self._starts[key] = piece
+            if is_tight(self, limit):
+                self._starts[key] = self.start_meeting(streamers, limit)
+            else:
+                self._starts[key] = self.minimum if self.minimum.footprint <= limit else None
         return self._starts[key]
 
     def meets_alone(self, limit: int) -> bool:
-        return self.start_meeting(1, limit) is not None
+        """It meets its TPOT target streaming alone on a GPU (the whole link, no co-tenant busy): the alone
+        figure of predict_elastic at the fewest resident layers within `limit` that stream within it. Only
+        then does the target bound where it may stream; a target it misses even alone is reported missed."""
+        key = ("alone", limit)
+        if key not in self._starts:
+            piece = self.start_meeting(1, limit)
+            self._starts[key] = piece is not None and not cost.missed(
+                self.slo, cost.predict_elastic(self.profile, self.slo, piece))
+        return self._starts[key]
 
     def start_meeting(self, streamers: int, limit: int) -> cost.ElasticSlice | None:
         key = ("meeting", streamers, limit)
@@ -73,10 +81,9 @@ class Ask:
         return self._starts[key]
 
     def keeps_tpot(self, piece: cost.ElasticSlice, streamers: int, limit: int) -> bool:
-        """A slice kept from the last plan still meets TPOT at this share (or no slice ever could)."""
-        if self.slo.tpot_ms is None or not self.meets_alone(limit):
-            return True
-        return cost.copy_ms(piece.streamed_bytes, self.profile, streamers) <= self.slo.tpot_ms
+        """A slice kept from the last plan still streams within its TPOT target at this share (or the target
+        does not bound it): the streaming term of the link-share limit, checked before the whole of it."""
+        return not is_tight(self, limit) or cost.streams_within(self.profile, self.slo, piece, streamers)
 
     def turn_ms(self, streamers: int) -> float:
         return cost.swap_turn_ms(self.profile, self.slo, streamers)
@@ -131,6 +138,7 @@ class SlotState:
     kept_bytes: int = 0    # residents kept from the last plan (a re-pack never moves them)
     summary: tuple | None = None  # slo_fits' bounds, with the slot's state they were computed at
     served: tuple | None = None   # the compositions and served names of its models, likewise (greedy's rule check)
+    slack: tuple | None = None    # link_slack_ms, likewise
 
     @property
     def swap_area(self) -> int:
@@ -207,38 +215,48 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
 
 
 def slo_limits_hold(slot: GpuSlot, resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> bool:
-    """The swap-wait limit, judged by the same prediction (all co-tenants decoding) the decisions carry
-    (docs/planner.md, "One definition of a met SLO"): every swap member with a TTFT target meets it after the
-    worst wait for the others' turns plus its own swap-in. (The link share limit is the start slice itself:
-    `Ask.start` keeps each streaming model's streaming within its TPOT target at its share.)"""
-    if len(swap) < 2 or all(a.slo.ttft_ms is None for a in swap):
+    """The SLO limits, judged by the prediction the decisions carry and the verdict uses (`predictions`: every
+    co-tenant decoding at once; docs/planner.md, "One definition of a met SLO"). Swap wait: in a group of two
+    or more, each member with a TTFT target meets it after the worst wait for the others' turns and its own
+    swap-in. Link share: each streaming model whose TPOT target bounds it (`is_tight`) meets it, the larger of
+    its streaming at its share and its step with the co-tenants' steps."""
+    waiting = [a for a in swap if a.slo.ttft_ms is not None] if len(swap) >= 2 else []
+    streaming = [a for a, _ in pieces if is_tight(a, a.limit(slot))]
+    if not waiting and not streaming:
         return True
-    predicted = predictions(resident, swap, pieces)
-    return not any(a.slo.ttft_ms is not None and "ttft" in cost.missed(a.slo, predicted[a.key]) for a in swap)
+    predicted = predictions(resident, swap, pieces, only={a.key for a in waiting + streaming})
+    return (not any("ttft" in cost.missed(a.slo, predicted[a.key]) for a in waiting)
+            and not any("tpot" in cost.missed(a.slo, predicted[a.key]) for a in streaming))
 
 
-def predictions(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> dict:
-    """Per member key: its predicted TTFT/TPOT on a slot with this layout, co-tenants all decoding at once: the
-    one computation behind the decisions, the SLO limits and the planners' SLO objective."""
+def predictions(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]],
+                only: set | None = None) -> dict:
+    """Per member key (those in `only`, if given): its predicted TTFT/TPOT on a slot with this layout, co-tenants
+    all decoding at once: the one computation behind the decisions, the SLO limits and the planners' SLO
+    objective."""
     n = len(pieces)
-    shared = shared_ms(resident, swap, pieces)
+    shared = shared_ms(resident, swap, pieces, only)
     turns = {a.key: a.turn_ms(n + 1) for a in swap}
     out = {}
     for ask in resident:
-        out[ask.key] = cost.predict_resident(ask.profile, ask.slo, shared[ask.key])
+        if ask.key in shared:
+            out[ask.key] = cost.predict_resident(ask.profile, ask.slo, shared[ask.key])
     for ask in swap:
-        wait = sum(turns.values()) - turns[ask.key]
-        out[ask.key] = cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n + 1)
+        if ask.key in shared:
+            wait = sum(turns.values()) - turns[ask.key]
+            out[ask.key] = cost.predict_swap(ask.profile, ask.slo, wait, shared[ask.key], n + 1)
     for ask, piece in pieces:
-        out[ask.key] = cost.predict_elastic(ask.profile, ask.slo, piece, n, shared[ask.key])
+        if ask.key in shared:
+            out[ask.key] = cost.predict_elastic(ask.profile, ask.slo, piece, n, shared[ask.key])
     return out
 
 
-def shared_ms(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]]) -> dict:
-    """Per member key: the co-tenants' GPU time inside one of its decode steps, when all of them decode at
-    once. Resident models and the active swap member (the slowest, for the worst case) step back to back; an
-    elastic model computes for one step per streamed pass, so it takes its step once per pass: its share
-    of the member's step is step × (member's step ÷ the pass), at most one step."""
+def shared_ms(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost.ElasticSlice]],
+              only: set | None = None) -> dict:
+    """Per member key (those in `only`, if given): the co-tenants' GPU time inside one of its decode steps, when
+    all of them decode at once. Resident models and the active swap member (the slowest, for the worst case)
+    step back to back; an elastic model computes for one step per streamed pass, so it takes its step once per
+    pass: its share of the member's step is step × (member's step ÷ the pass), at most one step."""
     n = len(pieces)
     streaming = [(a.key, a.step_ms, cost.copy_ms(piece.streamed_bytes, a.profile, n)) for a, piece in pieces]
     group = max((a.step_ms for a in swap), default=0.0)
@@ -247,6 +265,8 @@ def shared_ms(resident: list[Ask], swap: list[Ask], pieces: list[tuple[Ask, cost
     for members, base_of in ((resident, lambda a: in_resident - a.step_ms + group), (swap, lambda a: in_resident),
                              ([a for a, _ in pieces], lambda a: in_resident + group)):
         for a in members:
+            if only is not None and a.key not in only:
+                continue
             base = base_of(a)
             own = a.step_ms + base
             shared[a.key] = base + sum(step * min(1.0, own / pass_ms) if pass_ms else step
@@ -291,6 +311,25 @@ def _summary(state: SlotState) -> tuple:
     every = rooms[True] + rooms[False]
     result = (fixed, streamed, min(every) if every else None, min(rooms[False]) if rooms[False] else None)
     state.summary = (stamp, result)
+    return result
+
+
+def link_slack_ms(state: SlotState) -> float | None:
+    """The least room left under the TPOT target of the streaming models on the slot that it bounds (`is_tight`):
+    target − (its step + the co-tenants' steps, all decoding at once), the decode part of the link-share limit;
+    None where none is bound. A new resident adds at least its own step to each, so one whose step exceeds
+    this breaks the limit there: the greedy skips such a slot before checking it whole. Cached until the slot
+    changes."""
+    stamp = (state.used, state.host_used, len(state.resident), len(state.swap), len(state.elastic))
+    if state.slack is not None and state.slack[0] == stamp:
+        return state.slack[1]
+    bound = [a for a, _, _ in state.elastic.values() if is_tight(a, a.limit(state.slot))]
+    result = None
+    if bound:
+        pieces = [(a, p) for a, p, _ in state.elastic.values()]
+        shared = shared_ms(state.resident, state.swap, pieces, only={a.key for a in bound})
+        result = min(a.slo.tpot_ms - a.step_ms - shared[a.key] for a in bound)
+    state.slack = (stamp, result)
     return result
 
 
@@ -347,10 +386,15 @@ def is_tight(ask: Ask, limit: int) -> bool:
 
 
 def grow(states: list[SlotState]) -> None:
-    """Elastic slices placed this pass grow one layer at a time, in turn by name, into the room left."""
+    """Elastic slices placed this pass grow one layer at a time, in turn by name, into the room left. A slice
+    that streams less passes sooner, so its step takes more of a co-tenant's: where a co-tenant is bound by
+    an SLO limit, a layer is taken only while the limits still hold."""
     for state in states:
         growing = sorted((e for e in state.elastic.values() if not e[2]), key=lambda e: e[0].key)
         free = state.free
+        # a shorter pass lengthens a swap member's wait or another bound streaming model's TPOT, never its own
+        bound = len(state.swap) > 1 or len(state.elastic) > 1 and any(
+            is_tight(a, a.limit(state.slot)) for a, _, _ in state.elastic.values())
         while growing:
             still = []
             for entry in growing:
@@ -360,11 +404,15 @@ def grow(states: list[SlotState]) -> None:
                     continue
                 bigger = ask.slices[k]
                 if bigger.footprint - piece.footprint <= free and bigger.footprint <= ask.limit(state.slot):
+                    entry[1] = bigger
+                    if bound and not slo_limits_hold(state.slot, state.resident, state.swap,
+                                                     [(a, p) for a, p, _ in state.elastic.values()]):
+                        entry[1] = piece
+                        continue
                     free -= bigger.footprint - piece.footprint
                     state.used += bigger.footprint - piece.footprint
                     state.elastic_bytes += bigger.footprint - piece.footprint
                     state.node.used -= piece.streamed_bytes - bigger.streamed_bytes
                     state.host_used -= piece.streamed_bytes - bigger.streamed_bytes
-                    entry[1] = bigger
                     still.append(entry)
             growing = still
