@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,6 +33,7 @@ _SCHEMES = ("https", "http", "ssh", "git", "file")
 _TRANSPORT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")  # <transport>::<address>
 _SHA = re.compile(r"[0-9a-f]{7,64}")
 _MISSING_REF = re.compile(r"couldn't find remote ref refs/heads/(\S+)")
+_REGULAR_FILE_MODES = ("100644", "100755")
 _BYTES_PER_IMPORTER = 8 << 20  # a share of new content worth its own fast-import process; a usual pass has one
 
 
@@ -178,10 +179,33 @@ class WorkingCopy:
                 entries[path] = (mode, object_id)
         return entries
 
-    def files(self, commit: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
-        """`commit`'s files, symlinks and submodules under `prefixes`, sorted: what git holds there, whether or
-        not the sparse work tree holds them."""
-        return owned_paths(self.entries(commit, prefixes), prefixes)
+    def read_files(self, entries: Mapping[str, tuple[str, str]], paths: Iterable[str], limit: int) -> dict[str, bytes]:
+        """The content of each of `paths` that `entries` (`entries()` of a commit) lists as a regular file of at most
+        `limit` bytes, read from git's object store whether or not the work tree holds it (`cat-file --batch`, two
+        processes for any number of files: sizes first, then the contents within the limit); the others are left
+        out, as a reader leaves out a file it cannot read."""
+        wanted = {path: entries[path][1] for path in paths
+                  if path in entries and entries[path][0] in _REGULAR_FILE_MODES}
+        ids = list(dict.fromkeys(wanted.values()))
+        if not ids:
+            return {}
+        sizes = {}
+        checked = self.git.run("cat-file", "--batch-check", stdin=("\n".join(ids) + "\n").encode()).stdout
+        for line in checked.decode("ascii", errors="replace").splitlines():
+            fields = line.split(" ")
+            if len(fields) == 3 and fields[1] == "blob" and fields[2].isdigit():
+                sizes[fields[0]] = int(fields[2])
+        small = [object_id for object_id in ids if sizes.get(object_id, limit + 1) <= limit]
+        contents: dict[str, bytes] = {}
+        if small:
+            out = self.git.run("cat-file", "--batch", stdin=("\n".join(small) + "\n").encode()).stdout
+            at = 0
+            for object_id in small:
+                header_end = out.index(b"\n", at)
+                size = int(out[at:header_end].split(b" ")[2])
+                contents[object_id] = out[header_end + 1:header_end + 1 + size]
+                at = header_end + 1 + size + 1
+        return {path: contents[object_id] for path, object_id in wanted.items() if object_id in contents}
 
     def write_blobs(self, blobs: Mapping[str, bytes]) -> None:
         """Store `blobs` with `git fast-import`: one pack per process, no loose object per file.

@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,10 +93,13 @@ class PublishResult:
 class Checkout:
     """What a render is given: the work tree's `root` (the files the copy's sparse patterns name) and every
     file, symlink and submodule under the owned prefixes in the checked-out commit, from `git ls-tree`
-    (`generated`, sorted): list the controller's files from it, never from the work tree."""
+    (`generated`, sorted): list the controller's files from it, never from the work tree; `read(paths, limit)`
+    gives the content of those of them that are regular files within `limit` bytes, from git's object store
+    (the sparse work tree does not hold them all)."""
 
     root: Path
     generated: tuple[str, ...]
+    read: Callable[[Iterable[str], int], dict[str, bytes]]
 
 
 Render = Callable[[Checkout], Change]
@@ -122,7 +125,8 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
     """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change)."""
     copy.checkout(upstream)
     entries = copy.entries(upstream, owned)
-    change = render(Checkout(copy.root, owned_paths(entries, owned)))
+    change = render(Checkout(copy.root, owned_paths(entries, owned),
+                             lambda paths, limit: copy.read_files(entries, paths, limit)))
     check_change(change, owned)
     edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)

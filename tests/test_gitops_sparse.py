@@ -39,6 +39,8 @@ TREE = {
     "apps/argocd.yaml": b"an Application\n",
     "decisions/llm/chat.yaml": b"decision\n",
     "decisions/_last-good/gpus.yaml": b"nodes: []\n",
+    "decisions/_last-good/_owners.yaml": b"{}\n",
+    "decisions/_last-good/models/llm/chat.yaml": b"kind: ElasticModel\n",
     "decisions/rightsizing/llm/chat.yaml": b"record\n",
     "rendered/PLAN.md": b"# plan\n",
     WORKER: b"worker\n",
@@ -49,7 +51,8 @@ TREE = {
     "rendered/llm/namespace-llm.yaml": b"namespace\n",
     "rendered/llm/nested/deployment-deep.yaml": b"deeper than a worker\n",
 }
-NOT_CHECKED_OUT = {"rendered/gpushare-system/networkpolicy-worker-n-gpu0-default.yaml",
+NOT_CHECKED_OUT = {"decisions/llm/chat.yaml",  # a decision record: read from git (Checkout.read)
+                   "rendered/gpushare-system/networkpolicy-worker-n-gpu0-default.yaml",
                    "rendered/gpushare-system/role-worker-n-gpu0-default.yaml", SERVICE,
                    "rendered/llm/namespace-llm.yaml", "rendered/llm/nested/deployment-deep.yaml"}
 
@@ -151,7 +154,7 @@ def test_an_existing_full_checkout_becomes_sparse_at_its_next_checkout_and_back(
     sparse = controller_copy(remote.url(REPO), "main", workdir)
     head = sparse.sync()["main"]
     assert work_tree(workdir) == set(TREE) - NOT_CHECKED_OUT
-    assert sparse.files(head, GENERATED) == tuple(sorted(p for p in TREE if p.startswith(GENERATED)))
+    assert sorted(sparse.entries(head, GENERATED)) == sorted(p for p in TREE if p.startswith(GENERATED))
 
     again = WorkingCopy(remote.url(REPO), "main", workdir)
     again.sync()
@@ -177,3 +180,35 @@ def test_the_prune_guard_counts_the_whole_tree_not_the_work_tree(git_server, tmp
 
     assert held.hold is not None and not held.published.changed
     assert held.hold.before == len(objects)
+
+
+def test_the_decision_records_are_read_from_git_as_a_full_checkout_reads_them(git_server, tmp_path):  # noqa: F811
+    """The example fleet reconciled once; a restarted controller (a fresh sparse copy) holds no decision record
+    in its work tree, reads each from git, and re-renders nothing new, as a full checkout of the same commit."""
+    files = {p.relative_to(FLEET).as_posix(): p.read_bytes() for p in FLEET.rglob("*") if p.is_file()}
+    git_server.create_repo(REPO, files)
+    assert reconcile_once(controller_copy(git_server.url(REPO), "main", tmp_path / "first")).published.changed
+    seen: list = []
+
+    def render(checkout: Checkout) -> Change:
+        seen.append(read_repo(checkout.root, generated=checkout.generated, committed=checkout.read).last.records)
+        return Change({}, "nothing", keep=frozenset(checkout.generated))
+
+    restarted = controller_copy(git_server.url(REPO), "main", tmp_path / "restarted")
+    publish(restarted, render)
+    full = WorkingCopy(git_server.url(REPO), "main", tmp_path / "full")
+    full.sync()
+    expected = read_repo(full.root).last.records
+    assert expected and seen == [expected]
+    assert not [p for p in work_tree(restarted.root) if p.startswith("decisions/") and p.count("/") == 2
+                and not p.startswith("decisions/_last-good/")], "no decision record in the work tree"
+    assert not reconcile_once(restarted).published.changed  # the same decisions: nothing new
+
+
+def test_committed_files_beyond_the_size_limit_or_not_files_are_left_out(remote, tmp_path):
+    copy = controller_copy(remote.url(REPO), "main", tmp_path / "wc")
+    heads = copy.sync()
+    entries = copy.entries(heads["main"], GENERATED)
+    read = copy.read_files(entries, ["decisions/llm/chat.yaml", "rendered/PLAN.md", "decisions/absent.yaml"], 8)
+    assert read == {"rendered/PLAN.md": b"# plan\n"}  # the record has 9 bytes, over the limit of 8
+    assert copy.read_files(entries, ["decisions/llm/chat.yaml"], 9) == {"decisions/llm/chat.yaml": b"decision\n"}

@@ -286,7 +286,8 @@ class ClusterReconciler:
 
         def render(checkout: Checkout) -> Change:
             with gc_paused():
-                tree = read_repo(checkout.root, available_processes(), generated=checkout.generated)
+                tree = read_repo(checkout.root, available_processes(), generated=checkout.generated,
+                                 committed=checkout.read)
                 if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
                     tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
                 rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.cpu import gc_paused
 from controller.inputs.layout import GENERATED
-from controller.inputs.reader import read_repo
+from controller.inputs.reader import Committed, read_repo
 from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
                                          prune_share_setting, run_pass)
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, publish
@@ -30,14 +30,16 @@ class OfflineResult:
 
 
 def pass_over(root: Path, processes: int | None = None, install: Mapping[str, object] | None = None,
-              generated: Sequence[str] | None = None) -> PassOutput:
+              generated: Sequence[str] | None = None, committed: Committed | None = None) -> PassOutput:
     """The pass over a checked-out GitOps tree (pure but for reading files), called as cluster mode calls it
     but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
     in place of the defaults the compositions leave unset; `generated`: the generated paths as git lists them
-    (controller.inputs.reader.read_repo; None: a plain directory, listed as it is)."""
+    (controller.inputs.reader.read_repo; None: a plain directory, listed as it is) and `committed` what reads
+    the files the controller's sparse work tree leaves out (gitops.Checkout.read)."""
     processes = processes or available_processes()
     with gc_paused():
-        return run_pass(read_repo(root, processes, generated=generated), install=install, processes=processes)
+        tree = read_repo(root, processes, generated=generated, committed=committed)
+        return run_pass(tree, install=install, processes=processes)
 
 
 def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
@@ -52,7 +54,7 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
 
     def render(checkout: Checkout) -> Change:
         progress("reading, planning and rendering the checkout")
-        out = pass_over(checkout.root, install=install, generated=checkout.generated)
+        out = pass_over(checkout.root, install=install, generated=checkout.generated, committed=checkout.read)
         guarded = guarded_change(checkout.generated, out.files, share, keep=out.keep)
         outputs.append((out, guarded.hold))
         progress(f"planned {len(out.plan.decisions)} model(s); committing and pushing what changed")

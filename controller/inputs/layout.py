@@ -32,4 +32,7 @@ WORKER_FILES = ("deployment-", "configmap-")  # rendered/<namespace>/<prefix>*: 
 # git's non-cone sparse-checkout patterns of the controller's working copy (gitops.WorkingCopy): every path but
 # rendered/<namespace>/**, then the worker files again; the ~25,000 other manifests of a 10,000-model fleet are
 # never written to the work tree (their paths come from git: gitops.Checkout.generated).
-CHECKED_OUT = ("/*", f"!/{RENDERED_DIR}/*/*", *(f"/{RENDERED_DIR}/*/{prefix}*" for prefix in WORKER_FILES))
+# The decision records (decisions/<namespace>/<name>.yaml, one per model) are read from git as well
+# (gitops.Checkout.read): only the last good copies and the right-sizing records stay in the work tree.
+CHECKED_OUT = ("/*", f"!/{RENDERED_DIR}/*/*", *(f"/{RENDERED_DIR}/*/{prefix}*" for prefix in WORKER_FILES),
+               f"!/{DECISIONS_DIR}/*/*.yaml", f"/{LAST_GOOD_DIR}/*.yaml")

@@ -43,8 +43,8 @@ from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECIS
                                       PROFILES_DIR, RENDERED_DIR, RIGHTSIZING_DIR, WORKER_FILES)
 from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
                                     parse_profile)
-from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_state_bytes,
-                                         owned_files, read_optional, read_text, read_texts, yaml_files)
+from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
+                                         max_state_bytes, owned_files, read_optional, read_text, read_texts, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yamlin import YamlLimits
@@ -60,27 +60,33 @@ def load_repo(root: Path) -> Inputs:
     return read_repo(root).inputs
 
 
-def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None = None) -> Tree:
+Committed = Callable[[Iterable[str], int], Mapping[str, bytes]]  # (paths, size limit) -> their committed content
+
+
+def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None = None,
+              committed: Committed | None = None) -> Tree:
     """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
     good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
     are read sorted. `processes`: how many processes may read a large fleet's decision records. `generated`:
     every path under the controller's prefixes (layout.CLUSTER_GENERATED, or the shell's own) as git holds them
     in the checked-out commit, of which the work tree may hold only those a pass reads; None: list them from the
-    directory (a plain directory, not the controller's checkout)."""
+    directory (a plain directory, not the controller's checkout). `committed`: reads controller files from git
+    (gitops.Checkout.read), for the decision records the controller's sparse work tree leaves out; None: read
+    them from the directory."""
     root = Path(root)
     models, model_errors = read_models(root, processes)
     profiles = read_profile_tree(root)
     inventory = read_inventory(root)
     compositions = read_compositions(root)
-    committed = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
-                 if (text := read_optional(root, rel)) is not None}
+    measured = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
+                if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
     rightsizing = read_rightsizing(root, generated)
     model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
-                tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), committed,
+                tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), measured,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root, processes, generated))
+                rightsizing, read_prices(root), read_last_pass(root, processes, generated, committed))
 
 
 def controller_paths(root: Path, generated: Iterable[str] | None) -> tuple[str, ...]:
@@ -91,11 +97,12 @@ def controller_paths(root: Path, generated: Iterable[str] | None) -> tuple[str, 
     return tuple(sorted(path for path in generated if path.startswith(CLUSTER_GENERATED)))
 
 
-def read_last_pass(root: Path, processes: int = 1, generated: Iterable[str] | None = None) -> LastPass:
+def read_last_pass(root: Path, processes: int = 1, generated: Iterable[str] | None = None,
+                   committed: Committed | None = None) -> LastPass:
     """What the last pass left: its decisions, PLAN.md, owners file, generated paths (`generated` as
     `read_repo` takes it) and rendered workers."""
     paths = controller_paths(root, generated)
-    records = load_decision_records(root, processes, None if generated is None else paths)
+    records = load_decision_records(root, processes, None if generated is None else paths, committed)
     return LastPass(records, read_plan_md(root), read_owners(root), paths,
                     read_rendered_workers(root, paths))
 
@@ -337,27 +344,43 @@ def read_compositions(root: Path) -> RepoCompositions:
 PARALLEL_MIN_RECORDS = 2000  # below this, one process reads the decision records faster than several start
 
 
-def load_decision_records(root: Path, processes: int = 1, generated: Iterable[str] | None = None
-                          ) -> dict[tuple[str, str], DecisionRecord]:
+def load_decision_records(root: Path, processes: int = 1, generated: Iterable[str] | None = None,
+                          committed: Committed | None = None) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
     unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass). A
     large fleet's records are read in `processes` processes (controller.cpu), the result the same.
-    `generated`: the controller's paths, sorted (`controller_paths`); None: listed from the directory."""
+    `generated`: the controller's paths, sorted (`controller_paths`); None: listed from the directory.
+    `committed`: read from git (as read_repo takes it); None: from the directory."""
     listed = yaml_files(Path(root), DECISIONS_DIR) if generated is None else [
         rel for rel in generated if rel.startswith(DECISIONS_DIR + "/") and rel.endswith(YAML_SUFFIXES)]
     paths = [rel for rel in listed if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
+    texts = None if committed is None else _decoded(committed(paths, max_file_bytes()))
     parts = processes if processes > 1 and len(paths) >= PARALLEL_MIN_RECORDS else 1
     share = -(-len(paths) // parts)
     records: dict[tuple[str, str], DecisionRecord] = {}
-    for part in forked_map(_records_of, [(root, paths[i:i + share]) for i in range(0, len(paths), share or 1)]):
+    for part in forked_map(_records_of, [(root, paths[i:i + share], texts)
+                                         for i in range(0, len(paths), share or 1)]):
         records.update(part)  # in path order, as one process reads them
     return records
 
 
-def _records_of(root: Path, paths: list[str]) -> dict[tuple[str, str], DecisionRecord]:
+def _decoded(contents: Mapping[str, bytes]) -> dict[str, str]:
+    """The UTF-8 texts among committed files (one that is not UTF-8 is left out, as read_text refuses it)."""
+    texts = {}
+    for rel, data in contents.items():
+        try:
+            texts[rel] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return texts
+
+
+def _records_of(root: Path, paths: list[str], texts: Mapping[str, str] | None
+                ) -> dict[tuple[str, str], DecisionRecord]:
     records = {}
     limits = YamlLimits.from_env()
-    for rel, text in read_texts(root, paths).items():
+    found = read_texts(root, paths) if texts is None else {rel: texts[rel] for rel in paths if rel in texts}
+    for rel, text in found.items():
         if isinstance(text, RepoFileError):
             continue
         try:

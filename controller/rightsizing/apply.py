@@ -27,6 +27,7 @@ from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_repo
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
+from gitops.workcopy import owned_paths
 
 from .edit import BudgetEditError, set_memory_budget
 from .prometheus import Usage, UsageUnavailable
@@ -53,8 +54,11 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     review = parse_target(records_target).review
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
-    # models, records, prices and inventory, through the one reader and its limits; the controller's paths from git
-    tree = read_repo(root, generated=copy.files(heads[copy.branch], CLUSTER_GENERATED))
+    # models, records, prices and inventory, through the one reader and its limits; the controller's paths and the
+    # decision records from git (the controller's sparse work tree leaves them out)
+    entries = copy.entries(heads[copy.branch], CLUSTER_GENERATED)
+    tree = read_repo(root, generated=owned_paths(entries, CLUSTER_GENERATED),
+                     committed=lambda paths, limit: copy.read_files(entries, paths, limit))
     inputs = tree.inputs
     usage_error, held = None, {}
     try:
