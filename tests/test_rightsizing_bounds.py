@@ -67,7 +67,8 @@ def test_no_series_takes_a_budget_outside_its_bounds(case):
         assert limits.floor <= change.to_bytes <= limits.ceiling
         assert (policy.min_budget or 0) <= change.to_bytes <= (policy.max_budget or INT64_MAX)
         peak = change.evidence.peak_bytes
-        assert change.to_bytes >= min(limits.ceiling, peak * headroom) - MIB or change.direction == "up"
+        # never below the peak plus headroom, unless the ceiling (maxBudget included) is lower: the cap wins
+        assert change.to_bytes >= min(limits.within(policy).ceiling, peak * headroom) - MIB or change.direction == "up"
         if change.direction == "up" and not limits.latency_helps:
             assert set(change.evidence.breaches) & {"KvNearReservation", "WorkerRefusal", "OutOfMemory"}
     times = sorted([*recent, *(c.at for c in changes)])

@@ -6,7 +6,8 @@ Owns `Limits`, computed once per model per pass from what the planner knows, pur
   document that carries it);
 - **floor**: the larger of the model's elastic minimum (every layer streamed: below it the worker
   refuses the model, contract.footprint) and `minBudget`. The recommender also never goes below
-  the window's observed peak plus headroom (controller.rightsizing.recommender).
+  the window's observed peak plus headroom (controller.rightsizing.recommender), unless the ceiling
+  is lower: a `maxBudget` below the peak plus headroom is the budget, as the user capped it.
   A floor above the ceiling means any budget would be refused or unplaceable: the loop holds
   (WouldBeRefused) and says which bounds cross;
 - **latency**: whether the planner's own predictions (controller.planning.cost) say more bytes
