@@ -121,8 +121,9 @@ def parse_target(value: str | Target) -> Target:
 
 
 def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...]
-               ) -> tuple[str | None, Change]:
-    """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change)."""
+               ) -> tuple[str | None, Change, int]:
+    """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change; how many
+    files it adds or changes)."""
     copy.checkout(upstream)
     entries = copy.entries(upstream, owned)
     change = render(Checkout(copy.root, owned_paths(entries, owned),
@@ -130,7 +131,7 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
     check_change(change, owned)
     edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)
-    return (None if tree == copy.tree_of(base) else tree), change
+    return (None if tree == copy.tree_of(base) else tree), change, len(edit.add)
 
 
 def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
@@ -139,7 +140,7 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     upstream = heads[copy.branch]
     branch = target.review or copy.branch
     base = heads.get(branch) or upstream
-    tree, change = _render_on(copy, upstream, base, render, owned)
+    tree, change, new_files = _render_on(copy, upstream, base, render, owned)
     if tree is None:
         return PublishResult(None, attempt, NO_CHANGE, branch, upstream, heads)
     message = change.message.strip()
@@ -150,7 +151,7 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     if base != upstream and not copy.is_ancestor(upstream, base):
         parents.append(upstream)
     commit = copy.commit_tree(tree, parents, message + "\n")
-    outcome = copy.push(commit, branch)
+    outcome = copy.push(commit, branch, new_files)
     if outcome.status == "refused" and "checked out" in outcome.detail:
         raise PushRejected(f"the remote is a non-bare repository with {branch} checked out, and git refuses to "
                            f"update a checked-out branch ({outcome.detail})",

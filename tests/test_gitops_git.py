@@ -138,3 +138,21 @@ def test_ssh_key_is_passed_by_path_with_strict_host_checking(tmp_path):
 def test_missing_credential_file_is_named(tmp_path):
     with pytest.raises(GitAuthFailed, match="token file .*absent-token"):
         Credentials(token_file=tmp_path / "absent-token").check()
+
+
+@pytest.mark.parametrize("new_files, window", [(0, None), (1000, None), (1001, "0")],
+                         ids=["a-usual-pass-keeps-the-delta-search", "at-the-limit-keeps-it", "a-first-render-skips-it"])
+def test_a_push_of_many_new_files_skips_the_delta_search(tmp_path, monkeypatch, new_files, window):
+    from gitops.git import Result
+    from gitops.workcopy import WorkingCopy
+
+    copy = WorkingCopy(str(tmp_path / "remote"), "main", tmp_path / "wc")
+    seen = []
+
+    def run(*args, ok_codes=(0,), stdin=None, config=None, env=None):
+        seen.append((args[0], (config or {}).get("pack.window")))
+        return Result(0, b"To remote\n=\tabc:refs/heads/main\t[up to date]\nDone\n", "")
+
+    monkeypatch.setattr(copy.git, "run", run)
+    copy.push("abc", "main", new_files)
+    assert seen == [("push", window)]
