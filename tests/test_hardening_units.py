@@ -154,7 +154,7 @@ class _FakeCopy:
     def commit_tree(self, tree, parents, message):
         return "c" * 40
 
-    def push(self, commit, branch):
+    def push(self, commit, branch, new_files=0):
         return PushOutcome("present", "[up to date]")
 
 
