@@ -2,11 +2,10 @@
 (as before issue 18) or sparse (gitops.WorkingCopy with controller.inputs.layout.CHECKED_OUT), and the
 generated paths listed (from the directory, or from `git ls-tree`); prints each run and the medians.
 
-Also the same sparse checkout named file by file (the glob patterns of CHECKED_OUT replaced by one pattern per
-worker file, as a listing of explicit files would do), to compare the two ways git's non-cone patterns can
-name the workers; cone mode cannot (it takes whole directories, and the workers share theirs with a Service
-per model). The tree is the one bench/reconcile_scale.py builds and commits (10,000 models on 1,000 slots by
-default, one full pass first); the checkouts alternate, `--runs` of each. Run:
+The sparse copy holds the user's files, PLAN.md, the last good copies and the right-sizing records; a pass
+reads the decision records and the workers' Deployments and ConfigMaps from git (gitops.Checkout.read). The
+tree is the one bench/reconcile_scale.py builds and commits (10,000 models on 1,000 slots by default, one full
+pass first); the checkouts alternate, `--runs` of each. Run:
 .venv/bin/python bench/checkout_scale.py [--models N --slots M --runs K]
 """
 from __future__ import annotations
@@ -20,19 +19,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from reconcile_scale import checked_out, git, seed_remote
+from reconcile_scale import checked_out, seed_remote
 
 from controller.cli.offline import reconcile_once
-from controller.inputs.layout import CHECKED_OUT, GENERATED, RENDERED_DIR, WORKER_FILES
+from controller.inputs.layout import CHECKED_OUT, GENERATED
 from controller.inputs.repofiles import owned_files
 from gitops import WorkingCopy
-
-
-def explicit_files(remote: Path) -> tuple[str, ...]:
-    """CHECKED_OUT with its worker globs replaced by one pattern per worker file the remote holds."""
-    workers = [path for path in git("ls-tree", "-r", "--name-only", "main", "--", RENDERED_DIR, cwd=remote).split()
-               if path.count("/") == 2 and path.rsplit("/", 1)[1].startswith(WORKER_FILES)]
-    return (*CHECKED_OUT[:2], *(f"/{path}" for path in workers))
+from gitops.workcopy import owned_paths
 
 
 def one(remote: Path, workdir: Path, patterns: tuple[str, ...] | None) -> dict:
@@ -44,7 +37,7 @@ def one(remote: Path, workdir: Path, patterns: tuple[str, ...] | None) -> dict:
     fetched = time.perf_counter()
     copy.checkout(heads["main"])
     checked = time.perf_counter()
-    paths = copy.files(heads["main"], GENERATED) if sparse else owned_files(workdir, GENERATED)
+    paths = owned_paths(copy.entries(heads["main"], GENERATED), GENERATED) if sparse else owned_files(workdir, GENERATED)
     listed = time.perf_counter()
     return {"fetch": fetched - begin, "checkout": checked - fetched, "list": listed - checked,
             "total": listed - begin, "paths": len(paths), "files": checked_out(workdir)}
@@ -60,7 +53,7 @@ def main() -> None:
     try:
         remote = seed_remote(base, args.models, args.slots)
         reconcile_once(WorkingCopy(str(remote), "main", base / "first"))  # the generated tree, committed
-        modes = {"whole tree": None, "sparse": CHECKED_OUT, "sparse, file by file": explicit_files(remote)}
+        modes = {"whole tree": None, "sparse": CHECKED_OUT}
         runs: dict[str, list[dict]] = {name: [] for name in modes}
         for run in range(args.runs):
             for name in (list(modes) if run % 2 == 0 else list(modes)[::-1]):

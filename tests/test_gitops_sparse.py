@@ -51,7 +51,8 @@ TREE = {
     "rendered/llm/namespace-llm.yaml": b"namespace\n",
     "rendered/llm/nested/deployment-deep.yaml": b"deeper than a worker\n",
 }
-NOT_CHECKED_OUT = {"decisions/llm/chat.yaml",  # a decision record: read from git (Checkout.read)
+NOT_CHECKED_OUT = {"decisions/llm/chat.yaml", WORKER,  # a decision record, a worker's files: read from git
+                   "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml",
                    "rendered/gpushare-system/networkpolicy-worker-n-gpu0-default.yaml",
                    "rendered/gpushare-system/role-worker-n-gpu0-default.yaml", SERVICE,
                    "rendered/llm/namespace-llm.yaml", "rendered/llm/nested/deployment-deep.yaml"}
@@ -98,7 +99,7 @@ def test_the_render_is_given_every_generated_path_from_git(remote, tmp_path):
     assert not result.changed
     (checkout,) = seen
     assert checkout.generated == tuple(sorted(p for p in TREE if p.startswith(GENERATED)))
-    tree = read_repo(checkout.root, generated=checkout.generated)
+    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout.read)
     assert tree.last.paths == tuple(sorted(p for p in TREE if p.startswith(("decisions/", "rendered/"))))
     assert set(tree.last.workers) == {WORKER, "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml"}
     assert [p.path for p in tree.rightsizing.problems] == ["decisions/rightsizing/llm/chat.yaml"], \

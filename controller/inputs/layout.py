@@ -8,8 +8,8 @@ copy of each input file that parsed cleanly (what a pass reads while that file i
 broken) and each model's generated paths (kept while the model fails to render). The reader (controller.inputs.reader) reads
 the user's paths; the shells hand `GENERATED` (or `CLUSTER_GENERATED`) to gitops,
 which writes nothing outside the prefixes it is given. `CHECKED_OUT` names what the
-controller's own working copy checks out: what a pass reads (everything but the rendered
-manifests other than PLAN.md and the workers' Deployments and ConfigMaps).
+controller's own working copy checks out: what a pass reads as files (everything but the
+rendered manifests other than PLAN.md, and the decision records, which it reads from git).
 """
 from __future__ import annotations
 
@@ -30,9 +30,8 @@ CLUSTER_GENERATED = (*GENERATED, f"{MEASURED_PROFILES_DIR}/")
 
 WORKER_FILES = ("deployment-", "configmap-")  # rendered/<namespace>/<prefix>*: a worker's files a pass reads back
 # git's non-cone sparse-checkout patterns of the controller's working copy (gitops.WorkingCopy): every path but
-# rendered/<namespace>/**, then the worker files again; the ~25,000 other manifests of a 10,000-model fleet are
-# never written to the work tree (their paths come from git: gitops.Checkout.generated).
-# The decision records (decisions/<namespace>/<name>.yaml, one per model) are read from git as well
-# (gitops.Checkout.read): only the last good copies and the right-sizing records stay in the work tree.
-CHECKED_OUT = ("/*", f"!/{RENDERED_DIR}/*/*", *(f"/{RENDERED_DIR}/*/{prefix}*" for prefix in WORKER_FILES),
-               f"!/{DECISIONS_DIR}/*/*.yaml", f"/{LAST_GOOD_DIR}/*.yaml")
+# rendered/<namespace>/** and the decision records (decisions/<namespace>/<name>.yaml), the last good copies
+# directly under decisions/_last-good/ included again. A pass reads the files it needs of those from git
+# (gitops.Checkout.read: the records and the workers' Deployments and ConfigMaps) and lists every generated path
+# from git (gitops.Checkout.generated): a restarted controller writes the user's files and little else.
+CHECKED_OUT = ("/*", f"!/{RENDERED_DIR}/*/*", f"!/{DECISIONS_DIR}/*/*.yaml", f"/{LAST_GOOD_DIR}/*.yaml")

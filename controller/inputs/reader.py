@@ -104,7 +104,7 @@ def read_last_pass(root: Path, processes: int = 1, generated: Iterable[str] | No
     paths = controller_paths(root, generated)
     records = load_decision_records(root, processes, None if generated is None else paths, committed)
     return LastPass(records, read_plan_md(root), read_owners(root), paths,
-                    read_rendered_workers(root, paths))
+                    read_rendered_workers(root, paths, committed))
 
 
 def read_rightsizing(root: Path, generated: Iterable[str] | None = None) -> Records:
@@ -124,12 +124,27 @@ def read_prices(root: Path) -> dict[str, float]:
     return parse_prices(docs[0][1]) if docs else {}
 
 
-def read_rendered_workers(root: Path, paths: Iterable[str] | None = None) -> dict[str, str]:
+def read_rendered_workers(root: Path, paths: Iterable[str] | None = None,
+                          committed: Committed | None = None) -> dict[str, str]:
     """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts. `paths`: the
-    controller's paths (`controller_paths`), listed from the directory when None."""
+    controller's paths (`controller_paths`), listed from the directory when None; `committed`: as read_repo."""
     names = [rel for rel in controller_paths(root, paths) if rel.startswith(RENDERED_DIR + "/")
              and rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(WORKER_FILES)]
-    return {rel: text for rel, text in read_texts(root, names).items() if isinstance(text, str)}
+    return _texts(root, names, committed)
+
+
+def _texts(root: Path, paths: list[str], committed: Committed | None) -> dict[str, str]:
+    """The UTF-8 text of each of the controller's `paths` that can be read, from git when `committed` is given
+    (the controller's sparse work tree does not hold them), else from the directory; the others are left out."""
+    if committed is None:
+        return {rel: text for rel, text in read_texts(root, paths).items() if isinstance(text, str)}
+    texts = {}
+    for rel, data in committed(paths, max_file_bytes()).items():
+        try:
+            texts[rel] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # as read_text refuses it
+    return texts
 
 
 def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
@@ -354,7 +369,7 @@ def load_decision_records(root: Path, processes: int = 1, generated: Iterable[st
     listed = yaml_files(Path(root), DECISIONS_DIR) if generated is None else [
         rel for rel in generated if rel.startswith(DECISIONS_DIR + "/") and rel.endswith(YAML_SUFFIXES)]
     paths = [rel for rel in listed if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
-    texts = None if committed is None else _decoded(committed(paths, max_file_bytes()))
+    texts = None if committed is None else _texts(root, paths, committed)
     parts = processes if processes > 1 and len(paths) >= PARALLEL_MIN_RECORDS else 1
     share = -(-len(paths) // parts)
     records: dict[tuple[str, str], DecisionRecord] = {}
@@ -362,17 +377,6 @@ def load_decision_records(root: Path, processes: int = 1, generated: Iterable[st
                                          for i in range(0, len(paths), share or 1)]):
         records.update(part)  # in path order, as one process reads them
     return records
-
-
-def _decoded(contents: Mapping[str, bytes]) -> dict[str, str]:
-    """The UTF-8 texts among committed files (one that is not UTF-8 is left out, as read_text refuses it)."""
-    texts = {}
-    for rel, data in contents.items():
-        try:
-            texts[rel] = data.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-    return texts
 
 
 def _records_of(root: Path, paths: list[str], texts: Mapping[str, str] | None
