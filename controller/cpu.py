@@ -7,7 +7,8 @@ Used by controller.rendering.compose (the slot groups of a large plan) and
 controller.inputs.reader (the decision records of a large fleet); each decides when a part
 is large enough to be worth a process. And `gc_paused`: Python's cyclic garbage collector
 waits while a pass builds its hundreds of thousands of short-lived objects, which it would
-otherwise scan again and again (about a tenth of a 10,000-model pass), and runs once after.
+otherwise scan again and again (a third of compose's CPU at 10,000 models: bench/pass_parts.py), and runs
+once after.
 Used by the shells around one pass (controller.cli.offline, controller.cli.cluster_loop).
 """
 from __future__ import annotations
@@ -39,6 +40,12 @@ def forked_map(function: Callable[..., Any], parts: Sequence[tuple]) -> list[Any
             return [function(*parts[0])] + [other.result() for other in others]
     finally:
         _JOBS = []
+
+
+def runs(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:
+    """`items` cut into at most `parts` consecutive runs of about equal length, in order (none for no items)."""
+    size = -(-len(items) // max(1, parts))
+    return [items[i:i + size] for i in range(0, len(items), size or 1)]
 
 
 @contextmanager

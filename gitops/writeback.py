@@ -101,6 +101,11 @@ class Checkout:
     generated: tuple[str, ...]
     read: Callable[[Iterable[str], int], dict[str, bytes]]
 
+    @classmethod
+    def of(cls, copy: WorkingCopy, entries: Mapping[str, tuple[str, str]], owned: tuple[str, ...]) -> Checkout:
+        """The checkout of `copy`, whose commit `entries` lists (WorkingCopy.entries over `owned`)."""
+        return cls(copy.root, owned_paths(entries, owned), lambda paths, limit: copy.read_files(entries, paths, limit))
+
 
 Render = Callable[[Checkout], Change]
 
@@ -126,8 +131,7 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
     files it adds or changes)."""
     copy.checkout(upstream)
     entries = copy.entries(upstream, owned)
-    change = render(Checkout(copy.root, owned_paths(entries, owned),
-                             lambda paths, limit: copy.read_files(entries, paths, limit)))
+    change = render(Checkout.of(copy, entries, owned))
     check_change(change, owned)
     edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)

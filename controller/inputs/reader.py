@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
-from controller.cpu import forked_map
+from controller.cpu import forked_map, runs
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
@@ -272,12 +272,8 @@ PARALLEL_MIN_BYTES = 1 << 20  # below this, one process reads a tree faster than
 def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True, processes: int = 1) -> TreeRead:
     """Every file under `sub`, in path order; in `processes` processes when the files hold PARALLEL_MIN_BYTES."""
     paths = yaml_files(root, sub)
-    if processes > 1 and len(paths) > 1 and _size(root, paths) >= PARALLEL_MIN_BYTES:
-        share = -(-len(paths) // processes)
-        parts = forked_map(_parse_files, [(root, paths[i:i + share], parse, last_good)
-                                          for i in range(0, len(paths), share)])
-    else:
-        parts = [_parse_files(root, paths, parse, last_good)]
+    wide = processes > 1 and len(paths) > 1 and _size(root, paths) >= PARALLEL_MIN_BYTES
+    parts = forked_map(_parse_files, [(root, run, parse, last_good) for run in runs(paths, processes if wide else 1)])
     found = TreeRead()
     for part in parts:
         found.add(part)
@@ -370,11 +366,9 @@ def load_decision_records(root: Path, processes: int = 1, generated: Iterable[st
         rel for rel in generated if rel.startswith(DECISIONS_DIR + "/") and rel.endswith(YAML_SUFFIXES)]
     paths = [rel for rel in listed if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
     texts = None if committed is None else _texts(root, paths, committed)
-    parts = processes if processes > 1 and len(paths) >= PARALLEL_MIN_RECORDS else 1
-    share = -(-len(paths) // parts)
+    parts = processes if len(paths) >= PARALLEL_MIN_RECORDS else 1
     records: dict[tuple[str, str], DecisionRecord] = {}
-    for part in forked_map(_records_of, [(root, paths[i:i + share], texts)
-                                         for i in range(0, len(paths), share or 1)]):
+    for part in forked_map(_records_of, [(root, run, texts) for run in runs(paths, parts)]):
         records.update(part)  # in path order, as one process reads them
     return records
 
@@ -390,7 +384,7 @@ def _records_of(root: Path, paths: list[str], texts: Mapping[str, str] | None
         try:
             (_, doc), = load_documents(text, rel, limits)[0]
             decision = decision_from_dict(doc["status"]["assigned"])
-        except (RepoFileError, KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             continue
         spec_doc = {k: v for k, v in doc.items() if k != "status"}
         source = ((doc.get("metadata") or {}).get("annotations") or {}).get(SOURCE_ANNOTATION, "")

@@ -203,18 +203,17 @@ def _build(node: yaml.Node, loader: yaml.CSafeLoader, unique_keys: bool) -> obje
     return mapping
 
 
-_RESOLVED: dict[tuple[str, bool], object] = {}  # (plain or quoted text, plain?) -> its value: texts recur
+_RESOLVED: dict[str, object] = {}  # a plain scalar's text -> its value: texts recur across documents
 _RESOLVED_MAX = 100_000
-_NOT_STR = object()  # a mapping key read as something other than a string: the node path decides
 _EVENTS = yaml.events
 
 
 def _scalar(loader: yaml.CSafeLoader, event: yaml.ScalarEvent) -> object:
-    """A scalar's value as PyYAML builds it: resolved by the text's implicit type, then constructed."""
-    plain = event.implicit[0]
-    if not plain:  # quoted or block scalars without a tag are strings
+    """A scalar's value as PyYAML builds it: resolved by the text's implicit type, then constructed. A type PyYAML
+    cannot construct alone (a merge key `<<`, `=`) raises: the node path answers."""
+    if not event.implicit[0]:  # quoted or block scalars without a tag are strings
         return event.value
-    key = (event.value, True)
+    key = event.value
     value = _RESOLVED.get(key, _RESOLVED)
     if value is _RESOLVED:
         tag = loader.resolve(yaml.ScalarNode, event.value, (True, False))
@@ -255,7 +254,7 @@ def _from_events(text: str, unique_keys: bool, limits: YamlLimits | None) -> lis
                         return None
                     nodes += 1
                     stack.append([{} if kind is mapping_start else [], _NO_KEY, kind is mapping_start])
-                    if max_depth >= 0 and len(stack) > max_depth:
+                    if len(stack) > max_depth:
                         return None
                     continue
                 elif kind in collection_end:
@@ -273,8 +272,8 @@ def _from_events(text: str, unique_keys: bool, limits: YamlLimits | None) -> lis
                 if not top[2]:
                     top[0].append(value)
                 elif top[1] is _NO_KEY:
-                    if type(value) is not str or (value == "<<" and kind is scalar_event and event.implicit[0]):
-                        return None  # a key that is not a string, or a merge key
+                    if type(value) is not str:
+                        return None  # a key that is not a string
                     top[1] = value
                 else:
                     if unique_keys and top[1] in top[0]:

@@ -87,7 +87,7 @@ _MAPPING_ATTRIBUTES = {kind: frozenset(dir(kind)) for kind in (dict, MappingProx
 class _Sandbox(SandboxedEnvironment):
     """Jinja's sandbox, which reads `worker.name` of a plain mapping as its item at once: the sandbox would first
     try the attribute, which a dict or mappingproxy has only for the names of its methods, and fail (an exception
-    per lookup, a sixth of rendering a Service). Method names (`params.items()`) go the sandbox's way."""
+    per lookup). Method names (`params.items()`) go the sandbox's way."""
 
     def getattr(self, obj: object, attribute: str) -> object:
         names = _MAPPING_ATTRIBUTES.get(type(obj))

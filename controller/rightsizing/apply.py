@@ -27,7 +27,6 @@ from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_repo
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
-from gitops.workcopy import owned_paths
 
 from .edit import BudgetEditError, set_memory_budget
 from .prometheus import Usage, UsageUnavailable
@@ -56,9 +55,8 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     root = copy.root
     # models, records, prices and inventory, through the one reader and its limits; the controller's paths and the
     # decision records from git (the controller's sparse work tree leaves them out)
-    entries = copy.entries(heads[copy.branch], CLUSTER_GENERATED)
-    tree = read_repo(root, generated=owned_paths(entries, CLUSTER_GENERATED),
-                     committed=lambda paths, limit: copy.read_files(entries, paths, limit))
+    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], CLUSTER_GENERATED), CLUSTER_GENERATED)
+    tree = read_repo(root, generated=checkout.generated, committed=checkout.read)
     inputs = tree.inputs
     usage_error, held = None, {}
     try:
