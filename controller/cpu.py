@@ -10,12 +10,14 @@ waits while a pass builds its hundreds of thousands of short-lived objects, whic
 otherwise scan again and again (a third of compose's CPU at 10,000 models: bench/pass_parts.py), and runs
 once after, by `collect`, off the path to the commit.
 Used by the shells around one pass (controller.cli.offline, controller.cli.cluster_loop); `collect` by the
-poll loop (controller.cli.loop) between passes.
+poll loop (controller.cli.loop) between passes. And `in_background`, with which the shells compile what a pass
+uses (controller.rendering.compose.warm_up) while git fetches.
 """
 from __future__ import annotations
 
 import gc
 import multiprocessing
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -41,6 +43,21 @@ def forked_map(function: Callable[..., Any], parts: Sequence[tuple]) -> list[Any
             return [function(*parts[0])] + [other.result() for other in others]
     finally:
         _JOBS = []
+
+
+def in_background(function: Callable[[], object]) -> Callable[[], None]:
+    """Start `function` in a thread, to use this process while it waits on another (git's fetch); call what is
+    returned to wait for it, before anything forks (a thread running through a fork can leave a lock held in
+    the child). What it raises is dropped: it only prepares what the pass would otherwise do, and report, itself."""
+    def run() -> None:
+        try:
+            function()
+        except Exception:  # noqa: BLE001 - the pass meets the same problem and reports it
+            pass
+
+    thread = threading.Thread(target=run, name=f"prepare-{getattr(function, '__name__', 'work')}", daemon=True)
+    thread.start()
+    return thread.join
 
 
 def runs(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:

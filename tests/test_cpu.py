@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from controller.cli.loop import Outcome, run_loop
-from controller.cpu import collect, forked_map, gc_paused
+from controller.cpu import collect, forked_map, gc_paused, in_background
 from controller.inputs import reader
 from tests.test_reconcile_pass import FLEET, reconcile_into
 
@@ -103,3 +103,32 @@ def test_models_read_in_several_processes_equal_one_process(tmp_path, monkeypatc
     monkeypatch.setattr(reader, "PARALLEL_MIN_BYTES", 1)
     several = reader.read_models(repo, 2)
     assert several == one and one[1] and one[0]
+
+
+def test_work_in_the_background_is_waited_for_and_its_failure_dropped():
+    import threading
+
+    seen = []
+    started = threading.Event()
+
+    def prepare():
+        started.wait(5)
+        seen.append(threading.current_thread() is not threading.main_thread())
+
+    wait = in_background(prepare)
+    started.set()
+    wait()
+    assert seen == [True]
+    in_background(lambda: 1 / 0)()  # the pass meets the problem itself and reports it
+
+
+def test_warm_up_compiles_what_compose_uses_first(monkeypatch):
+    import fastjsonschema
+
+    from controller.rendering import compose, kube_validate
+
+    kube_validate._fast.cache_clear()
+    compose.warm_up()
+    monkeypatch.setattr(fastjsonschema, "compile", lambda *args, **kwargs: pytest.fail("compiled in the pass"))
+    for api_version, kind in compose.SHIPPED_KINDS:
+        kube_validate.warm(((api_version, kind),))

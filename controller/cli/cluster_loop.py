@@ -31,7 +31,7 @@ from typing import Protocol
 from kubernetes import config
 
 from contract import kube
-from controller.cpu import gc_paused
+from controller.cpu import gc_paused, in_background
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import CLUSTER_GENERATED
@@ -45,6 +45,7 @@ from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, available_processes, prune_share_setting
+from controller.rendering.compose import warm_up
 from controller.cli.common import (controller_copy, credentials_from, default_workdir, install_values, reviewers,
                                    show)
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
@@ -285,6 +286,7 @@ class ClusterReconciler:
         renders = []
 
         def render(checkout: Checkout) -> Change:
+            warmed()
             with gc_paused():
                 tree = read_repo(checkout.root, available_processes(), generated=checkout.generated,
                                  committed=checkout.read)
@@ -297,12 +299,15 @@ class ClusterReconciler:
 
         last = self._last
         previous = last.published if last is not None and last.facts == facts else None
+        warmed = in_background(warm_up)  # compiled while git fetches (at once after the first pass)
         try:
             published = publish(self.copy, render, owned=CLUSTER_GENERATED, target=self.target, previous=previous,
                                 sleep=self.sleep)
         except GitError as exc:
             self.metrics.push_failed(exc.reason)
             raise
+        finally:
+            warmed()  # never left running into a later pass's forks
         if published.changed:
             self.metrics.commits.inc()
             log.info("committed %s to %s: %s", published.commit[:12], published.branch,

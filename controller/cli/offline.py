@@ -14,9 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.cpu import gc_paused
+from controller.cpu import gc_paused, in_background
 from controller.inputs.layout import GENERATED
 from controller.inputs.reader import Committed, read_repo
+from controller.rendering.compose import warm_up
 from controller.passes.reconcile import (PassOutput, PruneHold, available_processes, guarded_change,
                                          prune_share_setting, run_pass)
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, publish
@@ -54,6 +55,7 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
 
     def render(checkout: Checkout) -> Change:
         progress("reading, planning and rendering the checkout")
+        warmed()
         out = pass_over(checkout.root, install=install, generated=checkout.generated, committed=checkout.read)
         guarded = guarded_change(checkout.generated, out.files, share, keep=out.keep)
         outputs.append((out, guarded.hold))
@@ -61,6 +63,10 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
         return Change(files=guarded.files, message=out.message, keep=guarded.keep)
 
     progress(f"fetching {copy.branch}")
-    published = publish(copy, render, owned=GENERATED, target=target, previous=previous)
+    warmed = in_background(warm_up)  # compiled while git fetches
+    try:
+        published = publish(copy, render, owned=GENERATED, target=target, previous=previous)
+    finally:
+        warmed()  # never left running into a later pass's forks
     output, hold = outputs[-1] if outputs else (None, None)
     return OfflineResult(published, output, hold)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
+import schemas
+
 from controller.cpu import forked_map
 from controller.inputs.cache_policy import host_path_problem, host_path_root
 from controller.inputs.compositions import Composition, shipped_compositions
@@ -133,6 +135,17 @@ PARALLEL_MIN_DECISIONS = 2000  # below this, one process renders faster than sev
 SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
                  ("batch/v1", "Job"), ("rbac.authorization.k8s.io/v1", "Role"),
                  ("rbac.authorization.k8s.io/v1", "RoleBinding"), ("networking.k8s.io/v1", "NetworkPolicy"))
+
+
+def warm_up() -> None:
+    """Compile now what compose compiles at its first use: the Kubernetes validators of the shipped kinds, the
+    worker config's schema and the shipped compositions' templates (a shell runs it while git fetches)."""
+    warm_validators(SHIPPED_KINDS)
+    schemas.is_valid("worker-config")
+    for composition in shipped_compositions().values():
+        environment = compiled(composition.templates)
+        for name in composition.templates.sources:
+            environment.get_template(name)
 
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot], last: LastPass = LastPass(), *,
