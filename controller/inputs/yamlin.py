@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import yaml
 
+from controller.inputs.canonical import from_canonical
+
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _KEY_TAGS = frozenset((_STR_TAG, _MERGE_TAG))  # a mapping key is a string, or `<<` (a merge key)
@@ -79,6 +81,9 @@ def parse_documents(text: str, *, unique_keys: bool = False, limits: YamlLimits 
     """Every document of `text` (None for an empty one). Raises yaml.YAMLError on bad YAML or, with
     `unique_keys`, a repeated key; with `limits`, YamlLimitExceeded on a document beyond them (checked
     before it is built); RecursionError on a self-referencing alias when no limits are given."""
+    documents = from_canonical(text, limits)
+    if documents is not None:
+        return documents
     try:
         documents = _from_events(text, unique_keys, limits)
     except Exception:  # noqa: BLE001 - any problem: the node path gives the reference answer (or error)
