@@ -17,8 +17,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 RECORD = GOLDEN / "fleet" / "decisions" / "research" / "tiny-70b.yaml"
 
 _WORDS = ["yes", "No", "on", "OFF", "y", "N", "null", "Null", "~", "1_000", "1:30", "0x1F", "012", "+1", ".5", "-",
-          "- a", ": ", "a: b", "#", "# c", "=", "<<", "---", "...", "2026-12-01", "1e3", "-.inf", ".NaN", "x:y", "--config",
-          "a\nb\n", "two\n\nlines\n", " lead\n", "tab\tx\n", "x\n\n", "trail \nx\n", "\u2028", "é", "😀", "\x85", "\r\n"]
+          "- a", ": ", "a: b", "#", "# c", "=", "<<", "---", "...", "2026-12-01", "1e3", "-.inf", ".NaN", "x:y",
+          "--config", "a\nb\n", "two\n\nlines\n", " lead\n", "tab\tx\n", "x\n\n", "trail \nx\n", "\u2028", "é",
+          "😀", "\x85", "\r\n"]
 scalars = (st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from([-0.0, 1e-06, 1e+20, 1e16])
            | st.text(max_size=30) | st.sampled_from(_WORDS))
 data = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
@@ -71,7 +72,7 @@ def test_any_document_reads_the_same_whichever_path_answers(doc):
 
 _NOISE = [" ", "  ", "\t", "#", "# c", "-", "- ", ":", ": ", "\n", "'", '"', "&a ", "*a", "!!str ", "{", "}", "[", "]",
           "?", "? ", "\\", "\\n", "\\u", "\\ud800", "|", "|-", ">", "0", "1", ".", "_", "a", "z", "\r", "\x85", "é",
-          "---\n", "...\n", "~", "yes", "<<", "="]
+          "---\n", "...\n", "~", "yes", "<<", "=", "b", "9", "/", "x:"]
 
 
 @st.composite
@@ -107,7 +108,7 @@ def mutated(draw):
 
 
 @settings(max_examples=600, deadline=None)
-@given(mutated() | st.text(max_size=60) | st.text(alphabet="ab:- \n\"#|{}[]0.", max_size=60),
+@given(st.one_of(mutated(), mutated(), st.text(max_size=60), st.text(alphabet="ab:- \n\"#|{}[]0.", max_size=60)),
        st.sampled_from([None, YamlLimits(), YamlLimits(max_nodes=40, max_aliases=2, max_depth=4)]))
 def test_the_canonical_path_answers_only_with_the_node_paths_answer(text, limits):
     fast = from_canonical(text, limits)
@@ -224,3 +225,9 @@ def test_every_golden_decision_record_is_canonical():
     for path in records:
         text = path.read_text()
         assert same(from_canonical(text, YamlLimits()), _from_nodes(text, True, YamlLimits())), path
+
+
+def test_a_remembered_line_counts_only_at_its_own_indentation():
+    assert from_canonical("a:\n  b: 1\nc:\n- - x\n  - z\n", None) == [{"a": {"b": 1}, "c": [["x", "z"]]}]
+    for text in ("a: 1\n  b: 1\n", "a:\n- x\n  - z\n", "  b: 1\n"):  # the same lines, where they do not belong
+        assert from_canonical(text, None) is None

@@ -40,23 +40,23 @@ class _Opens:
     """A value written inline that is read beyond its text: `{}` and `[]` (a new one each time), a `|` block."""
 
 
-_EMPTY_MAP, _EMPTY_SEQ, _LITERAL = _Opens(), _Opens(), _Opens()
+_EMPTY_MAP, _EMPTY_SEQ, _LITERAL, _OPENS_BLOCK = _Opens(), _Opens(), _Opens(), _Opens()  # the last: `key:`
 _WORDS = {"null": None, "true": True, "false": False, ".nan": math.nan, ".inf": math.inf, "-.inf": -math.inf,
           "{}": _EMPTY_MAP, "[]": _EMPTY_SEQ, "|": _LITERAL}
 # Words a YAML 1.1 resolver reads as booleans or null, and y/n (which some read as booleans): never plain here.
 _RESERVED = frozenset(w for base in ("y", "n", "yes", "no", "true", "false", "on", "off", "null")
                       for w in (base, base.capitalize(), base.upper()))
 _ESCAPE = re.compile(r'\\(?:(["\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))')
-_BLOCK_LINE = re.compile(r"[\t -~]*[!-~][\t -~]*\Z")  # a `|` block's line: printable ASCII and tabs, not blank
+_BLOCK_LINE = re.compile(r"[\t -~]*+\Z")  # a `|` block's line: printable ASCII and tabs
 _END = "\0"  # stands for the text's final newline: no line form matches it, so every block ends there
 _MISS = object()
 _KEY_MAX = 1000  # a YAML simple key must end within 1024 characters of its start
 _UNLIMITED_DEPTH = 500  # deeper without limits: the other paths answer
 _INT_DIGITS_MAX = min(4000, sys.get_int_max_str_digits() or 4000)  # longer: int() refuses, the other paths answer
-# Keys and scalars recur across records: each distinct written form is checked and decoded once.
-_KEYS: dict[str, str] = {}
-_VALUES: dict[str, object] = {}
-_CACHED_MAX, _CACHED_CHARS = 100_000, 80
+# Lines recur across records (`kind: ElasticModel`, `    mode: resident`): each distinct short line is read once.
+_ENTRIES: dict[str, tuple[int, str, object]] = {}  # a mapping entry's line -> (indentation, key, value)
+_ITEMS: dict[str, tuple[int, object]] = {}  # a sequence item's line -> (indentation, value)
+_CACHED_MAX, _CACHED_CHARS = 50_000, 100
 
 
 class _Stray(Exception):
@@ -96,47 +96,27 @@ def _mapping(lines: list[str], i: int, indent: int, room: int) -> tuple[dict, in
     """The block mapping whose keys sit at `indent` from line i; (mapping, the first line after it)."""
     if room < 2:
         raise _Stray
-    pad = " " * indent
-    dash = pad + "- "
-    keys, values = _KEYS, _VALUES
+    entries = _ENTRIES
     out: dict = {}
     previous = None
-    while (line := lines[i]).startswith(pad):
-        body = line[indent:]
-        if body[:1] == '"':  # a quoted key may hold ": "
-            match = _QUOTED_START.match(body)
-            if match is None:
-                break
-            written, rest = match[0], body[match.end():]
-            if rest == ":":
-                text = None
-            elif rest[:2] == ": ":
-                text = rest[2:]
-            else:
-                break
-        else:
-            written, colon, text = body.partition(": ")  # a plain key holds no space
-            if not colon:
-                if body[-1:] != ":":
-                    break
-                written, text = body[:-1], None
-        key = keys.get(written)
-        if key is None and (key := _new_key(written)) is None:
+    while True:
+        line = lines[i]
+        entry = entries.get(line)
+        if entry is None and (entry := _new_entry(line, indent)) is None:
+            break
+        at, key, value = entry
+        if at != indent:
             break
         if previous is not None and key <= previous:
             raise _Stray  # out of sorted order, or repeated
         previous = key
-        if text is None:  # `key:` opens a sequence at the key's indentation or a mapping below it
-            if lines[i + 1].startswith(dash):
-                out[key], i = _sequence(lines, i + 1, indent, room - 1)
-            else:
-                out[key], i = _mapping(lines, i + 1, indent + 2, room - 1)
-            continue
-        value = values.get(text, _MISS)
-        if value is _MISS and (value := _new_value(text)) is _MISS:
-            raise _Stray
         if type(value) is _Opens:
-            out[key], i = _opened(value, lines, i + 1, pad + "  ")
+            if value is not _OPENS_BLOCK:
+                out[key], i = _opened(value, lines, i + 1, indent + 2)
+            elif lines[i + 1].startswith(" " * indent + "- "):  # a sequence at the key's indentation
+                out[key], i = _sequence(lines, i + 1, indent, room - 1)
+            else:  # or a mapping below the key
+                out[key], i = _mapping(lines, i + 1, indent + 2, room - 1)
             continue
         out[key] = value
         i += 1
@@ -149,21 +129,25 @@ def _sequence(lines: list[str], i: int, indent: int, room: int) -> tuple[list, i
     """The block sequence whose `- ` sit at `indent` from line i; (sequence, the first line after it)."""
     if room < 2:
         raise _Stray
-    dash = " " * indent + "- "
-    inner = " " * (indent + 2)
-    values = _VALUES
+    items = _ITEMS
     out: list = []
-    while (line := lines[i]).startswith(dash):
-        rest = line[indent + 2:]
-        value = values.get(rest, _MISS)
-        if value is _MISS and (value := _new_value(rest)) is _MISS:
-            lines[i] = inner + rest  # a collection starts on the dash's line: read it as if it stood below
+    while True:
+        line = lines[i]
+        item = items.get(line)
+        if item is None and (item := _new_item(line, indent)) is None:
+            break
+        at, value = item
+        if at != indent:
+            break
+        if value is _OPENS_BLOCK:  # a collection starts on the dash's line: read it as if it stood below
+            rest = line[indent + 2:]
+            lines[i] = " " * (indent + 2) + rest
             if rest.startswith("- "):
                 value, i = _sequence(lines, i, indent + 2, room - 1)
             else:
                 value, i = _mapping(lines, i, indent + 2, room - 1)
         elif type(value) is _Opens:
-            value, i = _opened(value, lines, i + 1, inner)
+            value, i = _opened(value, lines, i + 1, indent + 2)
         else:
             i += 1
         out.append(value)
@@ -172,18 +156,62 @@ def _sequence(lines: list[str], i: int, indent: int, room: int) -> tuple[list, i
     return out, i
 
 
-def _new_key(written: str) -> str | None:
+def _new_entry(line: str, indent: int) -> tuple[int, str, object] | None:
+    """(indent, key, value) of a mapping entry at `indent` (its value _OPENS_BLOCK for `key:`), or None where
+    `line` is no such entry (the mapping ends there)."""
+    body = line[indent:]
+    if not line.startswith(" " * indent) or body[:1] == " ":
+        return None
+    if body[:1] == '"':  # a quoted key may hold ": "
+        match = _QUOTED_START.match(body)
+        if match is None:
+            return None
+        written, rest = match[0], body[match.end():]
+        if rest == ":":
+            text = None
+        elif rest[:2] == ": ":
+            text = rest[2:]
+        else:
+            return None
+    else:
+        written, colon, text = body.partition(": ")  # a plain key holds no space
+        if not colon:
+            if body[-1:] != ":":
+                return None
+            written, text = body[:-1], None
+    key = _key(written)
+    if key is None:
+        return None
+    value = _OPENS_BLOCK if text is None else _value(text)
+    if value is _MISS:
+        raise _Stray
+    entry = (indent, key, value)
+    if len(line) <= _CACHED_CHARS and len(_ENTRIES) < _CACHED_MAX:
+        _ENTRIES[line] = entry
+    return entry
+
+
+def _new_item(line: str, indent: int) -> tuple[int, object] | None:
+    """(indent, value) of a sequence item at `indent` (_OPENS_BLOCK where a collection starts on its line), or None
+    where `line` is no such item (the sequence ends there)."""
+    if not line.startswith(" " * indent + "- "):
+        return None
+    value = _value(line[indent + 2:])
+    item = (indent, _OPENS_BLOCK if value is _MISS else value)
+    if value is not _MISS and len(line) <= _CACHED_CHARS and len(_ITEMS) < _CACHED_MAX:
+        _ITEMS[line] = item
+    return item
+
+
+def _key(written: str) -> str | None:
     """The key `written` stands for, or None where it is not a key in the canonical layout."""
     match = _KEY.match(written)
     if match is None or len(written) >= _KEY_MAX or match[1] in _RESERVED:
         return None
-    key = match[1] if match[1] is not None else _unescape(match[2])
-    if len(_KEYS) < _CACHED_MAX:
-        _KEYS[written] = key
-    return key
+    return match[1] if match[1] is not None else _unescape(match[2])
 
 
-def _new_value(text: str) -> object:
+def _value(text: str) -> object:
     """The scalar (or _Opens) `text` stands for; _MISS where it is no inline value (a collection may start there)."""
     match = _VALUE.match(text)
     if match is None:
@@ -192,32 +220,29 @@ def _new_value(text: str) -> object:
     if kind == _INT:
         if len(text) > _INT_DIGITS_MAX:
             raise _Stray
-        value = int(text)
-    elif kind == _FLOAT:
-        value = float(text)
-    elif kind == _WORD:
-        value = _WORDS[text]
-    elif kind == _PLAIN_STR:
+        return int(text)
+    if kind == _FLOAT:
+        return float(text)
+    if kind == _WORD:
+        return _WORDS[text]
+    if kind == _PLAIN_STR:
         if text in _RESERVED:
             raise _Stray
-        value = text
-    else:
-        value = _unescape(match[kind])
-    if len(text) <= _CACHED_CHARS and len(_VALUES) < _CACHED_MAX:
-        _VALUES[text] = value
-    return value
+        return text
+    return _unescape(match[kind])
 
 
-def _opened(value: _Opens, lines: list[str], i: int, pad: str) -> tuple[object, int]:
-    """The value of `{}`, `[]` or `|` (whose block lines start at i, indented by `pad`) and the next line."""
+def _opened(value: _Opens, lines: list[str], i: int, indent: int) -> tuple[object, int]:
+    """The value of `{}`, `[]` or `|` (whose block lines start at i, at `indent`) and the next line."""
     if value is _EMPTY_MAP:
         return {}, i
     if value is _EMPTY_SEQ:
         return [], i
+    pad = " " * indent
     body = []
     while (line := lines[i]).startswith(pad) or line == "":
-        text = line[len(pad):]
-        if text and not _BLOCK_LINE.match(text):
+        text = line[indent:]
+        if text and (not _BLOCK_LINE.match(text) or text.isspace()):
             raise _Stray
         body.append(text)
         i += 1
