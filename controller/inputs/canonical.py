@@ -4,8 +4,10 @@ Owns `from_canonical`, the first of `controller.inputs.yamlin.parse_documents`'s
 and rendered files are read back by the thousand, and a text in the writer's one layout (sorted keys, block
 style, two-space indentation, sequence entries at their key's indentation, plain scalars only where no YAML 1.1
 resolver reads anything else, every other string double-quoted with `\\"`, `\\\\`, `\\uXXXX` and `\\UXXXXXXXX`
-escapes or a clipped `|` block) is read with one regular expression per line. The grammar is recognised here
-on its own terms: this module imports nothing from the writer.
+escapes or a clipped `|` block) is read line by line with string operations and a regular expression per
+new line; a short line already read (`kind: ElasticModel`, `    mode: resident` recur in every record) costs
+one dictionary lookup. The grammar is recognised here on its own terms: this module imports nothing from the
+writer.
 
 It answers only where it is certain of PyYAML's (CSafeLoader's) answer, and returns None at the first line
 that strays in any way from that layout: a comment, `---`, a flow collection other than `{}`/`[]`, an anchor,
