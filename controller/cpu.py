@@ -8,8 +8,9 @@ controller.inputs.reader (the decision records of a large fleet); each decides w
 is large enough to be worth a process. And `gc_paused`: Python's cyclic garbage collector
 waits while a pass builds its hundreds of thousands of short-lived objects, which it would
 otherwise scan again and again (a third of compose's CPU at 10,000 models: bench/pass_parts.py), and runs
-once after.
-Used by the shells around one pass (controller.cli.offline, controller.cli.cluster_loop).
+once after, by `collect`, off the path to the commit.
+Used by the shells around one pass (controller.cli.offline, controller.cli.cluster_loop); `collect` by the
+poll loop (controller.cli.loop) between passes.
 """
 from __future__ import annotations
 
@@ -50,8 +51,11 @@ def runs(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off inside (reference counting still frees almost everything at once), one
-    collection after; as it was before if it was already off."""
+    """The cyclic garbage collector off inside (reference counting still frees almost everything at once); on the
+    way out, what is alive is frozen (`gc.freeze`, which costs nothing) and the collector is on again, so the
+    automatic collections while the pass's result is committed and pushed never rescan the pass's objects (a
+    full collection over them is a visible share of a large pass); `collect` scans them once, when the shell has
+    time. As it was before if the collector was already off."""
     if not gc.isenabled():
         yield
         return
@@ -59,5 +63,12 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        gc.freeze()
         gc.enable()
-        gc.collect()
+
+
+def collect() -> int:
+    """Give back what the passes froze to the collector and collect once (the poll loop, after each pass); the
+    number of unreachable objects found."""
+    gc.unfreeze()
+    return gc.collect()

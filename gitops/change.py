@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gitops.errors import UnsafePath
 from gitops.git import blob_id
-from gitops.paths import check_generated, check_no_file_dir_clash, is_under
+from gitops.paths import Prefixes, check_generated, check_no_file_dir_clash
 
 SYMLINK = "120000"
 REGULAR_FILE = ("100644", "100755")
@@ -56,10 +56,11 @@ class TreeEdit:
 
 def check_change(change: Change, owned: tuple[str, ...]) -> None:
     """Every generated and kept path is safe and owned; nothing is written before this passes."""
+    prefixes = Prefixes(owned)
     for path in change.files:
-        check_generated(path, owned)
+        check_generated(path, prefixes)
     for path in change.keep:
-        check_generated(path.removesuffix("/"), owned)
+        check_generated(path.removesuffix("/"), prefixes)
     check_no_file_dir_clash(change.files)
 
 
@@ -92,8 +93,9 @@ def plan_edit(change: Change, upstream: Entries, owned: tuple[str, ...],
     way). Raises UnsafePath when a generated path would go through a symlink,
     replace a kept or user file, or replace a directory holding one.
     """
-    remove = tuple(path for path in upstream if is_under(path, owned)
-                   and path not in change.files and not is_under(path, change.keep))
+    ours, kept = Prefixes(owned), Prefixes(change.keep)
+    remove = tuple(path for path in upstream if ours.holds(path)
+                   and path not in change.files and not kept.holds(path))
     removed = set(remove)
     surviving = {path: entry for path, entry in upstream.items() if path not in removed}
     surviving_dirs = {parent for path in surviving for parent in _parents(path)}

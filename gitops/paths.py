@@ -46,18 +46,29 @@ def normalize_owned(owned: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(result)))
 
 
-def is_under(path: str, prefixes: Iterable[str]) -> bool:
-    """True when `path` is one of `prefixes` or inside one that ends with '/'."""
-    return any(path == prefix or (prefix.endswith("/") and path.startswith(prefix)) for prefix in prefixes)
+class Prefixes:
+    """Paths and directory prefixes (ending with '/'), asked of many paths: `holds` costs a set lookup and one
+    `startswith` over the directories, however many paths there are (a held prune keeps every generated path)."""
+
+    __slots__ = ("exact", "directories")
+
+    def __init__(self, prefixes: Iterable[str]) -> None:
+        self.exact = frozenset(prefixes)
+        self.directories = tuple(sorted(prefix for prefix in self.exact if prefix.endswith("/")))
+
+    def holds(self, path: str) -> bool:
+        """True when `path` is one of the prefixes or inside one that ends with '/'."""
+        return path in self.exact or path.startswith(self.directories)
 
 
-def check_generated(path: str, owned: tuple[str, ...]) -> str:
+def check_generated(path: str, owned: tuple[str, ...] | Prefixes) -> str:
     """`path` if the controller may write it; else UnsafePath saying why."""
     problem = _bad_segment(path) if isinstance(path, str) else "it is not a string"
     if problem:
         raise UnsafePath(f"refused to write {path!r}: {problem}", _FIX_PATH)
-    if not is_under(path, owned):
-        raise UnsafePath(f"refused to write {path!r}: it is not under an owned prefix {list(owned)}",
+    owned = owned if isinstance(owned, Prefixes) else Prefixes(owned)
+    if not owned.holds(path):
+        raise UnsafePath(f"refused to write {path!r}: it is not under an owned prefix {sorted(owned.exact)}",
                          "the controller never edits user files; generate it under an owned prefix")
     return path
 

@@ -27,7 +27,7 @@ from gitops.change import TreeEdit
 from gitops.credentials import Credentials, install_askpass, redact
 from gitops.errors import BranchNotFound, InvalidWriteBack, RevisionNotFound, WorkdirInUse
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, PushOutcome, classify, parse_push
-from gitops.paths import is_under
+from gitops.paths import Prefixes
 
 _SCHEMES = ("https", "http", "ssh", "git", "file")
 _TRANSPORT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")  # <transport>::<address>
@@ -77,7 +77,8 @@ FULL_TREE = ("/*",)  # the sparse-checkout pattern of the whole tree
 
 def owned_paths(entries: Mapping[str, tuple[str, str]], prefixes: tuple[str, ...]) -> tuple[str, ...]:
     """The paths of `entries` (as `WorkingCopy.entries` lists them) that lie under `prefixes`, sorted."""
-    return tuple(sorted(path for path in entries if is_under(path, prefixes)))
+    ours = Prefixes(prefixes)
+    return tuple(sorted(path for path in entries if ours.holds(path)))
 
 
 class WorkingCopy:

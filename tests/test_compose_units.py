@@ -173,7 +173,7 @@ def test_templates_that_misbehave_fail_to_render(source, context, detail):
 
 def test_integers_and_quoted_values_render():
     env = environment(DictLoader({"t": "a: {{ n }}\nb: {{ s | quote }}\nc: {{ n | quote }}\n"}))
-    assert render_documents(env, "t", {"n": 3, "s": "x: y"}) == [{"a": 3, "b": "x: y", "c": "3"}]
+    assert [doc for doc, _ in render_documents(env, "t", {"n": 3, "s": "x: y"})] == [{"a": 3, "b": "x: y", "c": "3"}]
 
 
 # --- the Kubernetes schema check agrees with kubernetes_validate -----------------------------------

@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from controller.cpu import forked_map, gc_paused
+from controller.cli.loop import Outcome, run_loop
+from controller.cpu import collect, forked_map, gc_paused
 from controller.inputs import reader
 from tests.test_reconcile_pass import FLEET, reconcile_into
 
@@ -51,6 +52,13 @@ def test_decision_records_read_in_several_processes_equal_one_process(tmp_path, 
     assert len(one) == len(records) - 1
 
 
+def _cycle() -> weakref.ref:
+    """A weak reference to a cycle only the collector frees, dropped at once."""
+    node = _Node()
+    node.me = node
+    return weakref.ref(node)
+
+
 def test_the_garbage_collector_waits_inside_and_collects_after():
     import gc
 
@@ -60,13 +68,27 @@ def test_the_garbage_collector_waits_inside_and_collects_after():
         with gc_paused():  # nested: still off, and the outer one turns it back on
             assert not gc.isenabled()
         assert not gc.isenabled()
-        node = _Node()
-        node.me = node  # a cycle only the collector frees
-        alive = weakref.ref(node)
-        del node
+        alive = _cycle()
         assert alive() is not None
     assert gc.isenabled()
-    assert alive() is None  # collected once the pass is done
+    gc.collect()  # the automatic collections leave the pass's objects alone
+    assert alive() is not None
+    assert collect() >= 2  # the node and its __dict__
+    assert alive() is None
+
+
+def test_the_poll_loop_collects_what_a_pass_left():
+    left: list[weakref.ref] = []
+
+    def one_pass() -> Outcome:
+        with gc_paused():
+            left.append(_cycle())
+        assert all(ref() is None for ref in left[:-1])  # the earlier passes' garbage is gone
+        return Outcome(True)
+
+    assert run_loop(one_pass, 1.0, wait=lambda seconds: None, passes=3) == 0
+    assert [ref() for ref in left] == [None, None, None]
+
 
 
 class _Node:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from gitops.errors import InvalidWriteBack, UnsafePath
-from gitops.paths import check_generated, check_no_file_dir_clash, is_under, normalize_owned
+from gitops.paths import Prefixes, check_generated, check_no_file_dir_clash, normalize_owned
 from gitops.workcopy import check_branch_name, remote_url
 from gitops.writeback import Target, parse_target
 
@@ -65,9 +65,12 @@ def test_owned_prefixes_are_sorted_and_deduplicated():
     pytest.param("rendered/ab.yaml", ["rendered/a/"], False, id="sibling-with-same-start"),
     pytest.param("rendered/a", ["rendered/a"], True, id="exact-file"),
     pytest.param("rendered/a/b", ["rendered/a"], False, id="file-prefix-is-not-a-dir"),
+    pytest.param("rendered/x/y.yaml", [f"rendered/{i}/" for i in range(50)] + ["rendered/x/"], True,
+                 id="inside-the-last-of-many-dirs"),
+    pytest.param("rendered/x", [], False, id="no-prefixes"),
 ])
-def test_is_under(path, prefixes, expected):
-    assert is_under(path, prefixes) is expected
+def test_prefixes_hold(path, prefixes, expected):
+    assert Prefixes(prefixes).holds(path) is expected
 
 
 def test_a_path_generated_as_file_and_directory_is_refused():

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from controller.rendering.compose import compose
 from controller.rendering.compose_errors import InvalidName
-from controller.rendering.render import yaml_quote
+from controller.rendering import quote, render
+from controller.rendering.quote import yaml_quote
 from controller.types import Pending, Plan
 from tests.compose_scenario import SLOTS, decide, model
 
@@ -44,6 +45,12 @@ def test_quote_round_trips_through_yaml(value):
 def test_quote_round_trips_any_text(value):
     for loader in (yaml.SafeLoader, yaml.CSafeLoader):  # compose parses with libyaml
         assert yaml.load(f"- {yaml_quote(value)}", Loader=loader) == [value]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("ab :#-\"\\\n\t\r\x00\x7fé😀") | st.characters(), max_size=60))
+def test_multiline_ascii_is_escaped_as_character_by_character(value):
+    assert quote._escaped(value) == quote._NEEDS_ESCAPE.sub(quote._escape, value)
 
 
 def _pass(hub: str):
@@ -157,6 +164,6 @@ def test_templates_read_mappings_as_jinjas_sandbox_does(template, context):
     ours = render.environment(DictLoader({"t": template}))
     stock = SandboxedEnvironment(loader=DictLoader({"t": template}), undefined=ours.undefined, finalize=ours.finalize,
                                  autoescape=False)
-    stock.filters["quote"] = render.yaml_quote
+    stock.filters["quote"] = yaml_quote
     for ctx in (context, {k: MappingProxyType(v) if isinstance(v, dict) else v for k, v in context.items()}):
         assert outcome(ours, ctx) == outcome(stock, ctx)

@@ -3,7 +3,8 @@
 Owns the timing rule of `gpushare reconcile --interval` (offline) and of cluster
 mode: after a good pass wait the interval with ±10 % jitter; after the n-th
 failure in a row wait min(cap, base × 2^(n-1)) × a factor in [0.5, 1]; a pass may
-ask for its own wait (a standby replica asks for the Lease again soon). The
+ask for its own wait (a standby replica asks for the Lease again soon); the garbage a pass left
+(controller.cpu.gc_paused) is collected after it, before the wait. The
 pass, the waiting (a cluster leader renews its Lease while it waits) and the
 clock's randomness are passed in, so tests drive it without sleeping.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from controller.cpu import collect
 
 BACKOFF_BASE_S = 1.0
 MAX_BACKOFF_S = 300.0
@@ -38,6 +41,7 @@ def run_loop(one_pass: Callable[[], Outcome], interval_s: float, *, wait: Callab
     failures = done = 0
     while not stopped() and (passes is None or done < passes):
         outcome = one_pass()
+        collect()  # what the pass left to the collector, now that its commit is pushed
         done += 1
         if outcome.ok:
             failures = 0

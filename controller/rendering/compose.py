@@ -544,13 +544,15 @@ def _render(composition: Composition, templates: Sequence[str], context: Mapping
         except RenderError as exc:
             raise RenderFailed(ref, f"composition {composition.name}: {exc}",
                                "fix the template; every printed value must pass through `| quote`") from exc
-        unit.extend(_object_file(doc, ref, f"{composition.name}/{template}", composition, context) for doc in docs)
+        unit.extend(_object_file(doc, canonical, ref, f"{composition.name}/{template}", composition, context)
+                    for doc, canonical in docs)
     return unit
 
 
-def _object_file(doc: dict, ref: str, origin: str, composition: Composition, context: Mapping) -> _File:
-    """The checked path and canonical text of one rendered object: valid against Kubernetes' schema and the
-    rules the API server applies beyond it (controller.inputs.kube_rules)."""
+def _object_file(doc: dict, canonical: str | None, ref: str, origin: str, composition: Composition,
+                 context: Mapping) -> _File:
+    """The checked path and canonical text (`canonical`, or written here) of one rendered object: valid against
+    Kubernetes' schema and the rules the API server applies beyond it (controller.inputs.kube_rules)."""
     metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
     name, namespace = metadata.get("name"), metadata.get("namespace")
     what = f"{origin}: {doc.get('kind')} {namespace}/{name}"
@@ -568,7 +570,8 @@ def _object_file(doc: dict, ref: str, origin: str, composition: Composition, con
     problems = object_problems(doc)
     if problems:
         raise _refused(problems, ref, what, origin, composition, context)
-    return _File(_safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"), dump(doc),
+    return _File(_safe_path(ref, RENDERED, namespace, f"{doc['kind'].lower()}-{name}.yaml"),
+                 dump(doc) if canonical is None else canonical,
                  RenderedObject(doc["kind"], namespace, name), doc)
 
 

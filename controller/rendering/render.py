@@ -1,14 +1,13 @@
 """Safe Jinja rendering of Kubernetes manifests.
 
-Owns the sandboxed Jinja environment every composition template runs in and the
-one way a value reaches YAML: the `quote` filter, which emits a double-quoted
-YAML scalar. A `finalize` hook refuses any other string output, so a template that
+Owns the sandboxed Jinja environment every composition template runs in, with the
+one way a value reaches YAML: the `quote` filter (controller.rendering.quote), which
+emits a double-quoted YAML scalar. A `finalize` hook refuses any other string output, so a template that
 forgets to quote a value fails to render instead of letting a field add keys or
 documents. Called by controller.rendering.compose.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from functools import lru_cache
 from types import MappingProxyType
@@ -19,11 +18,8 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from contract import wire
 from controller.inputs.compositions import Templates
-from controller.rendering.shapes import parse_output
-
-
-class Quoted(str):
-    """Text the `quote` filter produced: a complete YAML double-quoted scalar."""
+from controller.rendering.quote import Quoted, yaml_quote
+from controller.rendering.shapes import read_output
 
 
 class UnquotedOutput(TemplateError):
@@ -37,37 +33,6 @@ class RenderError(Exception):
         super().__init__(f"{template}: {detail}")
         self.template = template
         self.detail = detail
-
-
-_NEEDS_ESCAPE = re.compile(r'[^ !#-\[\]-~]')  # anything but printable ASCII, and `"` and `\`
-
-
-def _escape(match: re.Match) -> str:
-    ch = match.group()
-    if ch in '"\\':
-        return "\\" + ch
-    code = ord(ch)
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def yaml_quote(value: object) -> Quoted:
-    """A YAML double-quoted scalar that parses back to exactly `str(value)`.
-
-    Printable ASCII stays as-is except `"` and `\\`; everything else is escaped
-    (\\uXXXX, or \\UXXXXXXXX beyond the BMP, which YAML decodes without surrogates),
-    so newlines, `{{ }}`, `: `, `#`, `---` and unicode stay inside the string.
-    """
-    text = str(value)
-    quoted = _QUOTED.get(text)
-    if quoted is None:
-        quoted = Quoted(f'"{_NEEDS_ESCAPE.sub(_escape, text)}"')
-        if len(_QUOTED) < _QUOTED_MAX:
-            _QUOTED[text] = quoted
-    return quoted
-
-
-_QUOTED: dict[str, Quoted] = {}  # text -> its quoted form: names, labels and namespaces recur on every object
-_QUOTED_MAX = 200_000
 
 
 def _finalize(value: object) -> object:
@@ -121,19 +86,20 @@ def compiled(templates: Templates) -> SandboxedEnvironment:
     return environment(DictLoader(dict(templates.sources)))
 
 
-def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[str, object]) -> list[dict]:
+def render_documents(env: SandboxedEnvironment, template: str, context: Mapping[str, object]
+                     ) -> list[tuple[dict, str | None]]:
     """Render one template and read it as libyaml's safe loader does (controller.rendering.shapes): the objects it
-    defines, in order."""
+    defines, in order, each with its canonical text (controller.rendering.yamlout.dump) where its shape gives it,
+    else None."""
     try:
         text = env.get_template(template).render(**context)
     except TemplateError as exc:
         raise RenderError(template, f"{type(exc).__name__}: {exc}") from exc
     try:
-        docs = [doc for doc in parse_output(text) if doc is not None]
+        docs = [(doc, canonical) for doc, canonical in read_output(text) if doc is not None]
     except (yaml.YAMLError, RecursionError) as exc:
         raise RenderError(template, f"output is not YAML: {exc}") from exc
-    for doc in docs:
+    for doc, _ in docs:
         if not isinstance(doc, dict):
             raise RenderError(template, f"a document is a {type(doc).__name__}, not a mapping")
     return docs
-

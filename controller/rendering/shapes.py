@@ -1,7 +1,8 @@
 """Reading template output by its shape: one YAML parse per shape, not per rendered object.
 
-Owns `parse_output`, which returns what controller.inputs.yamlin.parse_documents returns for the
-text a composition template rendered, faster when many renders share a shape. Every printed value
+Owns `read_output`, which returns what controller.inputs.yamlin.parse_documents returns for the
+text a composition template rendered, faster when many renders share a shape, and with each document
+its canonical text (controller.rendering.yamlout.dump) where the shape gives it. Every printed value
 reaches a template's output through the `quote` filter as a double-quoted scalar, so the renders of
 one template for 10,000 models differ, as a rule, only inside such scalars. The text with the inside
 of every double-quoted scalar removed is its shape. The first text of a shape is parsed in full; its
@@ -15,15 +16,25 @@ every character of it is printable ASCII or one of the escapes the `quote` filte
 `\\\\`, `\\uXXXX`, `\\UXXXXXXXX` outside the surrogates), and a key only when YAML's 1,024-character
 limit on a simple key cannot apply. Anything else, a shape with anchors, merge keys, tags on a quoted
 scalar or a quote YAML does not read as a scalar, and a text whose shape is not kept, is parsed in
-full. Called by controller.rendering.render.
+full.
+
+The canonical text of a shape's document is kept the same way: written once with a marker in each value
+hole and cut there, so a later document is its pieces with its values written in between, as the writer
+writes a one-line string anywhere. It is kept only when the pieces give the first document's own text
+back, and used only when the key holes hold the first text's keys (which fix the order of the keys) and
+no value is multi-line (a `|` block's indentation depends on where it stands); else the document is
+written in full. Called by controller.rendering.render.
 """
 from __future__ import annotations
 
+import json
 import re
+from typing import NamedTuple
 
 import yaml
 
 from controller.inputs.yamlin import parse_documents
+from controller.rendering.yamlout import NotData, dump, written
 
 _TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')  # a one-line double-quoted scalar, as YAML's scanner ends it
 _SPLIT = re.compile(f"({_TOKEN.pattern})")  # text, token, text, token, ..., text
@@ -46,11 +57,21 @@ class _Hole:
         self.index = index
 
 
-_SHAPES: dict[str, object] = {}  # shape -> (its documents with holes, their count, the holes that are keys) or _NOT_KEPT
+_SHAPES: dict[str, object] = {}  # shape -> _Kept, or _NOT_KEPT
 
 
-def parse_output(text: str) -> list[object]:
-    """parse_documents(text) for template output (no limits, repeated keys override)."""
+class _Kept(NamedTuple):
+    documents: list[object]  # the documents with holes
+    holes: int
+    key_holes: frozenset[int]
+    keys: tuple[str, ...]  # the key holes' values in the first text: the order of the keys is known for these
+    canonical: tuple[tuple[tuple[str, ...], tuple[int, ...]] | None, ...]  # per document: its dump's text
+    # pieces and the value holes between them, or None where it has none
+
+
+def read_output(text: str) -> list[tuple[object, str | None]]:
+    """parse_documents(text) for template output (no limits, repeated keys override), each document with
+    its canonical text (controller.rendering.yamlout.dump) when its shape gives it (else None)."""
     parts = _SPLIT.split(text)
     tokens = parts[1::2]
     shape = '""'.join(parts[0::2])
@@ -59,13 +80,14 @@ def parse_output(text: str) -> list[object]:
         documents = parse_documents(text)
         if len(_SHAPES) < _MAX_SHAPES:
             _SHAPES[shape] = _keep(text, documents)
-        return documents
+        return [(document, None) for document in documents]
     if kept is not _NOT_KEPT:
-        documents, holes, key_holes = kept
-        values = _values(text, tokens, key_holes) if len(tokens) == holes else None
+        values = _values(text, tokens, kept.key_holes) if len(tokens) == kept.holes else None
         if values is not None:
-            return _fill(documents, values)
-    return parse_documents(text)
+            known = tuple(values[index] for index in sorted(kept.key_holes)) == kept.keys
+            return [(_fill(shaped, values), _canonical(pieces, values) if known and pieces else None)
+                    for shaped, pieces in zip(kept.documents, kept.canonical)]
+    return [(document, None) for document in parse_documents(text)]
 
 
 def _values(text: str, tokens: list[str], key_holes: frozenset[int]) -> list[str] | None:
@@ -75,7 +97,7 @@ def _values(text: str, tokens: list[str], key_holes: frozenset[int]) -> list[str
     for index, token in enumerate(tokens):
         raw = token[1:-1]
         if "\\" in raw:
-            raw = _unescape(raw)
+            raw = _unescape(raw, plain_text)
             if raw is None:
                 return None
         elif not plain_text and not _PRINTABLE.match(raw):
@@ -86,8 +108,11 @@ def _values(text: str, tokens: list[str], key_holes: frozenset[int]) -> list[str
     return values
 
 
-def _unescape(raw: str) -> str | None:
-    """The value of a double-quoted scalar's inside that holds only the quote filter's escapes, else None."""
+def _unescape(raw: str, printable: bool) -> str | None:
+    """The value of a double-quoted scalar's inside that holds only the quote filter's escapes, else None.
+    `printable`: every character of it is known to be printable ASCII."""
+    if printable and "\\" not in raw.replace("\\\\", "").replace('\\"', "").replace("\\u000a", ""):
+        return json.loads(f'"{raw}"')  # only escaped backslashes, quotes and newlines (a worker's config): JSON's too
     if not _ESCAPED.match(raw):
         return None
     try:
@@ -123,7 +148,41 @@ def _keep(text: str, documents: list[object]) -> object:
     values = _values(text, [text[start:end] for start, end in spans], key_holes)
     if reading.used != set(range(len(spans))) or values is None or _fill(shaped, values) != documents:
         return _NOT_KEPT
-    return shaped, len(spans), key_holes
+    return _Kept(shaped, len(spans), key_holes, tuple(values[index] for index in sorted(key_holes)),
+                 tuple(_pieces(document, values, key_holes, filled) for document, filled in zip(shaped, documents)))
+
+
+_MARKED = re.compile(r'"\\u0000(\d+)\\u0000"')  # how the writer writes a marked hole: "\u0000<n>\u0000"
+
+
+def _pieces(shaped: object, values: list[str], key_holes: frozenset[int], document: object
+            ) -> tuple[tuple[str, ...], tuple[int, ...]] | None:
+    """The canonical text of a document of this shape, cut at its value holes: written with a marker in each
+    (a NUL can be in no constant of YAML text, so the writer quotes a marker as nothing else), cut where each
+    marker came out; kept only if it gives `document`'s own text back with the first text's values."""
+    marked = [value if index in key_holes else f"\0{index}\0" for index, value in enumerate(values)]
+    try:
+        parts = _MARKED.split(dump(_fill(shaped, marked)))
+    except (NotData, RecursionError):
+        return None  # not JSON data (a date, bytes): the writer refuses it anyway
+    pieces = (tuple(parts[0::2]), tuple(int(index) for index in parts[1::2]))
+    if len(set(pieces[1])) != len(pieces[1]) or _canonical(pieces, values) != dump(document):
+        return None
+    return pieces
+
+
+def _canonical(pieces: tuple[tuple[str, ...], tuple[int, ...]], values: list[str]) -> str | None:
+    """The text the pieces give with these values, or None when a value is multi-line (a `|` block: its
+    indentation depends on where it stands)."""
+    texts, holes = pieces
+    out = [texts[0]]
+    for hole, text in zip(holes, texts[1:]):
+        value = values[hole]
+        if "\n" in value:
+            return None
+        out.append(written(value))
+        out.append(text)
+    return "".join(out)
 
 
 class _Unshaped(Exception):

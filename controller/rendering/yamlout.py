@@ -6,16 +6,17 @@ a Kubernetes object holds, and replaces PyYAML's representer, which dominated a
 10,000-model pass (bench/reconcile_scale.py). Strings are plain only when they match a conservative
 pattern that no YAML 1.1 or 1.2 parser reads as anything but that string; otherwise
 they are double-quoted with every non-ASCII or control character escaped
-(controller.rendering.render.yaml_quote), or written as a `|` block when they are multi-line
+(controller.rendering.quote.yaml_quote), or written as a `|` block when they are multi-line
 text that a block keeps byte for byte. A property test checks that PyYAML reads back
-exactly what was written. Called by controller.rendering.compose.
+exactly what was written. Called by controller.rendering.compose and controller.rendering.shapes
+(`written`).
 """
 from __future__ import annotations
 
 import math
 import re
 
-from controller.rendering.render import yaml_quote
+from controller.rendering.quote import yaml_quote
 
 # Starts with a letter, '_', '/' or one or two '-' and a letter (flags such as --config); then only
 # characters that never start YAML syntax inside a block-context plain scalar; never ends with ':'.
@@ -46,7 +47,7 @@ def _block(value: dict | list, indent: int, lines: list[str]) -> None:
         for key in sorted(value):
             if not isinstance(key, str):
                 raise NotData(f"mapping key {key!r} is not a string")
-            item, name = value[key], _string(key)
+            item, name = value[key], written(key)
             kind = type(item)
             if kind is dict and item:
                 lines.append(f"{pad}{name}:")
@@ -72,7 +73,7 @@ def _inline(value: object, indent: int) -> str:
         if "\n" in value and _literal_ok(value):
             pad = " " * indent
             return "|\n" + "\n".join(pad + line if line else "" for line in value[:-1].split("\n"))
-        return _string(value)
+        return written(value)
     if isinstance(value, dict):
         if value:
             raise NotData("a non-empty mapping cannot be inline")
@@ -88,7 +89,9 @@ _STRINGS: dict[str, str] = {}  # text -> its plain or quoted form: names and val
 _STRINGS_MAX = 200_000
 
 
-def _string(text: str) -> str:
+def written(text: str) -> str:
+    """A string as the writer writes a key or a value that is not a `|` block, wherever it stands: plain or
+    double-quoted."""
     out = _STRINGS.get(text)
     if out is None:
         out = text if _PLAIN.match(text) and text not in _RESERVED else yaml_quote(text)
@@ -109,7 +112,7 @@ def _scalar(value: object) -> str:
     if isinstance(value, float):
         return _float(value)
     if isinstance(value, str):
-        return _string(str(value))
+        return written(str(value))
     raise NotData(f"{type(value).__name__} {value!r} is not JSON data")
 
 
