@@ -1,6 +1,7 @@
 """The parts of a large pass that issue 18 made faster, each against the way it was done before; prints both.
 
-- a decision record read by parse events (controller.inputs.yamlin) against the node path;
+- a decision record read by parse events (controller.inputs.yamlin) against the node path, and a fleet's
+  records (each one different) read by their canonical layout (controller.inputs.canonical) against parse events;
 - a model's two Services (the shipped model-service template's output) read by their shape
   (controller.rendering.shapes) against a full parse;
 - Kubernetes' validators of the shipped kinds compiled without exception details against with them;
@@ -24,7 +25,8 @@ from reconcile_scale import write_repo
 from controller.cpu import collect, gc_paused
 from controller.inputs.compositions import shipped_compositions
 from controller.inputs.reader import read_repo
-from controller.inputs.yamlin import YamlLimits, _from_nodes, parse_documents
+from controller.inputs.canonical import from_canonical
+from controller.inputs.yamlin import YamlLimits, _from_events, _from_nodes, parse_documents
 from controller.planning.plan import plan
 from controller.rendering import compose as compose_module
 from controller.rendering import kube_validate, render, shapes
@@ -38,21 +40,45 @@ def per_call_us(function, n: int = 3000) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def records() -> None:
-    doc = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "ElasticModel",
-           "metadata": {"name": "m-00000", "namespace": "team-00", "annotations": {"gpushare.dev/source": "models/a"}},
-           "spec": {"model": "meta-llama/Llama-3.1-8B-Instruct", "memoryBudget": 21474836480,
-                    "slo": {"concurrency": 2, "contextTokens": 4096}, "gpu": {"product": "NVIDIA-H200"}},
-           "status": {"assigned": {"budgetBytes": 21474836480, "estimated": True, "footprintBytes": 17626219561,
-                                   "gpu": {"product": "NVIDIA-H200", "slot": "gpu-node-0107/gpu5"}, "hostBytes": 0,
-                                   "mode": "resident", "needBytes": 17626219561, "reasonCode": "FitsResident",
-                                   "predicted": {"aloneTpotMs": 8.194, "tpotMs": 57.935, "swapInMs": None},
-                                   "reason": "need 16.4Gi (weights 15.0Gi + KV 1.0Gi for 4096\u00d72 tokens)",
-                                   "residentLayers": 32, "sloMet": None, "totalLayers": 32}}}
-    text, limits = dump(doc), YamlLimits.from_env()
-    events = per_call_us(lambda: parse_documents(text, unique_keys=True, limits=limits))
+def record(i: int) -> dict:
+    """The i-th of a fleet's decision records: names, sizes and predictions differ from record to record."""
+    budget, footprint = (8 << 30) * (1 + i % 5), 9_000_000_000 + 7_919 * i
+    return {"apiVersion": "gpushare.dev/v1alpha1", "kind": "ElasticModel",
+            "metadata": {"name": f"m-{i:05d}", "namespace": f"team-{i % 100:02d}",
+                         "annotations": {"gpushare.dev/source": f"models/team-{i % 100:02d}/m-{i:05d}.yaml"}},
+            "spec": {"model": "meta-llama/Llama-3.1-8B-Instruct", "memoryBudget": budget,
+                     "slo": {"concurrency": 1 + i % 4, "contextTokens": 4096}, "gpu": {"product": "NVIDIA-H200"}},
+            "status": {"assigned": {"budgetBytes": budget, "estimated": True, "footprintBytes": footprint,
+                                    "gpu": {"product": "NVIDIA-H200", "slot": f"gpu-node-{i % 1000:04d}/gpu{i % 8}"},
+                                    "hostBytes": 0, "mode": "resident", "needBytes": footprint,
+                                    "reasonCode": "FitsResident",
+                                    "predicted": {"aloneTpotMs": 5 + i % 997 / 71, "tpotMs": 20 + i % 991 / 13,
+                                                  "swapInMs": None},
+                                    "reason": f"need {footprint / 2**30:.1f}Gi (weights 15.0Gi + KV 1.0Gi for "
+                                              f"4096\u00d7{1 + i % 4} tokens)",
+                                    "residentLayers": 32, "sloMet": None, "totalLayers": 32}}}
+
+
+def records(count: int = 2000) -> None:
+    text, limits = dump(record(0)), YamlLimits.from_env()
+    events = per_call_us(lambda: _from_events(text, True, limits))
     nodes = per_call_us(lambda: _from_nodes(text, True, limits))
     print(f"a decision record read: by events {events:.0f} us, by nodes {nodes:.0f} us ({nodes / events:.1f}x)")
+
+    def each_us(read, texts: list[str]) -> float:
+        start = time.perf_counter()
+        for one in texts:
+            read(one)
+        return (time.perf_counter() - start) / len(texts) * 1e6
+
+    batches = [[dump(record(i)) for i in range(start, start + count)] for start in range(0, 4 * count, count)]
+    times = {}
+    paths = (("canonical", lambda t: from_canonical(t, limits)), ("events", lambda t: _from_events(t, True, limits)))
+    for name, read in paths:
+        each_us(read, batches[0])  # lines and scalars common to every record cached, as after a fleet's first records
+        times[name] = min(each_us(read, fresh) for fresh in batches[1:])  # each record read once
+    print(f"{count} other decision records read: by the canonical layout {times['canonical']:.0f} us each, "
+          f"by events {times['events']:.0f} us each ({times['events'] / times['canonical']:.1f}x)")
 
 
 def services() -> None:

@@ -2,10 +2,15 @@
 
 Owns `parse_documents`, which returns what `yaml.load_all(text, Loader=yaml.CSafeLoader)`
 returns for the documents gpushare reads in bulk (rendered template output, ElasticModel
-files, decision records), without PyYAML's generic composer and constructor machinery. Two
+files, decision records), without PyYAML's generic composer and constructor machinery. Three
 ways, one result:
 
-- the event path (`_from_events`), taken first: values are built straight from libyaml's
+- the canonical path (controller.inputs.canonical), taken first: a text in the exact layout
+  gpushare's own YAML writer produces (decision records, rendered files) is read line by line
+  with no parser at all. At the first line that strays from that layout (a comment, `---`, a
+  flow collection, a quote style, an indentation or a key order the writer never produces) or
+  near `limits`, it answers None, and the text is read by
+- the event path (`_from_events`): values are built straight from libyaml's
   parse events, with no node graph; each plain scalar's type is resolved once per distinct
   text and every non-string scalar (ints, bools, floats, timestamps, binary) is built by
   PyYAML's own safe constructor. It handles the YAML gpushare writes and users write: block
@@ -32,6 +37,8 @@ import os
 from dataclasses import dataclass
 
 import yaml
+
+from controller.inputs.canonical import from_canonical
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -79,6 +86,9 @@ def parse_documents(text: str, *, unique_keys: bool = False, limits: YamlLimits 
     """Every document of `text` (None for an empty one). Raises yaml.YAMLError on bad YAML or, with
     `unique_keys`, a repeated key; with `limits`, YamlLimitExceeded on a document beyond them (checked
     before it is built); RecursionError on a self-referencing alias when no limits are given."""
+    documents = from_canonical(text, limits)
+    if documents is not None:
+        return documents
     try:
         documents = _from_events(text, unique_keys, limits)
     except Exception:  # noqa: BLE001 - any problem: the node path gives the reference answer (or error)
