@@ -117,6 +117,8 @@ def test_an_escaped_scalar_reads_as_yaml_reads_it(pieces):
     ('say \\"hi\\" \\\\ done', 'say "hi" \\ done'),
     ('\\\\u000a', "\\u000a"),
     ('caf\\u00e9 \\U0001f600', "café 😀"),
-], ids=["newlines", "quotes-and-backslash", "escaped-backslash-before-u", "other-escapes"])
+    ('\\\\"', None),
+], ids=["newlines", "quotes-and-backslash", "escaped-backslash-before-u", "other-escapes",
+        "bare-quote-after-an-escaped-backslash-is-no-scalar"])
 def test_the_quote_filters_escapes_are_read(raw, value):
     assert shapes._unescape(raw, printable=True) == value

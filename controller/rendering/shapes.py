@@ -112,7 +112,10 @@ def _unescape(raw: str, printable: bool) -> str | None:
     """The value of a double-quoted scalar's inside that holds only the quote filter's escapes, else None.
     `printable`: every character of it is known to be printable ASCII."""
     if printable and "\\" not in raw.replace("\\\\", "").replace('\\"', "").replace("\\u000a", ""):
-        return json.loads(f'"{raw}"')  # only escaped backslashes, quotes and newlines (a worker's config): JSON's too
+        try:  # only escaped backslashes, quotes and newlines (a worker's config): JSON reads them as YAML does
+            return json.loads(f'"{raw}"')
+        except ValueError:  # a bare `"`, which no double-quoted scalar holds
+            return None
     if not _ESCAPED.match(raw):
         return None
     try:
