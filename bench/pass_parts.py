@@ -4,6 +4,10 @@
   records (each one different) read by their canonical layout (controller.inputs.canonical) against parse events;
 - a model's two Services (the shipped model-service template's output) read by their shape
   (controller.rendering.shapes) against a full parse;
+- a worker's config (multi-line text) quoted for its ConfigMap by three replaces against an escape per character,
+  and read back (controller.rendering.shapes) as JSON against an escape at a time;
+- a held prune's check of every upstream path against the kept paths (gitops.paths.Prefixes) against a scan of
+  them per path;
 - Kubernetes' validators of the shipped kinds compiled without exception details against with them;
 - compose in one process over a fleet of --models models, the garbage collector paused against running.
 Run: .venv/bin/python bench/pass_parts.py [--models N]   (10,000 by default)
@@ -29,8 +33,9 @@ from controller.inputs.canonical import from_canonical
 from controller.inputs.yamlin import YamlLimits, _from_events, _from_nodes, parse_documents
 from controller.planning.plan import plan
 from controller.rendering import compose as compose_module
-from controller.rendering import kube_validate, render, shapes
+from controller.rendering import kube_validate, quote, render, shapes
 from controller.rendering.yamlout import dump
+from gitops.paths import Prefixes
 
 
 def per_call_us(function, n: int = 3000) -> float:
@@ -96,6 +101,38 @@ def services() -> None:
           f"write {full:.0f} us ({full / by_shape:.1f}x)")
 
 
+def config_quote() -> None:
+    config = "".join(dump(record(i)["status"]) for i in range(8))  # multi-line ASCII, like a slot's worker.yaml
+    replaces = per_call_us(lambda: quote._escaped(config), 1000)
+    per_character = per_call_us(lambda: quote._NEEDS_ESCAPE.sub(quote._escape, config), 1000)
+    print(f"a worker's config of {len(config):,} characters quoted: by replaces {replaces:.0f} us, an escape per "
+          f"character {per_character:.0f} us ({per_character / replaces:.1f}x)")
+    inside = quote._escaped(config)
+    assert shapes._unescape(inside, True) == config
+    by_json = per_call_us(lambda: shapes._unescape(inside, True), 1000)
+    per_escape = per_call_us(lambda: shapes._ESCAPED.match(inside) and shapes._ESCAPE.sub(shapes._decode, inside), 1000)
+    print(f"  and read back from its shape: as JSON {by_json:.0f} us, checked and decoded an escape at a time "
+          f"{per_escape:.0f} us ({per_escape / by_json:.1f}x)")
+
+
+def held_prune(paths: int = 5000) -> None:
+    upstream = [f"rendered/team-{i % 50:02d}/service-m-{i:05d}.yaml" for i in range(paths)]
+    kept = frozenset(upstream)  # a held prune keeps every generated path as upstream has it
+
+    def scanned(path: str) -> bool:  # the check as it was: each kept path in turn
+        return any(path == prefix or (prefix.endswith("/") and path.startswith(prefix)) for prefix in kept)
+
+    start = time.perf_counter()
+    index = Prefixes(kept)
+    assert all(index.holds(path) for path in upstream)
+    by_index = time.perf_counter() - start
+    start = time.perf_counter()
+    assert all(scanned(path) for path in upstream)
+    by_scan = time.perf_counter() - start
+    print(f"a held prune of {paths:,} paths, each checked against the kept ones: by index {by_index * 1000:.1f} ms, "
+          f"by scan {by_scan:.2f} s ({by_scan / by_index:,.0f}x; the scan grows with the square of the paths)")
+
+
 def validators() -> None:
     def compile_all(detailed: bool) -> float:
         original = fastjsonschema.compile
@@ -147,6 +184,8 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f}")
     records()
     services()
+    config_quote()
+    held_prune()
     validators()
     collector(args.models)
 
