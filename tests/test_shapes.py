@@ -18,7 +18,8 @@ _VALUE_LINES = ['{k}: {v}', 'plain: {v}', '{k}: [{v}, "lit", 3]', '{k}: {{a: {v}
                 '{k}: &anchor {v}', 'alias: *anchor', '<<: {{m: 1}}', 'block: |\n  "quoted" {v}\n',
                 'multi: "one\n  two {v}"', '{k} : {v}', 'tagged: !!str {v}', 'esc: "\\x41\\t"']
 _STRINGS = st.text(max_size=12) | st.sampled_from(["", "a\"b", "back\\slash", "new\nline", "tab\t", "é", "\u2028",
-                                                    "\U0001F600", "#", ": x", "---", "1", "null", "\x07", "x" * 1100])
+                                                    "\U0001F600", "#", ": x", "---", "1", "null", "\x07", "x" * 1100,
+                                                    "\x000\x00", "\x0099\x00"])  # what marks a hole
 
 
 @st.composite
@@ -71,7 +72,9 @@ def test_a_text_read_by_its_shape_equals_a_full_parse(template, renders):
     ('a: "x"\n', 'a: "\\x07"\n'),  # an escape the quote filter never writes: parsed in full
     ('a: "x"\n', 'a: "\x07"\n'),  # a character YAML refuses inside quotes: the same error
     ('a: ["x", "y"]\n', 'a: ["\\u00e9", "\\U0001f600"]\n'),
-], ids=["value", "key", "keys-merge", "key-too-long", "foreign-escape", "unprintable", "unicode-escapes"])
+    ('"\\u000099\\u0000": "v"\n"\\u00000\\u0000": "x"\n', '"\\u000099\\u0000": "w"\n"\\u00000\\u0000": "y"\n'),
+], ids=["value", "key", "keys-merge", "key-too-long", "foreign-escape", "unprintable", "unicode-escapes",
+        "keys-that-read-like-the-writers-hole-markers"])
 def test_the_same_shape_with_other_values(first, second):
     shapes._SHAPES.clear()
     assert _read(first) == parse_documents(first)

@@ -169,9 +169,10 @@ def _pieces(shaped: object, values: list[str], key_holes: frozenset[int], docume
     except (NotData, RecursionError):
         return None  # not JSON data (a date, bytes): the writer refuses it anyway
     pieces = (tuple(parts[0::2]), tuple(int(index) for index in parts[1::2]))
-    if len(set(pieces[1])) != len(pieces[1]) or _canonical(pieces, values) != dump(document):
-        return None
-    return pieces
+    holes = pieces[1]
+    if len(set(holes)) != len(holes) or any(index >= len(values) or index in key_holes for index in holes):
+        return None  # a key that reads like a marker
+    return pieces if _canonical(pieces, values) == dump(document) else None
 
 
 def _canonical(pieces: tuple[tuple[str, ...], tuple[int, ...]], values: list[str]) -> str | None:
