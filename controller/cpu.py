@@ -7,7 +7,7 @@ Used by controller.rendering.compose (the slot groups of a large plan) and
 controller.inputs.reader (the decision records of a large fleet); each decides when a part
 is large enough to be worth a process. And `gc_paused`: Python's cyclic garbage collector
 waits while a pass builds its hundreds of thousands of short-lived objects, which it would
-otherwise scan again and again (a third of compose's CPU at 10,000 models: bench/pass_parts.py), and runs
+otherwise scan again and again (bench/pass_parts.py prints its share of compose's CPU), and runs
 once after, by `collect`, off the path to the commit.
 Used by the shells around one pass (controller.cli.offline, controller.cli.cluster_loop); `collect` by the
 poll loop (controller.cli.loop) between passes. And `in_background`, with which the shells compile what a pass

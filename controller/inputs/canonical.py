@@ -6,8 +6,9 @@ style, two-space indentation, sequence entries at their key's indentation, plain
 resolver reads anything else, every other string double-quoted with `\\"`, `\\\\`, `\\uXXXX` and `\\UXXXXXXXX`
 escapes or a clipped `|` block) is read line by line with string operations and a regular expression per
 new line; a short line already read (`kind: ElasticModel`, `    mode: resident` recur in every record) costs
-one dictionary lookup. The grammar is recognised here on its own terms: this module imports nothing from the
-writer.
+one dictionary lookup. The grammar is defined here, and only here: this module imports nothing from the writer,
+whose plain scalars (`PLAIN`, `RESERVED`) and the quote filter's escapes (`QUOTED_INSIDE`, `decode_escapes`)
+controller.rendering.yamlout and controller.rendering.shapes take from it.
 
 It answers only where it is certain of PyYAML's (CSafeLoader's) answer, and returns None at the first line
 that strays in any way from that layout: a comment, `---`, a flow collection other than `{}`/`[]`, an anchor,
@@ -27,14 +28,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from controller.inputs.yamlin import YamlLimits
 
-_PLAIN = r"(?:[A-Za-z_/]|--?[A-Za-z])(?:[A-Za-z0-9_./+:-]*[A-Za-z0-9_./+-])?"  # never a YAML 1.1 type but str
-_QUOTED = r'"((?:[ !#-\[\]-~]++|\\(?:["\\]|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}))*+)"'  # printable ASCII, 4 escapes
-_KEY = re.compile(rf"(?:({_PLAIN})|{_QUOTED})\Z")
+# The layout's own grammar, which the writer (controller.rendering.yamlout) and the shapes of template output
+# (controller.rendering.shapes) use too. A plain scalar: starts with a letter, '_', '/' or one or two '-' and a
+# letter (flags such as --config); then only characters that never start YAML syntax inside a block-context
+# plain scalar; never ends with ':'. No YAML 1.1 resolver reads it as anything but a string, except RESERVED.
+PLAIN = r"(?:[A-Za-z_/]|--?[A-Za-z])(?:[A-Za-z0-9_./+:-]*[A-Za-z0-9_./+-])?"
+# Words a YAML 1.1 resolver (PyYAML, go-yaml v2) reads as booleans or null, and y/n (which some read as booleans).
+RESERVED = frozenset(w for base in ("y", "n", "yes", "no", "true", "false", "on", "off", "null")
+                     for w in (base, base.capitalize(), base.upper()))
+# The inside of a double-quoted scalar the quote filter writes: printable ASCII and four escapes.
+QUOTED_INSIDE = r'(?:[ !#-\[\]-~]++|\\(?:["\\]|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}))*+'
+_QUOTED = f'"({QUOTED_INSIDE})"'
+_KEY = re.compile(rf"(?:({PLAIN})|{_QUOTED})\Z")
 _QUOTED_START = re.compile(_QUOTED)
 _VALUE = re.compile(r"(?:(-?(?:0|[1-9][0-9]*+))"  # an int
                     r"|(-?(?:0|[1-9][0-9]*+)\.[0-9]++(?:e[-+][0-9]++)?)"  # a float as repr() writes it, with a dot
                     r"|(null|true|false|\.nan|\.inf|-\.inf|\{\}|\[\]|\|)"  # a word, an empty collection, a `|` block
-                    rf"|({_PLAIN})|{_QUOTED})\Z")
+                    rf"|({PLAIN})|{_QUOTED})\Z")
 _INT, _FLOAT, _WORD, _PLAIN_STR = 1, 2, 3, 4  # _VALUE's groups; the fifth is a quoted string
 
 
@@ -45,9 +55,6 @@ class _Opens:
 _EMPTY_MAP, _EMPTY_SEQ, _LITERAL, _OPENS_BLOCK = _Opens(), _Opens(), _Opens(), _Opens()  # the last: `key:`
 _WORDS = {"null": None, "true": True, "false": False, ".nan": math.nan, ".inf": math.inf, "-.inf": -math.inf,
           "{}": _EMPTY_MAP, "[]": _EMPTY_SEQ, "|": _LITERAL}
-# Words a YAML 1.1 resolver reads as booleans or null, and y/n (which some read as booleans): never plain here.
-_RESERVED = frozenset(w for base in ("y", "n", "yes", "no", "true", "false", "on", "off", "null")
-                      for w in (base, base.capitalize(), base.upper()))
 _ESCAPE = re.compile(r'\\(?:(["\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))')
 _BLOCK_LINE = re.compile(r"[\t -~]*+\Z")  # a `|` block's line: printable ASCII and tabs
 _END = "\0"  # stands for the text's final newline: no line form matches it, so every block ends there
@@ -208,7 +215,7 @@ def _new_item(line: str, indent: int) -> tuple[int, object] | None:
 def _key(written: str) -> str | None:
     """The key `written` stands for, or None where it is not a key in the canonical layout."""
     match = _KEY.match(written)
-    if match is None or len(written) >= _KEY_MAX or match[1] in _RESERVED:
+    if match is None or len(written) >= _KEY_MAX or match[1] in RESERVED:
         return None
     return match[1] if match[1] is not None else _unescape(match[2])
 
@@ -228,7 +235,7 @@ def _value(text: str) -> object:
     if kind == _WORD:
         return _WORDS[text]
     if kind == _PLAIN_STR:
-        if text in _RESERVED:
+        if text in RESERVED:
             raise _Stray
         return text
     return _unescape(match[kind])
@@ -254,6 +261,15 @@ def _opened(value: _Opens, lines: list[str], i: int, indent: int) -> tuple[objec
 
 
 def _unescape(body: str) -> str:
+    try:
+        return decode_escapes(body)
+    except ValueError:
+        raise _Stray from None
+
+
+def decode_escapes(body: str) -> str:
+    """The value of a double-quoted scalar's inside that matches QUOTED_INSIDE; ValueError for an escape of a
+    surrogate or of a code point beyond Unicode, which libyaml refuses."""
     return _ESCAPE.sub(_decoded, body) if "\\" in body else body
 
 
@@ -262,5 +278,5 @@ def _decoded(match: re.Match) -> str:
         return match[1]
     code = int(match[2] or match[3], 16)
     if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
-        raise _Stray  # libyaml refuses these escapes
+        raise ValueError(code)
     return chr(code)

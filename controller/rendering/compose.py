@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
-import schemas
-
 from controller.cpu import forked_map
 from controller.inputs.cache_policy import host_path_problem, host_path_root
 from controller.inputs.compositions import Composition, shipped_compositions
@@ -138,10 +136,9 @@ SHIPPED_KINDS = (("v1", "ConfigMap"), ("v1", "Service"), ("v1", "ServiceAccount"
 
 
 def warm_up() -> None:
-    """Compile now what compose compiles at its first use: the Kubernetes validators of the shipped kinds, the
-    worker config's schema and the shipped compositions' templates (a shell runs it while git fetches)."""
+    """Compile now what compose compiles at its first use: the Kubernetes validators of the shipped kinds and the
+    shipped compositions' templates (a shell runs it while git fetches)."""
     warm_validators(SHIPPED_KINDS)
-    schemas.is_valid("worker-config")
     for composition in shipped_compositions().values():
         environment = compiled(composition.templates)
         for name in composition.templates.sources:

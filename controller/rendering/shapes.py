@@ -33,14 +33,14 @@ from typing import NamedTuple
 
 import yaml
 
+from controller.inputs.canonical import QUOTED_INSIDE, decode_escapes
 from controller.inputs.yamlin import parse_documents
 from controller.rendering.yamlout import NotData, dump, written
 
 _TOKEN = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"')  # a one-line double-quoted scalar, as YAML's scanner ends it
 _SPLIT = re.compile(f"({_TOKEN.pattern})")  # text, token, text, token, ..., text
-_ESCAPE = re.compile(r'\\(?:(["\\])|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8}))')
 _PRINTABLE = re.compile(r'[ -~]*\Z')
-_ESCAPED = re.compile(r'(?:[ !#-\[\]-~]|\\(?:["\\]|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}))*\Z')  # printable or the filter's escapes
+_ESCAPED = re.compile(QUOTED_INSIDE + r"\Z")  # printable or the filter's escapes
 _PRINTABLE_LINES = re.compile(r'[ -~\n]*\Z')
 _STR_TAG = "tag:yaml.org,2002:str"
 _MAX_KEY_CHARS = 1000  # YAML refuses a simple key of more than 1,024 characters: a longer key is parsed in full
@@ -119,19 +119,9 @@ def _unescape(raw: str, printable: bool) -> str | None:
     if not _ESCAPED.match(raw):
         return None
     try:
-        return _ESCAPE.sub(_decode, raw)
+        return decode_escapes(raw)
     except ValueError:  # a surrogate or a code point beyond Unicode
         return None
-
-
-def _decode(match: re.Match) -> str:
-    character, short, long = match.groups()
-    if character:
-        return character
-    code = int(short or long, 16)
-    if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
-        raise ValueError(code)
-    return chr(code)
 
 
 def _keep(text: str, documents: list[object]) -> object:

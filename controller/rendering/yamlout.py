@@ -16,16 +16,10 @@ from __future__ import annotations
 import math
 import re
 
+from controller.inputs.canonical import PLAIN, RESERVED
 from controller.rendering.quote import yaml_quote
 
-# Starts with a letter, '_', '/' or one or two '-' and a letter (flags such as --config); then only
-# characters that never start YAML syntax inside a block-context plain scalar; never ends with ':'.
-_PLAIN = re.compile(r"(?:[A-Za-z_/]|--?[A-Za-z])(?:[A-Za-z0-9_./+:-]*[A-Za-z0-9_./+-])?\Z")
-# Words that YAML 1.1 resolvers (PyYAML, go-yaml v2) read as booleans or null.
-_RESERVED = frozenset(
-    w for base in ("y", "n", "yes", "no", "true", "false", "on", "off", "null")
-    for w in (base, base.capitalize(), base.upper())
-)
+_PLAIN = re.compile(PLAIN + r"\Z")  # the plain scalars the reader of this layout reads back as plain
 _BLOCK_SAFE = re.compile(r"[\t\x20-\x7e]*\Z")
 
 
@@ -94,7 +88,7 @@ def written(text: str) -> str:
     double-quoted."""
     out = _STRINGS.get(text)
     if out is None:
-        out = text if _PLAIN.match(text) and text not in _RESERVED else yaml_quote(text)
+        out = text if _PLAIN.match(text) and text not in RESERVED else yaml_quote(text)
         if len(_STRINGS) < _STRINGS_MAX:
             _STRINGS[text] = out
     return out
