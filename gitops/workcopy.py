@@ -169,19 +169,32 @@ class WorkingCopy:
         return heads
 
     def entries(self, commit: str, prefixes: tuple[str, ...]) -> dict[str, tuple[str, str]]:
-        """`commit`'s files, symlinks and submodules in the top-level directories of `prefixes`: path -> (mode, id).
+        """`commit`'s files, symlinks and submodules under `prefixes` and on their way: path -> (mode, id).
 
-        Listing whole top-level directories (not just the prefixes) shows a file
-        or symlink that sits where a directory on an owned prefix's way should be.
+        Each prefix is listed whole (`ls-tree -r`), and each directory on its way as itself (a file or symlink
+        there sits where a directory on an owned prefix's way should be), never the rest of the tree: one
+        cluster's listing of rendered/<cluster>/ costs that cluster's files, however many others share the
+        repository.
         """
-        tops = sorted({prefix.split("/", 1)[0] for prefix in prefixes})
-        out = self.git.run("ls-tree", "-r", "-z", commit, "--", *tops).stdout
+        scopes = sorted({prefix.rstrip("/") for prefix in prefixes})
+        entries = self._listed(commit, scopes, recursive=True)
+        on_the_way = sorted({"/".join(scope.split("/")[:depth]) for scope in scopes
+                             for depth in range(1, scope.count("/") + 1)} - set(scopes))
+        if on_the_way:
+            listed = self._listed(commit, on_the_way, recursive=False)
+            entries.update({path: entry for path, entry in listed.items() if path in on_the_way})
+        return entries
+
+    def _listed(self, commit: str, paths: list[str], *, recursive: bool) -> dict[str, tuple[str, str]]:
+        """`git ls-tree` of `paths` at `commit` (recursively: every file under them), trees left out."""
+        out = self.git.run("ls-tree", *(("-r",) if recursive else ()), "-z", commit, "--", *paths).stdout
         entries = {}
         for record in out.decode("utf-8", errors="surrogateescape").split("\0"):
             if record:
                 meta, path = record.split("\t", 1)
-                mode, _type, object_id = meta.split(" ")
-                entries[path] = (mode, object_id)
+                mode, kind, object_id = meta.split(" ")
+                if kind != "tree":
+                    entries[path] = (mode, object_id)
         return entries
 
     def read_files(self, entries: Mapping[str, tuple[str, str]], paths: Iterable[str], limit: int) -> dict[str, bytes]:
@@ -257,6 +270,12 @@ class WorkingCopy:
         self.git.run("update-index", "-z", "--index-info", env=scratch,
                      stdin="\0".join(lines).encode("utf-8", errors="surrogateescape") + b"\0")
         return self.git.run("write-tree", env=scratch).stdout.decode().strip()
+
+    def changed_between(self, old: str, new: str, pathspecs: tuple[str, ...]) -> bool:
+        """Whether any path `pathspecs` name differs between commits `old` and `new` (git's tree diff, which skips
+        equal subtrees by their ids: milliseconds however large the tree)."""
+        return self.git.run("diff-tree", "--quiet", "-r", "--no-renames", old, new, "--", *pathspecs,
+                            ok_codes=(0, 1)).code == 1
 
     def tree_of(self, commit: str) -> str:
         return self.git.text("rev-parse", f"{commit}^{{tree}}")

@@ -16,7 +16,11 @@ up to `max_attempts`: the Change is re-rendered on top of the new upstream,
 never rebased, never forced. Any other failure raises a typed gitops error.
 Given the previous pass's result (and no change to the render's inputs outside
 git), a pass whose fetch finds no branch moved stops there: nothing new costs
-one fetch.
+one fetch. A Change that names what its render read (`Change.reads`: several
+controllers, each owning its own paths of one branch) is landed again without
+rendering on an upstream whose new commits touch none of those paths, after a
+lost race and in the next pass alike: another cluster's commit costs a fetch, a
+tree diff and a push, never a render.
 
 Write-back targets:
 
@@ -44,7 +48,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitops.change import Change, check_change, plan_edit
@@ -72,9 +76,11 @@ class Target:
 class PublishResult:
     """`commit` is the pushed commit, or None when nothing changed.
 
-    `attempts` counts renders (0: skipped, nothing moved since `previous`).
-    `heads` are the remote heads of the tracked and review branch once the
-    generated tree is in place: pass this result as the next pass's `previous`.
+    `attempts` counts attempts to land the change (0: skipped, nothing moved
+    since `previous`). `heads` are the remote heads of the tracked and review
+    branch once the generated tree is in place: pass this result as the next
+    pass's `previous`. `change` and `rendered_on`: the last Change and an upstream
+    commit whose content under its reads it was rendered from.
     """
 
     commit: str | None
@@ -83,6 +89,8 @@ class PublishResult:
     branch: str
     upstream: str
     heads: Mapping[str, str | None]
+    change: Change | None = field(default=None, compare=False, repr=False)
+    rendered_on: str | None = field(default=None, compare=False)
 
     @property
     def changed(self) -> bool:
@@ -125,13 +133,31 @@ def parse_target(value: str | Target) -> Target:
                            "--write-back pr:gpushare/plan to also open its pull request")
 
 
-def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...]
-               ) -> tuple[str | None, Change, int]:
+@dataclass(frozen=True)
+class _Rendered:
+    """A Change and an upstream commit that holds, under its reads, what it was rendered from."""
+
+    upstream: str
+    change: Change
+
+    def holds_on(self, copy: WorkingCopy, upstream: str) -> bool:
+        """Whether `upstream` holds the same content under the Change's reads (so rendering again gives it back)."""
+        reads = self.change.reads
+        return reads is not None and (upstream == self.upstream
+                                      or not copy.changed_between(self.upstream, upstream, reads))
+
+
+def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...],
+               earlier: _Rendered | None = None) -> tuple[str | None, Change, int]:
     """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change; how many
-    files it adds or changes)."""
-    copy.checkout(upstream)
+    files it adds or changes). The `earlier` render's Change is taken instead when `upstream` holds what it read."""
     entries = copy.entries(upstream, owned)
-    change = render(Checkout.of(copy, entries, owned))
+    if earlier is not None and earlier.holds_on(copy, upstream):
+        change = earlier.change
+        log.info("upstream moved only outside what the render read: its change lands on %s unrendered", upstream[:12])
+    else:
+        copy.checkout(upstream)
+        change = render(Checkout.of(copy, entries, owned))
     check_change(change, owned)
     edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)
@@ -139,14 +165,17 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
 
 
 def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
-             heads: dict[str, str | None], attempt: int) -> PublishResult | None:
-    """Render on the fetched `heads`, commit if changed, push. None when a newer upstream won."""
+             heads: dict[str, str | None], attempt: int, earlier: _Rendered | None
+             ) -> tuple[PublishResult | None, _Rendered]:
+    """Render on the fetched `heads` (or take the `earlier` render's change), commit if changed, push: the result,
+    None when a newer upstream won; and what was landed."""
     upstream = heads[copy.branch]
     branch = target.review or copy.branch
     base = heads.get(branch) or upstream
-    tree, change, new_files = _render_on(copy, upstream, base, render, owned)
+    tree, change, new_files = _render_on(copy, upstream, base, render, owned, earlier)
+    rendered = _Rendered(upstream, change)
     if tree is None:
-        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, heads)
+        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, heads, change, upstream), rendered
     message = change.message.strip()
     if not message:
         raise InvalidWriteBack("the generated tree changed but the render gave no commit message",
@@ -167,13 +196,16 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
                            "allow the controller's identity to push to this branch (branch protection, "
                            "hooks), or write to a review branch with --write-back branch:NAME")
     if outcome.status == "stale":
-        log.info("push to %s lost the race to a newer upstream (%s); re-rendering", branch, outcome.detail)
-        return None
+        log.info("push to %s lost the race to a newer upstream (%s); trying again on top of it", branch,
+                 outcome.detail)
+        return None, rendered
     if outcome.status == "present":  # another controller built and pushed this very commit first
         log.info("%s is already on %s: another writer pushed the same commit", commit[:12], branch)
-        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, {**heads, branch: commit})
+        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, {**heads, branch: commit}, change,
+                             upstream), rendered
     log.info("pushed %s to %s (attempt %d)", commit[:12], branch, attempt)
-    return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit})
+    return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit}, change,
+                         upstream), rendered
 
 
 def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
@@ -184,7 +216,9 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
 
     `previous`: the last pass's result, to be given only when the render's inputs
     outside git did not change since; if no branch moved either, nothing is
-    checked out or rendered (a pass with nothing new costs one fetch).
+    checked out or rendered (a pass with nothing new costs one fetch); if only the
+    tracked branch moved, outside the reads of its Change, that Change is landed
+    on the new upstream without rendering.
     """
     owned = normalize_owned(owned)
     target = parse_target(target)
@@ -194,12 +228,17 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
     also = () if target.review is None else (target.review,)
     heads = copy.fetch(*also)
     if previous is not None and heads == dict(previous.heads):
-        return PublishResult(None, 0, NO_CHANGE, target.review or copy.branch, heads[copy.branch], heads)
+        return PublishResult(None, 0, NO_CHANGE, target.review or copy.branch, heads[copy.branch], heads,
+                             previous.change, previous.rendered_on)
+    earlier = None
+    if (previous is not None and previous.change is not None and previous.rendered_on is not None
+            and all(heads.get(b) == previous.heads.get(b) for b in also)):
+        earlier = _Rendered(previous.rendered_on, previous.change)
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
             sleep(backoff_s * 2 ** (attempt - 2) * random.uniform(0.5, 1.5))
             heads = copy.fetch(*also)
-        result = _attempt(copy, render, owned, target, heads, attempt)
+        result, earlier = _attempt(copy, render, owned, target, heads, attempt, earlier)
         if result is not None:
             return result
     raise PushRetriesExhausted(f"{max_attempts} pushes to {target.review or copy.branch} each lost the race "

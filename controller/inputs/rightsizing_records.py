@@ -59,6 +59,7 @@ class Record:
     conditions: tuple[Condition, ...] = ()
     kv: dict = field(default_factory=dict)  # the recommended KV reservation (controller.rightsizing.kv)
     recent: tuple[str, ...] = ()  # the times of the changes in the last day (the cap, MAX_CHANGES_PER_DAY)
+    directory: str = field(default=RECORDS_DIR, compare=False)  # where it is filed: a cluster's own records folder
 
     @property
     def key(self) -> tuple[str, str]:
@@ -66,7 +67,7 @@ class Record:
 
     @property
     def path(self) -> str:
-        return f"{RECORDS_DIR}/{self.namespace}/{self.name}.yaml"
+        return f"{self.directory}/{self.namespace}/{self.name}.yaml"
 
     @property
     def open(self) -> bool:
@@ -157,14 +158,16 @@ def parse_record(doc) -> Record | None:
         return None
 
 
-def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None) -> Records:
+def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None, *,
+                 directory: str = RECORDS_DIR) -> Records:
     """Records from their files' texts (repository path -> text), each parsed within the YAML limits and checked
     against the record schema; a file that is not one valid record at its own path
-    (`decisions/rightsizing/<namespace>/<name>.yaml`) is a RecordProblem instead."""
+    (`<directory>/<namespace>/<name>.yaml`; `directory` a cluster's decisions/<cluster>/rightsizing with
+    clusters/) is a RecordProblem instead."""
     limits = limits or YamlLimits.from_env()
     records, problems = {}, []
     for rel, text in sorted(texts.items()):
-        record_or_problem = parse_record_text(rel, text, limits)
+        record_or_problem = parse_record_text(rel, text, limits, directory)
         if isinstance(record_or_problem, RecordProblem):
             problems.append(record_or_problem)
         else:
@@ -172,9 +175,9 @@ def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None) -> 
     return Records(records, problems)
 
 
-def parse_record_text(rel: str, text: str, limits: YamlLimits) -> Record | RecordProblem:
+def parse_record_text(rel: str, text: str, limits: YamlLimits, directory: str = RECORDS_DIR) -> Record | RecordProblem:
     """One record file, pure: its Record, or what is wrong with it."""
-    parts = rel.removeprefix(RECORDS_DIR + "/").removesuffix(".yaml").split("/")
+    parts = rel.removeprefix(directory + "/").removesuffix(".yaml").split("/")
     key = (parts[0], parts[1]) if len(parts) == 2 and rel.endswith(".yaml") else None
     try:
         docs = parse_documents(text, unique_keys=True, limits=limits)
@@ -188,6 +191,7 @@ def parse_record_text(rel: str, text: str, limits: YamlLimits) -> Record | Recor
         where = "/".join(str(p) for p in error.absolute_path) or "(the document)"
         return RecordProblem(rel, key, f"{where}: {error.message[:300]}")
     record = parse_record(docs[0])
+    record = None if record is None else replace(record, directory=directory)
     if record is None or rel != record.path:
         return RecordProblem(rel, key, "the record's model does not match its path "
                                        "(decisions/rightsizing/<namespace>/<name>.yaml)")

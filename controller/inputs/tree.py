@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.load import DecisionRecord, combine, revive_last_good
 from controller.inputs.rightsizing_records import Records
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile
@@ -54,13 +55,20 @@ class Tree:
     rightsizing: Records = field(default_factory=Records)  # decisions/rightsizing/, with the files that failed
     prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
     last: LastPass = LastPass()
+    layout: Layout = SINGLE  # whose tree: the single-cluster layout, or one cluster's paths under clusters/
+    shared_profiles: tuple[Profile, ...] = ()  # other clusters' measured profiles, for keys this one has not measured
+    clusters: tuple[str, ...] = ()  # with clusters/: every cluster of the repository
 
     def combined(self, slots: Iterable[GpuSlot] | None = None, measured: Iterable[Profile] = (),
                  replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> Inputs:
         """The checked inputs (`check_inputs`). Cluster mode passes the nodes' `slots` (gpus.yaml's are
-        then not used), its `measured` profiles, the git profile files they `replaced`, and its `errors`."""
+        then not used), its `measured` profiles, the git profile files they `replaced`, and its `errors`. Another
+        cluster's measured profile is used for a (model, revision, GPU product) this cluster has measured no
+        profile of (one GPU product behaves alike in every cluster: profiled once, used everywhere)."""
         slot_errors = self.slot_errors if slots is None else ()
-        inputs = combine(self.models, [*(p for p in self.profiles if p.file not in replaced), *measured],
+        own = [*(p for p in self.profiles if p.file not in replaced), *measured]
+        mine = {p.key for p in own if p.source == "measured"}
+        inputs = combine(self.models, [*own, *(p for p in self.shared_profiles if p.key not in mine)],
                          self.slots if slots is None else slots,
                          [*self.model_errors, *(e for e in self.profile_errors if e.file not in replaced),
                           *slot_errors, *self.composition_errors, *errors])

@@ -22,7 +22,6 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.load import parse_model
 from controller.inputs.tree import Tree
 from controller.passes.measured import ClusterFacts
@@ -52,8 +51,9 @@ def render_in_cluster(tree: Tree, facts: ClusterFacts, max_prune_share: float = 
     add the measured profiles. A pass that would shrink the rendered objects by more than `max_prune_share`
     keeps upstream's tree (`hold`)."""
     output = run_pass(tree, facts, install=install, processes=available_processes())
-    before = [path for path in tree.last.paths or () if path.startswith(CLUSTER_GENERATED)]
-    guarded = guarded_change(before, output.files, max_prune_share, frozenset(tree.measured_profiles) | output.keep)
+    before = [path for path in tree.last.paths or () if path.startswith(tree.layout.cluster_generated)]
+    guarded = guarded_change(before, output.files, max_prune_share, frozenset(tree.measured_profiles) | output.keep,
+                             tree.layout)
     return ClusterRender(output, dict(guarded.files), output.message, guarded.keep, output.ignored, guarded.hold)
 
 
