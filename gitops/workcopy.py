@@ -273,9 +273,10 @@ class WorkingCopy:
 
     def changed_between(self, old: str, new: str, pathspecs: tuple[str, ...]) -> bool:
         """Whether any path `pathspecs` name differs between commits `old` and `new` (git's tree diff, which skips
-        equal subtrees by their ids: milliseconds however large the tree)."""
+        equal subtrees by their ids: milliseconds however large the tree). The pathspecs are the caller's own, with
+        their magic (`:(exclude)`): this one call reads them so, where every other git call takes paths literally."""
         return self.git.run("diff-tree", "--quiet", "-r", "--no-renames", old, new, "--", *pathspecs,
-                            ok_codes=(0, 1)).code == 1
+                            ok_codes=(0, 1), env={"GIT_LITERAL_PATHSPECS": "0"}).code == 1
 
     def tree_of(self, commit: str) -> str:
         return self.git.text("rev-parse", f"{commit}^{{tree}}")

@@ -193,15 +193,18 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
 
 
 def _elastic_models(models: Sequence[ElasticModel], tree: _Tree, errors: list[ComposeError]) -> set[str]:
-    """Each model's ElasticModel object as its user wrote it (status left out, its namespace and source file set),
-    so the cluster's Argo CD Application syncs it with the objects that serve it; the paths written. A model
-    without its document (served from its last good spec: its document is broken now) keeps the object the last
-    pass rendered (controller.passes.reconcile.run_pass)."""
+    """Each model's ElasticModel object as its user wrote it (its namespace and source file set; its status and its
+    spec.placement left out: which clusters run it is the repository's business, and a model moved between two
+    clusters leaves a third one's tree as it was), so the cluster's Argo CD Application syncs it with the objects
+    that serve it; the paths written. A model without its document (served from its last good spec: its document
+    is broken now) keeps the object the last pass rendered (controller.passes.reconcile.run_pass)."""
     written = set()
     for model in sorted(models, key=lambda m: m.key):
         if model.document is None:
             continue
         doc = {k: v for k, v in model.document.items() if k != "status"}
+        if isinstance(doc.get("spec"), dict):
+            doc["spec"] = {k: v for k, v in doc["spec"].items() if k != "placement"}
         metadata = dict(doc.get("metadata") or {})
         source = model.source.file if model.source else ""
         doc["metadata"] = {**metadata, "namespace": model.namespace,
