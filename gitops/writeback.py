@@ -79,8 +79,8 @@ class PublishResult:
     `attempts` counts attempts to land the change (0: skipped, nothing moved
     since `previous`). `heads` are the remote heads of the tracked and review
     branch once the generated tree is in place: pass this result as the next
-    pass's `previous`. `change` and `rendered_on`: the last Change and an upstream
-    commit whose content under its reads it was rendered from.
+    pass's `previous`. `change` and `rendered_on`: the last Change and a commit
+    of the tracked branch whose content under its reads renders it.
     """
 
     commit: str | None
@@ -202,10 +202,17 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     if outcome.status == "present":  # another controller built and pushed this very commit first
         log.info("%s is already on %s: another writer pushed the same commit", commit[:12], branch)
         return PublishResult(None, attempt, NO_CHANGE, branch, upstream, {**heads, branch: commit}, change,
-                             upstream), rendered
+                             _read_at(commit, target, upstream)), rendered
     log.info("pushed %s to %s (attempt %d)", commit[:12], branch, attempt)
     return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit}, change,
-                         upstream), rendered
+                         _read_at(commit, target, upstream)), rendered
+
+
+def _read_at(commit: str, target: Target, upstream: str) -> str:
+    """The tracked branch's commit whose content renders a pushed change: the pushed one itself when it is on the
+    tracked branch (a pass renders its own last commit into the same tree: the rule that lets a pass with nothing
+    new stop at the fetch), else the upstream it was rendered on (a review branch's commit is not on it)."""
+    return commit if target.review is None else upstream
 
 
 def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],

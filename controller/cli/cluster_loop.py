@@ -74,8 +74,11 @@ def default_applications(cluster: str | None) -> tuple[tuple[str, str], ...]:
     return (DEFAULT_APPLICATION,) if cluster is None else ((DEFAULT_APPLICATION[0], f"gpushare-{cluster}"),)
 
 
-def application_ref(text: str) -> tuple[str, str]:
-    """`NAMESPACE/NAME` of an Argo CD Application (the --argocd-application flag)."""
+def application_ref(text: str) -> tuple[str, str] | None:
+    """`NAMESPACE/NAME` of an Argo CD Application (the --argocd-application flag); empty: the default one (an
+    install setting left empty: with --cluster, the cluster's own Application)."""
+    if not text.strip():
+        return None
     namespace, _, name = text.partition("/")
     if not namespace or not name or "/" in name:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME; write e.g. argocd/gpushare-rendered")
@@ -147,7 +150,7 @@ class ClusterReconciler:
     """One controller replica: passes against `cluster` and `copy`, guarded by `election`."""
 
     def __init__(self, cluster: Cluster, copy: WorkingCopy, election: Election, *,
-                 applications: Sequence[tuple[str, str]] = (DEFAULT_APPLICATION,),
+                 applications: Sequence[tuple[str, str] | None] = (),
                  target: Target | str = "direct", metrics: ControllerMetrics | None = None,
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
@@ -159,7 +162,7 @@ class ClusterReconciler:
         self.cluster, self.copy, self.election = cluster, copy, election
         self.layout = layout  # with clusters/: the one cluster this reconciler plans and writes
         self.argocd = argocd or cluster  # where the Applications are read (Argo CD's cluster)
-        self.applications = tuple(applications) or default_applications(layout.cluster)
+        self.applications = tuple(a for a in applications if a) or default_applications(layout.cluster)
         self.target = parse_target(target)
         self.metrics = metrics or ControllerMetrics()
         self.health = health
