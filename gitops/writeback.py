@@ -196,6 +196,7 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
                            "allow the controller's identity to push to this branch (branch protection, "
                            "hooks), or write to a review branch with --write-back branch:NAME")
     if outcome.status == "stale":
+        _refuse_a_branch_in_the_way(copy, branch, outcome.detail)
         log.info("push to %s lost the race to a newer upstream (%s); trying again on top of it", branch,
                  outcome.detail)
         return None, rendered
@@ -206,6 +207,22 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     log.info("pushed %s to %s (attempt %d)", commit[:12], branch, attempt)
     return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit}, change,
                          _read_at(commit, target, upstream)), rendered
+
+
+def _refuse_a_branch_in_the_way(copy: WorkingCopy, branch: str, detail: str) -> None:
+    """PushRejected when `branch` cannot be created because the remote holds a branch named like one of its
+    directories (git keeps `a/b` and `a/b/c` apart: a single cluster's review branch beside a cluster's own): no
+    retry would ever land it."""
+    parts = branch.split("/")
+    if "failed to update ref" not in detail or len(parts) < 2:
+        return
+    inside = [f"refs/heads/{'/'.join(parts[:depth])}" for depth in range(1, len(parts))]
+    listed = copy.git.text("ls-remote", "--heads", "origin", *inside)
+    found = [line.split("\t", 1)[1].removeprefix("refs/heads/") for line in listed.splitlines() if "\t" in line]
+    if found:
+        raise PushRejected(f"the remote holds the branch {found[0]!r}, so git cannot create {branch!r} beside it "
+                           f"({detail})", f"delete the branch {found[0]!r} on the remote (a review branch of the "
+                           "single-cluster layout, once merged or closed), or write to another branch")
 
 
 def _read_at(commit: str, target: Target, upstream: str) -> str:

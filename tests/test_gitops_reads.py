@@ -81,3 +81,14 @@ def test_a_change_without_reads_is_rendered_again_as_before(remote, tmp_path):
     remote.push_files(REPO, {"rendered/b/x.yaml": b"theirs\n"}, "the other writer")
     publish(copy, render, previous=first)
     assert len(renders) == 2
+
+
+def test_a_cluster_review_branch_blocked_by_the_old_single_cluster_one_says_so_at_once(remote, tmp_path):
+    from gitops.errors import PushRejected
+
+    copy = WorkingCopy(remote.url(REPO), "main", tmp_path / "w")
+    publish(copy, lambda checkout: Change({"rendered/a/m.yaml": b"x\n"}, "render a"), target="branch:gpushare/review")
+    with pytest.raises(PushRejected, match="'gpushare/review'") as caught:
+        publish(copy, lambda checkout: Change({"rendered/a/m.yaml": b"y\n"}, "render a"),
+                target="branch:gpushare/review/eu-1")
+    assert "delete the branch 'gpushare/review'" in caught.value.fix

@@ -30,7 +30,7 @@ LABELS = {"eu-1": {"region": "eu", "env": "prod"}, "us-1": {"region": "us", "env
           "staging": {"env": "staging"}}
 PLANNED = {"eu-1": {"llm/assistant-8b", "llm/chat-small", "research/analyst-70b"},
            "us-1": {"llm/assistant-8b", "llm/chat-small", "llm/coder-32b", "llm/summarizer"},
-           "staging": {"llm/chat-small", "llm/summarizer"}}
+           "staging": {"llm/chat-canary", "llm/chat-small", "llm/summarizer"}}
 
 
 @pytest.fixture
@@ -197,6 +197,17 @@ def test_a_bad_placement_is_an_error_at_the_model_in_every_cluster(regions, plac
         assert "llm/placed" not in {m.ref for m in tree.models}
 
 
+def test_a_model_in_a_clusters_own_folder_is_that_clusters_alone(regions):
+    assert {c for c in LABELS if "llm/chat-canary" in {m.ref for m in read_repo(regions, cluster=c).models}} == {
+        "staging"}
+    _write(regions, "clusters/staging/models/llm/canary.yaml",
+           (regions / "clusters/staging/models/llm/canary.yaml").read_text() + "  placement: {clusters: [eu-1]}\n")
+    tree = read_repo(regions, cluster="staging")
+    assert [(e.reason, e.path) for e in tree.inputs.errors] == [("PlacementInClusterFolder", "spec.placement")]
+    assert "llm/chat-canary" not in {m.ref for m in read_repo(regions, cluster="eu-1").models}
+    assert not any(e.reason == "PlacementInClusterFolder" for e in read_repo(regions, cluster="eu-1").inputs.errors)
+
+
 def test_a_broken_placement_keeps_the_model_where_it_ran_from_its_last_good_spec(regions):
     _write(regions, "models/llm/placed.yaml", _model("placed", {"clusters": ["eu-1"]}))
     first = run_pass(read_repo(regions, cluster="eu-1"))
@@ -279,7 +290,7 @@ def test_measured_profiles_are_each_clusters_own_and_shared_where_another_has_no
 
 def test_validate_takes_the_whole_repository_or_one_cluster(regions, capsys):
     assert main(["validate", str(regions)]) == 0
-    assert "5 ElasticModel(s)" in capsys.readouterr().out
+    assert "6 ElasticModel(s)" in capsys.readouterr().out
     _write(regions, "models/llm/placed.yaml", _model("placed", {"clusters": ["eu-9"]}))
     assert main(["validate", str(regions)]) == 1
     out = capsys.readouterr().out
@@ -323,3 +334,36 @@ def test_validate_pass_and_reconcile_render_alike(regions):
     for cluster in LABELS:
         assert pass_over(regions, processes=1, cluster=cluster).files == run_pass(
             read_repo(regions, cluster=cluster)).files
+
+
+# ---------------------------------------------------------------- right-sizing: one budget, several clusters
+
+GIB = 1 << 30
+LARGEST = [  # (case, own proposal GiB, other clusters' records {cluster: (policy, spec GiB, recommended GiB)},
+    #         proposed GiB or None)
+    ("alone", 6, {}, 6),
+    ("another-needs-more", 6, {"us-1": ("Recommend", 4, 8)}, 8),
+    ("another-needs-less", 6, {"us-1": ("Recommend", 4, 5)}, 6),
+    ("downsize-while-another-keeps-the-budget", 3, {"us-1": ("Recommend", 4, 4)}, None),
+    ("downsize-when-all-ask-less", 3, {"us-1": ("Recommend", 4, 2)}, 3),
+    ("a-record-of-an-older-budget-is-stale", 3, {"us-1": ("Recommend", 16, 20)}, 3),
+]
+
+
+@pytest.mark.parametrize("own, others, proposed", [c[1:] for c in LARGEST], ids=[c[0] for c in LARGEST])
+def test_a_recommend_proposal_takes_the_largest_budget_its_clusters_recommend(own, others, proposed):
+    from controller.inputs.rightsizing_records import Record, Records
+    from controller.rightsizing.apply import _largest
+    from controller.rightsizing.step import Proposal, StepResult, review_branch
+
+    model = ElasticModel("chat", "llm", "Qwen/Qwen2.5-0.5B-Instruct", 4 * GIB)
+    proposal = Proposal(model, own * GIB, review_branch(model), "llm/chat: memoryBudget 4.0Gi → x\n\nevidence")
+    records = {name: Records({model.key: Record("llm", "chat", policy, spec * GIB, budget * GIB,
+                                                directory=Layout(name).rightsizing)})
+               for name, (policy, spec, budget) in others.items()}
+    result = _largest(StepResult({}, (proposal,)), records, "eu-1")
+    assert [p.budget_bytes for p in result.proposals] == ([] if proposed is None else [proposed * GIB])
+    if proposed is not None and proposed != own:
+        message = result.proposals[0].message
+        assert message.startswith(f"llm/chat: memoryBudget 4.0Gi → {proposed}.0Gi") and "us-1" in message
+        assert result.proposals[0].branch == review_branch(model), "one branch per model, whichever cluster writes"

@@ -69,7 +69,7 @@ def test_reconcile_offline_reconciles_three_clusters_each_on_its_own_paths(git_s
     files = git_server.files(REPO)
     assert {c: {p.split("/elasticmodel-")[1].removesuffix(".yaml") for p in files
                 if p.startswith(f"rendered/{c}/") and "/elasticmodel-" in p} for c in CLUSTERS} == {
-        "eu-1": {"assistant-8b", "chat-small", "analyst-70b"}, "staging": {"chat-small", "summarizer"},
+        "eu-1": {"assistant-8b", "chat-small", "analyst-70b"}, "staging": {"chat-canary", "chat-small", "summarizer"},
         "us-1": {"assistant-8b", "chat-small", "coder-32b", "summarizer"}}
     assert all(f"rendered/{c}/PLAN.md" in files for c in CLUSTERS)
     assert not any(p.startswith(("rendered/PLAN.md", "decisions/llm/")) for p in files), "no single-cluster path"
@@ -199,6 +199,7 @@ def test_the_sparse_work_tree_of_a_cluster_holds_its_own_plan_and_no_other_clust
     copy.sync()
     held = {p.relative_to(copy.root).as_posix() for p in copy.root.rglob("*") if p.is_file() and ".git" not in p.parts}
     assert "rendered/eu-1/PLAN.md" in held and "clusters/us-1/gpus.yaml" in held
+    assert "clusters/staging/models/llm/canary.yaml" not in held, "another cluster's own models"
     assert not any(p.startswith(("rendered/us-1", "rendered/staging", "decisions/us-1", "decisions/staging"))
                    for p in held)
     assert not any(p.startswith("rendered/eu-1/") and p != "rendered/eu-1/PLAN.md" for p in held)

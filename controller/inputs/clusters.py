@@ -7,7 +7,8 @@ selects it, controller.placement), with an error on each model whose placement n
 repository lacks or selects none at all. A model with such an error is planned nowhere, as any broken
 model: each cluster that ran it serves it from its last good spec (controller.inputs.load.revive_last_good),
 so a typo in a placement never takes a model down. In the single-cluster layout (no clusters/) a model
-with spec.placement is such an error too: there is no cluster to select. Pure: the reader
+with spec.placement is such an error too: there is no cluster to select. A model under clusters/<name>/models/
+runs in that cluster alone (only its controller reads that folder), so a placement there is an error as well. Pure: the reader
 (controller.inputs.reader) lists the folders and reads the labels; every pass, `validate`, `plan` and
 `explain` select through here.
 """
@@ -56,7 +57,18 @@ def placed(models: Iterable[ElasticModel], cluster: str | None, catalog: Catalog
     the single-cluster layout, which plans every model without a placement."""
     kept, errors = [], []
     selected: dict[Placement, tuple[str, ...]] = {}  # a fleet repeats few placements: each is evaluated once
+    own = f"{CLUSTERS_DIR}/{cluster}/"
     for model in models:
+        if cluster is not None and model.source is not None and model.source.file.startswith(own):
+            if model.placement == EVERYWHERE:
+                kept.append(model)
+            else:
+                errors.append(_error(model, "spec.placement", "PlacementInClusterFolder",
+                                     f"{model.source.file} is in {own}, so it runs in cluster {cluster} alone; "
+                                     "spec.placement cannot send it elsewhere",
+                                     "remove spec.placement, or move the model to models/ to place it on "
+                                     "several clusters"))
+            continue
         if catalog is None:
             if model.placement == EVERYWHERE:
                 kept.append(model)

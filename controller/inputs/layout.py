@@ -14,7 +14,9 @@ decision records, which it reads from git).
 A repository without `clusters/` is one implicit cluster whose paths are the ones above (`SINGLE`, the
 module constants). With `clusters/<name>/gpus.yaml`, each cluster is planned on its own (`Layout(name)`):
 its generated tree is `rendered/<name>/`, `decisions/<name>/` and `profiles/measured/<name>/`, paths no
-other cluster's controller writes, so controllers of several clusters never edit one file.
+other cluster's controller writes, so controllers of several clusters never edit one file. Models that run in
+one cluster only may live in `clusters/<name>/models/`, which no other cluster's controller reads or checks
+out: a controller's reading grows with its own cluster, not with the number of clusters.
 """
 from __future__ import annotations
 
@@ -60,6 +62,16 @@ class Layout:
         return self._own(MEASURED_PROFILES_DIR)
 
     @property
+    def models(self) -> tuple[str, ...]:
+        """The folders of the ElasticModels this cluster reads: models/, and its own clusters/<name>/models/."""
+        return (MODELS_DIR,) if self.cluster is None else (MODELS_DIR, self.own_models)
+
+    @property
+    def own_models(self) -> str:
+        """clusters/<name>/models/: the models of this cluster alone."""
+        return f"{CLUSTERS_DIR}/{self.cluster}/{MODELS_DIR}"
+
+    @property
     def inventory(self) -> str:
         return INVENTORY_FILE if self.cluster is None else f"{CLUSTERS_DIR}/{self.cluster}/{INVENTORY_FILE}"
 
@@ -100,17 +112,18 @@ class Layout:
         own = ("/*", f"!/{self.rendered}/*/*", f"!/{self.decisions}/*/*.yaml", f"/{self.last_good}/*.yaml")
         if self.cluster is None:
             return own
-        return ("/*", f"!/{RENDERED_DIR}/*", f"!/{DECISIONS_DIR}/*", f"/{self.plan_md}", f"/{self.decisions}/",
-                *own[2:])
+        return ("/*", f"!/{RENDERED_DIR}/*", f"!/{DECISIONS_DIR}/*", f"!/{CLUSTERS_DIR}/*/{MODELS_DIR}/",
+                f"/{self.own_models}/", f"/{self.plan_md}", f"/{self.decisions}/", *own[2:])
 
     def reads(self, clusters: Iterable[str]) -> tuple[str, ...] | None:
         """git pathspecs of everything a pass of this cluster reads (gitops.Change.reads), given the repository's
-        `clusters`: the whole tree but the other clusters' rendered and decisions trees; None in the single-cluster
-        layout (a pass there reads what any commit may change)."""
+        `clusters`: the whole tree but the other clusters' rendered and decisions trees and own models; None in the
+        single-cluster layout (a pass there reads what any commit may change)."""
         if self.cluster is None:
             return None
         others = sorted(set(clusters) - {self.cluster})
-        return (":(top)", *(f":(exclude){top}/{name}" for name in others for top in (RENDERED_DIR, DECISIONS_DIR)))
+        return (":(top)", *(f":(exclude){top}" for name in others for top in (
+            f"{RENDERED_DIR}/{name}", f"{DECISIONS_DIR}/{name}", f"{CLUSTERS_DIR}/{name}/{MODELS_DIR}")))
 
     def branch(self, name: str) -> str:
         """A review branch of this cluster: `name` itself in the single-cluster layout, `name/<cluster>` otherwise,

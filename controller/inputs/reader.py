@@ -41,7 +41,7 @@ from controller.inputs.clusters import Catalog, cluster_name_problem, folder_err
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.kube_rules import labels as label_problems
 from controller.inputs.layout import (CLUSTERS_DIR, COMPOSITIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR,
-                                      MODELS_DIR, PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
+                                      PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
 from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
                                     parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
@@ -101,7 +101,7 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     layout = Layout(cluster)
     catalog = read_catalog(root, layout)
     check_cluster(catalog, cluster)
-    models, model_errors = read_models(root, processes, keep_documents=catalog is not None)
+    models, model_errors = read_models(root, processes, keep_documents=catalog is not None, layout=layout)
     models, placement_errors = placed(models, cluster, catalog)
     profiles, shared = read_profile_trees(root, layout, catalog)
     inventory = read_inventory(root, layout)
@@ -332,15 +332,16 @@ def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError
     return parse_text
 
 
-def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False
+def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False, layout: Layout = SINGLE
                 ) -> tuple[list[ElasticModel], list[InputError]]:
-    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does). A broken model
-    keeps its last good spec through its decision file (controller.inputs.load.revive_last_good). A large
-    fleet's files are read in `processes` processes (controller.cpu), the result the same. `keep_documents`:
-    each model carries the document it was parsed from (a repository with clusters/ renders it into each
-    cluster that plans it)."""
+    """Every ElasticModel under models/** (and, with clusters/, the cluster's own clusters/<name>/models/**), not
+    yet checked for duplicates (`combine` does). A broken model keeps its last good spec through its decision file
+    (controller.inputs.load.revive_last_good). A large fleet's files are read in `processes` processes
+    (controller.cpu), the result the same. `keep_documents`: each model carries the document it was parsed from
+    (a repository with clusters/ renders it into each cluster that plans it)."""
     parse = _parse_model_keeping_document if keep_documents else _parse_model_document
-    found = _parse_tree(Path(root), MODELS_DIR, parse, last_good=False, processes=processes)
+    paths = [rel for folder in layout.models for rel in yaml_files(Path(root), folder)]
+    found = _parse_paths(Path(root), paths, parse, last_good=False, processes=processes)
     return found.values, found.errors
 
 
