@@ -34,7 +34,7 @@ from controller.inputs.reader import ClusterNotFound, repository_clusters
 from controller.rightsizing.cli import print_pass as show_rightsizing
 from controller.rendering.site import InstallParameterInvalid
 from contract.durations import duration_flag
-from gitops import GitError, Identity, PublishResult, WorkingCopy, parse_target
+from gitops import GitError, Identity, PublishResult, parse_target
 from gitops.forge import KINDS
 from gitops.git import Git
 
@@ -281,15 +281,19 @@ def _demo(args) -> int:
     try:
         remote = seed_remote(source, base)
         print(f"seeded a throwaway git repository from {source}: {remote}\n")
-        copy = WorkingCopy(str(remote), "main", base / "controller")
-        first = reconcile_once(copy)
-        show(first)
-        if first.published.changed:
-            commit = first.published.commit
-            log = Git(base / "controller", identity=Identity()).text("show", "--stat=100", "--format=%h %s%n%n%b", commit)
-            print(f"\n$ git show --stat {commit[:12]}\n{log}")
-        print("\nA second pass over the same inputs commits nothing:")
-        show(reconcile_once(copy), table=False)
+        for cluster in repository_clusters(source) or (None,):  # with clusters/: each cluster's controller in turn
+            if cluster is not None:
+                print(f"== cluster {cluster} ==")
+            where = base / ("controller" if cluster is None else f"controller-{cluster}")
+            copy = controller_copy(str(remote), "main", where, layout=Layout(cluster))
+            first = reconcile_once(copy, cluster=cluster)
+            show(first)
+            if first.published.changed:
+                commit = first.published.commit
+                log = Git(where, identity=Identity()).text("show", "--stat=100", "--format=%h %s%n%n%b", commit)
+                print(f"\n$ git show --stat {commit[:12]}\n{log}")
+            print("\nA second pass over the same inputs commits nothing:")
+            show(reconcile_once(copy, cluster=cluster), table=False)
     except GitError as exc:
         return fail(exc)
     finally:

@@ -60,39 +60,33 @@ def placed(models: Iterable[ElasticModel], cluster: str | None, catalog: Catalog
     own = f"{CLUSTERS_DIR}/{cluster}/"
     for model in models:
         if cluster is not None and model.source is not None and model.source.file.startswith(own):
-            if model.placement == EVERYWHERE:
-                kept.append(model)
-            else:
-                errors.append(_error(model, "spec.placement", "PlacementInClusterFolder",
+            problem = _placed_at_all(model, "PlacementInClusterFolder",
                                      f"{model.source.file} is in {own}, so it runs in cluster {cluster} alone; "
                                      "spec.placement cannot send it elsewhere",
                                      "remove spec.placement, or move the model to models/ to place it on "
-                                     "several clusters"))
-            continue
-        if catalog is None:
-            if model.placement == EVERYWHERE:
-                kept.append(model)
-            else:
-                errors.append(_error(model, "spec.placement", "PlacementWithoutClusters",
+                                     "several clusters")
+        elif catalog is None:
+            problem = _placed_at_all(model, "PlacementWithoutClusters",
                                      f"spec.placement selects clusters, but the repository has no {CLUSTERS_DIR}/ "
                                      "folder: it is one implicit cluster, which plans every model",
                                      f"remove spec.placement, or move {INVENTORY_FILE} to "
-                                     f"{CLUSTERS_DIR}/<name>/{INVENTORY_FILE} for each cluster"))
-            continue
-        problem = _problem(model, catalog)
-        if problem is not None:
-            errors.append(problem)
-            continue
-        if model.placement not in selected:
-            selected[model.placement] = _selected(model.placement, catalog)
-        if cluster in selected[model.placement]:
+                                     f"{CLUSTERS_DIR}/<name>/{INVENTORY_FILE} for each cluster")
+        else:
+            problem = _problem(model, catalog)
+            if problem is None and model.placement not in selected:
+                selected[model.placement] = _selected(model.placement, catalog)
+            if problem is None and cluster not in selected[model.placement]:
+                continue
+        if problem is None:
             kept.append(model)
+        else:
+            errors.append(problem)
     return kept, errors
 
 
-def clusters_of(model: ElasticModel, catalog: Catalog) -> tuple[str, ...]:
-    """The clusters that plan `model` (none when its placement has an error)."""
-    return () if _problem(model, catalog) is not None else _selected(model.placement, catalog)
+def _placed_at_all(model: ElasticModel, reason: str, message: str, fix: str) -> InputError | None:
+    """The error of a model that may take no placement (it has one), or None."""
+    return None if model.placement == EVERYWHERE else _error(model, "spec.placement", reason, message, fix)
 
 
 def _selected(placement: Placement, catalog: Catalog) -> tuple[str, ...]:
