@@ -43,6 +43,7 @@ def world(kube, git_server, tmp_path):  # noqa: F811
     kube.seed("nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1", "labels": {
         "nvidia.com/gpu.product": PRODUCT, "nvidia.com/gpu.memory": "23034", "nvidia.com/gpu.count": "1"}}})
     kube.seed("elasticmodels", chat)
+    kube.seed("elasticmodels", us_only)  # left in this cluster from before its placement said us-1
     return world
 
 
@@ -94,3 +95,6 @@ def test_one_clusters_controller_plans_writes_and_reads_only_its_own(world, tmp_
         assert world.kube.get("argoproj.io/v1alpha1", "applications", "argocd", "gpushare-eu-1") is None, (
             "the Applications are read on the hub, not in the workload cluster")
         assert world.status()["assigned"]["model"] == QWEN
+        degraded = world.conditions("us-only")["Degraded"]
+        assert (degraded["status"], degraded["reason"]) == ("True", "NotInGit"), "an object git does not place here"
+        assert "places no model of that name on eu-1" in degraded["message"]

@@ -40,7 +40,7 @@ from controller.cpu import gc_paused, in_background
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
 from controller.inputs.layout import Layout
-from controller.inputs.reader import read_repo
+from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.inputs.rightsizing_records import observed_models
 from controller.passes.measured import ClusterFacts
 from controller.passes.cluster_pass import (LiveObject, ModelView, application_for, model_views,
@@ -225,6 +225,8 @@ class ClusterReconciler:
                 report.errors.append(self.election.error)
         except (ClusterError, GitError, LeadershipLost) as exc:
             report.errors.append((exc.reason, exc.message))
+        except ClusterNotFound as exc:  # --cluster names no cluster of the repository (yet): say so, retry later
+            report.errors.append((exc.reason, f"{exc.message}; fix: {exc.fix}"))
         except Exception as exc:  # noqa: BLE001 - one pass's bug must not end the loop: report it, back off
             log.error("pass failed unexpectedly", exc_info=True)
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
@@ -413,7 +415,7 @@ class ClusterReconciler:
             log.info("ElasticModel %s/%s in the cluster differs from models/ in git; its status waits for "
                      "Argo CD to sync it", namespace, name)
             return
-        error = view.error if view is not None else not_in_git(namespace, name, self.copy.branch)
+        error = view.error if view is not None else not_in_git(namespace, name, self.copy.branch, self.layout)
         decision = view.decision if view is not None else None
         pending = view.pending if view is not None else None
         previous = (obj.get("status") or {}).get("conditions") or []

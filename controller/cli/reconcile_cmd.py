@@ -255,7 +255,7 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
     def attempt() -> Outcome:
         try:
             result = one_pass(previous[0])  # it shows (or logs) the pass
-        except GitError as exc:
+        except (GitError, ClusterNotFound) as exc:
             log.error("[%s] %s Fix: %s", exc.reason, exc.message, exc.fix)
             return Outcome(False)
         except Exception as exc:  # noqa: BLE001 - the loop must outlive any one pass
