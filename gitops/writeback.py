@@ -165,8 +165,8 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
 
 
 def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
-             heads: dict[str, str | None], attempt: int, earlier: _Rendered | None
-             ) -> tuple[PublishResult | None, _Rendered]:
+             heads: dict[str, str | None], attempt: int, earlier: _Rendered | None,
+             before_push: Callable[[], None]) -> tuple[PublishResult | None, _Rendered]:
     """Render on the fetched `heads` (or take the `earlier` render's change), commit if changed, push: the result,
     None when a newer upstream won; and what was landed."""
     upstream = heads[copy.branch]
@@ -184,6 +184,7 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     if base != upstream and not copy.is_ancestor(upstream, base):
         parents.append(upstream)
     commit = copy.commit_tree(tree, parents, message + "\n")
+    before_push()
     outcome = copy.push(commit, branch, new_files)
     if outcome.status == "refused" and "checked out" in outcome.detail:
         raise PushRejected(f"the remote is a non-bare repository with {branch} checked out, and git refuses to "
@@ -235,14 +236,16 @@ def _read_at(commit: str, target: Target, upstream: str) -> str:
 def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
             target: str | Target = "direct", previous: PublishResult | None = None,
             max_attempts: int = 5, backoff_s: float = 0.2,
-            sleep: Callable[[float], None] = time.sleep) -> PublishResult:
+            sleep: Callable[[float], None] = time.sleep,
+            before_push: Callable[[], None] = lambda: None) -> PublishResult:
     """Render on top of upstream, commit if the owned tree changed, push; retry lost races.
 
     `previous`: the last pass's result, to be given only when the render's inputs
     outside git did not change since; if no branch moved either, nothing is
     checked out or rendered (a pass with nothing new costs one fetch); if only the
     tracked branch moved, outside the reads of its Change, that Change is landed
-    on the new upstream without rendering.
+    on the new upstream without rendering. `before_push` runs right before each
+    push, rendered or not (a leader renews its Lease there, and raises if it lost it).
     """
     owned = normalize_owned(owned)
     target = parse_target(target)
@@ -262,7 +265,7 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
         if attempt > 1:
             sleep(backoff_s * 2 ** (attempt - 2) * random.uniform(0.5, 1.5))
             heads = copy.fetch(*also)
-        result, earlier = _attempt(copy, render, owned, target, heads, attempt, earlier)
+        result, earlier = _attempt(copy, render, owned, target, heads, attempt, earlier, before_push)
         if result is not None:
             return result
     raise PushRetriesExhausted(f"{max_attempts} pushes to {target.review or copy.branch} each lost the race "

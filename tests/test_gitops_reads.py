@@ -44,11 +44,13 @@ def _counting(renders: list, during=None):
     ({"rendered/a/m.yaml": b"a hand edit\n"}, True),  # our own tree
 ], ids=["other-tree", "an-input", "our-own-tree"])
 def test_a_lost_race_is_rendered_again_only_when_what_it_read_moved(remote, tmp_path, moved, rendered_again):
-    renders = []
+    renders, pushes = [], []
     start = remote.head(REPO)
     result = publish(WorkingCopy(remote.url(REPO), "main", tmp_path / "w"),
-                     _counting(renders, lambda: remote.push_files(REPO, moved, "meanwhile")))
+                     _counting(renders, lambda: remote.push_files(REPO, moved, "meanwhile")),
+                     before_push=lambda: pushes.append(1))
     assert result.changed and result.attempts == 2 and len(renders) == 1 + rendered_again
+    assert len(pushes) == 2, "the guard runs before every push, rendered again or not"
     assert remote.is_ancestor(REPO, start, result.commit), "built on top, never forced"
     files = remote.files(REPO)
     assert files["rendered/a/m.yaml"] == b"# rendered\n" + files["models/m.yaml"]
@@ -67,6 +69,19 @@ def test_the_next_pass_lands_its_last_change_unrendered_after_another_writers_co
     remote.push_files(REPO, {"models/m.yaml": b"m: 3\n"}, "an input moves")
     third = publish(copy, _counting(renders), previous=second)
     assert len(renders) == 2 and third.changed
+
+
+def test_a_guard_that_raises_before_the_push_lands_nothing(remote, tmp_path):
+    class Deposed(Exception):
+        pass
+
+    def deposed() -> None:
+        raise Deposed()
+
+    start = remote.head(REPO)
+    with pytest.raises(Deposed):
+        publish(WorkingCopy(remote.url(REPO), "main", tmp_path / "w"), _counting([]), before_push=deposed)
+    assert remote.head(REPO) == start
 
 
 def test_a_change_without_reads_is_rendered_again_as_before(remote, tmp_path):

@@ -303,8 +303,8 @@ class ClusterReconciler:
                             pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
-        """Render and push; the Lease is renewed at the end of each render, right before its commit is
-        pushed, so a replica deposed while it rendered never pushes."""
+        """Render and push; the Lease is renewed right before each push (after a render, or a change landed again
+        without one), so a replica deposed meanwhile never pushes."""
         renders = []
 
         def render(checkout: Checkout) -> Change:
@@ -316,7 +316,6 @@ class ClusterReconciler:
                     tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
                 rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
             renders.append(rendered)
-            self._renew()
             return Change(files=rendered.files, message=rendered.message, keep=rendered.keep,
                           reads=rendered.output.reads)
 
@@ -325,7 +324,7 @@ class ClusterReconciler:
         warmed = in_background(warm_up)  # compiled while git fetches (at once after the first pass)
         try:
             published = publish(self.copy, render, owned=self.layout.cluster_generated, target=self.target,
-                                previous=previous, sleep=self.sleep)
+                                previous=previous, sleep=self.sleep, before_push=self._renew)
         except GitError as exc:
             self.metrics.push_failed(exc.reason)
             raise
