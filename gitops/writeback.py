@@ -261,6 +261,12 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
     if (previous is not None and previous.change is not None and previous.rendered_on is not None
             and all(heads.get(b) == previous.heads.get(b) for b in also)):
         earlier = _Rendered(previous.rendered_on, previous.change)
+        upstream = heads[copy.branch]
+        if target.review is None and earlier.holds_on(copy, upstream):
+            # the tracked branch held the change where it was rendered, and nothing it read moved since (its own
+            # paths among them): the change is in place as it stands
+            log.info("%s moved only outside what the last render read: nothing to do", copy.branch)
+            return PublishResult(None, 0, NO_CHANGE, copy.branch, upstream, heads, previous.change, upstream)
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
             sleep(backoff_s * 2 ** (attempt - 2) * random.uniform(0.5, 1.5))
