@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -144,10 +145,13 @@ def child(kind: str, remote: str, workdir: Path, cluster: str | None = None) -> 
 
     offline.pass_over = pass_over  # time the pure pass apart from git
 
+    cpu: list[float] = []  # the CPU seconds of each timed run: this process and the git processes it waited for
+
     def timed(run) -> tuple[float, float, object]:
         del pass_times[:]
-        begin = time.perf_counter()
+        begin, spent = time.perf_counter(), cpu_seconds()
         result = run()
+        cpu.append(cpu_seconds() - spent)
         return time.perf_counter() - begin, sum(pass_times), result
 
     if cluster is not None:
@@ -158,20 +162,26 @@ def child(kind: str, remote: str, workdir: Path, cluster: str | None = None) -> 
         copy = controller_copy(remote, "main", workdir)
         reconcile = offline.reconcile_once
     first_s, first_pass_s, first = timed(lambda: reconcile(copy))
-    out = {"kind": kind, "imports_s": imports_s, "s": first_s, "pass_s": first_pass_s,
+    out = {"kind": kind, "imports_s": imports_s, "s": first_s, "pass_s": first_pass_s, "cpu_s": cpu[0],
            "committed": first.published.changed, "files": len(first.output.rendered.files) if first.output else 0,
            "checked_out": checked_out(workdir)}
     if kind == "full":
         same_s, same_pass_s, again = timed(lambda: reconcile(copy))
         idle_s, _, idle = timed(lambda: reconcile(copy, previous=again.published))
         out.update(same_s=same_s, same_pass_s=same_pass_s, same_committed=again.published.changed, idle_s=idle_s,
-                   idle_committed=idle.published.changed)
+                   idle_committed=idle.published.changed, same_cpu_s=cpu[1])
     if kind == "elsewhere":
         other_commits(remote, workdir.parent / f"{workdir.name}-other", cluster)
         else_s, else_pass_s, other = timed(lambda: reconcile(copy, previous=first.published))
         out.update(elsewhere_s=else_s, elsewhere_pass_s=else_pass_s, elsewhere_committed=other.published.changed,
-                   elsewhere_rendered=other.output is not None)
+                   elsewhere_rendered=other.output is not None, elsewhere_cpu_s=cpu[1])
     return out
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children that ended (git, the forked renders)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def other_commits(remote: str, scratch: Path, cluster: str) -> None:
@@ -369,23 +379,32 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str) -> 
           f"{loads[1]:.1f} at the end")
     print(f"{n_clusters} clusters x {n_models} models on {n_slots} slots each (models: {spread}); the repository "
           f"holds {files} files after every controller's first pass")
-    print(f"\n| controller | full pass | one cluster alone, just before | x | re-render | alone | x | nothing new "
-          "| re-render, fresh process, every tree there | another cluster committed | files checked out |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\nCPU seconds (this process and the git processes it ran; a shared machine's load moves them far less "
+          "than wall time), each controller against one cluster alone run just before it:")
+    print("\n| controller | full pass, CPU | alone | x | re-render, CPU | alone | x | another cluster committed, CPU |")
+    print("|---|---|---|---|---|---|---|---|")
     ratios = []
     for name in names:
         one, again, solo = full[name], later[name], alone[name]
-        pair = (one["s"] / solo["s"], one["same_s"] / solo["same_s"])
+        pair = (one["cpu_s"] / solo["cpu_s"], one["same_cpu_s"] / solo["same_cpu_s"])
         ratios.append(pair)
-        print(f"| {name} | {split(one['s'], one['pass_s'])} | {split(solo['s'], solo['pass_s'])} | {pair[0]:.2f} | "
+        print(f"| {name} | {one['cpu_s']:.2f} s | {solo['cpu_s']:.2f} s | {pair[0]:.2f} | {one['same_cpu_s']:.2f} s | "
+              f"{solo['same_cpu_s']:.2f} s | {pair[1]:.2f} | {again['elsewhere_cpu_s'] * 1000:.0f} ms |")
+    print(f"\nwall time, the same runs:\n\n| controller | full pass | one cluster alone, just before | re-render | alone "
+          "| nothing new | re-render, fresh process, every tree there | another cluster committed | files checked out |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        one, again, solo = full[name], later[name], alone[name]
+        print(f"| {name} | {split(one['s'], one['pass_s'])} | {split(solo['s'], solo['pass_s'])} | "
               f"{split(one['same_s'], one['same_pass_s'])} | {split(solo['same_s'], solo['same_pass_s'])} | "
-              f"{pair[1]:.2f} | {one['idle_s'] * 1000:.0f} ms (alone {solo['idle_s'] * 1000:.0f} ms) | "
+              f"{one['idle_s'] * 1000:.0f} ms (alone {solo['idle_s'] * 1000:.0f} ms) | "
               f"{split(again['s'], again['pass_s'])} | {again['elsewhere_s'] * 1000:.0f} ms "
               f"({'rendered' if again['elsewhere_rendered'] else 'not rendered'}) | {again['checked_out']:,} |")
+    print()
     for what, index in (("full pass", 0), ("re-render", 1)):
         values = sorted(pair[index] for pair in ratios)
         median = values[len(values) // 2]
-        print(f"{what}, each controller against one cluster alone just before it: median {median:.2f}x, worst "
+        print(f"{what} (CPU), each controller against one cluster alone: median {median:.2f}x, worst "
               f"{values[-1]:.2f}x [{'met' if median <= CLUSTER_GOAL else 'MISSED'}: target <= {CLUSTER_GOAL}x]")
 
 
