@@ -367,3 +367,15 @@ def test_a_recommend_proposal_takes_the_largest_budget_its_clusters_recommend(ow
         message = result.proposals[0].message
         assert message.startswith(f"llm/chat: memoryBudget 4.0Gi → {proposed}.0Gi") and "us-1" in message
         assert result.proposals[0].branch == review_branch(model), "one branch per model, whichever cluster writes"
+
+
+def test_an_elastic_model_the_api_server_would_refuse_is_not_rendered_and_keeps_its_last_objects(regions):
+    _land(regions, run_pass(read_repo(regions, cluster="staging")))
+    chat = (regions / "models/llm/chat.yaml").read_text().replace(
+        "  name: chat-small\n", "  name: chat-small\n  labels: {\"team/a/b\": x}\n", 1)
+    _write(regions, "models/llm/chat.yaml", chat)
+    output = run_pass(read_repo(regions, cluster="staging"))
+    [error] = [e for e in output.errors if e.object == "llm/chat-small"]
+    assert error.reason == "InvalidLabel" and "ElasticModel object" in error.message
+    assert "rendered/staging/llm/elasticmodel-chat-small.yaml" in output.keep, "its last objects stay"
+    assert "rendered/staging/llm/elasticmodel-summarizer.yaml" in output.files, "the others render"

@@ -125,8 +125,8 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
                        layout=layout)
     quiet = quiet_changes(last.records, planned.models, result)
     now, keep = kept_owners(rendered, last.owners, layout)
-    if layout.cluster is not None:  # a model served from its last good spec keeps the ElasticModel object it had
-        now, keep = _kept_objects([m for m in planned.models if m.ref in revived], last.paths or (), now, keep, layout)
+    if layout.cluster is not None:  # a model whose ElasticModel is not rendered now keeps the one it had
+        now, keep = _kept_objects(planned.models, rendered.files, last.paths or (), now, keep, layout)
     message = commit_message(rendered.changes, rendered, revived, quiet=quiet, held=tree.held)
     committed = {}
     if measured is not None:
@@ -148,14 +148,19 @@ def cluster_subject(message: str, cluster: str) -> str:
     return f"{cluster}: {message}"
 
 
-def _kept_objects(revived: Sequence[ElasticModel], before: Iterable[str], owners: dict[str, tuple[str, ...]],
-                  keep: frozenset[str], layout: Layout) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
-    """The owners and kept paths with each revived model's rendered ElasticModel kept as upstream holds it (its
-    document is broken now, so only the last good object can reach the cluster)."""
+def _kept_objects(models: Sequence[ElasticModel], files: Mapping[str, str], before: Iterable[str],
+                  owners: dict[str, tuple[str, ...]], keep: frozenset[str], layout: Layout
+                  ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+    """The owners and kept paths with the rendered ElasticModel of each planned model that has none in `files`
+    kept as upstream holds it: a model served from its last good spec (its document is broken now), or whose
+    object the API server would refuse; so the cluster keeps the last good object, never loses it."""
     upstream, owners, kept = set(before), dict(owners), set(keep)
-    for model in revived:
-        path = elastic_model_path(model, layout)
-        if path in upstream:
+    for model in models:
+        try:
+            path = elastic_model_path(model, layout)
+        except ComposeError:  # a name that makes no path: nothing was ever rendered there
+            continue
+        if path not in files and path in upstream:
             kept.add(path)
             owners[model.ref] = tuple(sorted({*owners.get(model.ref, ()), path}))
     return dict(sorted(owners.items())), frozenset(kept)

@@ -211,6 +211,12 @@ def _elastic_models(models: Sequence[ElasticModel], tree: _Tree, errors: list[Co
                            "annotations": {**(metadata.get("annotations") or {}), SOURCE_ANNOTATION: source}}
 
         def add(model: ElasticModel = model, doc: dict = doc) -> None:
+            problems = object_problems(doc)  # labels or annotations the API server refuses would fail the sync
+            if problems:
+                shown = "; ".join(f"{p.where} {_shown(p.value)}: {p.message}" for p in problems[:3])
+                raise RULE_ERRORS[problems[0].reason](
+                    model.ref, f"its ElasticModel object: the Kubernetes API server would refuse it: {shown}",
+                    "fix the field named there in the model's file (docs/limits.md, \"Rendered objects\")")
             path = elastic_model_path(model)
             tree.add([_File(path, dump(doc), RenderedObject("ElasticModel", model.namespace, model.name))],
                      [model.ref])
