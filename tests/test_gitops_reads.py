@@ -107,3 +107,23 @@ def test_a_cluster_review_branch_blocked_by_the_old_single_cluster_one_says_so_a
         publish(copy, lambda checkout: Change({"rendered/a/m.yaml": b"y\n"}, "render a"),
                 target="branch:gpushare/review/eu-1")
     assert "delete the branch 'gpushare/review'" in caught.value.fix
+
+
+def test_a_work_tree_already_at_the_commit_is_not_reset_unless_something_changed_in_it(remote, tmp_path):
+    copy = WorkingCopy(remote.url(REPO), "main", tmp_path / "w")
+    head = copy.sync()["main"]
+    ran = []
+    run = copy.git.run
+
+    def spy(*args, **kwargs):
+        ran.append(args[0])
+        return run(*args, **kwargs)
+
+    copy.git.run = spy
+    copy.checkout(head)
+    assert "reset" not in ran, "the same commit, nothing changed: nothing to rewrite"
+    (copy.root / "models" / "m.yaml").write_text("edited\n")
+    (copy.root / "stray.yaml").write_text("untracked\n")
+    copy.checkout(head)
+    assert "reset" in ran and (copy.root / "models" / "m.yaml").read_text() == "m: 1\n"
+    assert not (copy.root / "stray.yaml").exists()
