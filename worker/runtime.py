@@ -318,6 +318,7 @@ class Worker:
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())
             models.append(entry)
         return {"slot": self.config.slot_id, "product": self.config.product, "device": str(self.device),
+                "intraOpThreads": torch.get_num_threads(),
                 "capacityBytes": self.config.capacity_bytes, "availableBytes": self.available_bytes,
                 "ready": ready, "swap": {"active": self.scheduler.active_swap_model(), "swaps": self.scheduler.swaps,
                                          "minResidencyMs": self.config.min_residency_ms},
