@@ -51,7 +51,8 @@ def _body(model: ElasticModel, d: Decision, profile, inputs: Inputs, result: Pla
     limit = min(model.budget_bytes, usable)
     minimum = cost.elastic_slice_at(profile, slo, 0).footprint
     lines = [
-        f"GPU: {d.gpu_product}, slot {d.slot or '-'} (usable {fb(usable)}); profile {d.profile} ({profile.source})",
+        f"GPU: {d.gpu_product}, slot {d.slot or '-'} (usable {fb(usable)}); profile {d.profile} ({profile.source}); "
+        f"decoder weights {profile.stored_dtype}, computed in {profile.dtype}",
         f"Mode: {d.mode} ({d.reason_code})",
         "",
         "need = weights + KV cache + activation peak + runtime overhead",

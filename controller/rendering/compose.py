@@ -147,7 +147,7 @@ def warm_up() -> None:
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot], last: LastPass = LastPass(), *,
             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
-            profile_sources: Mapping[tuple[str, str], str] | None = None, sections: Sequence[str] = ()) -> Rendered:
+            profile_sources: Mapping[tuple[str, str, str], str] | None = None, sections: Sequence[str] = ()) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process. `last`: the last
     pass's result (controller.inputs.tree.LastPass): its decisions, which the changes are counted from; its
