@@ -161,7 +161,7 @@ def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto", weig
     if quantized is not None:
         raise ModelLoadError("UnsupportedQuantization", quantized_checkpoint_fix(quantized))
     text = config.get("text_config", config)
-    precision = choose(capability, weights, _compute_dtype(config, tensors, "auto"))
+    precision = choose(capability, weights, _checkpoint_dtype(config, tensors))
     target = precision.compute if dtype == "auto" else dtype
     stored = precision.weights if precision.quantized else ""
     transposed = text.get("model_type") == "gpt2"  # GPT-2's Conv1D stores its weight [in, out]
@@ -211,9 +211,8 @@ def _get(config: dict, *keys: str) -> int:
                          "decoder-only transformers causal LMs")
 
 
-def _compute_dtype(config: dict, tensors: dict[str, dict], dtype: str) -> str:
-    if dtype != "auto":
-        return dtype
+def _checkpoint_dtype(config: dict, tensors: dict[str, dict]) -> str:
+    """The checkpoint's own float dtype: the one config.json declares, else its tensors'."""
     declared = config.get("dtype") or config.get("torch_dtype")
     if declared in _TORCH_DTYPE_BYTES:
         return declared
