@@ -28,6 +28,8 @@ def model_to_doc(m: ElasticModel) -> dict:
         spec["compositionRef"] = {"name": m.composition}
     if m.served_names:
         spec["servedNames"] = list(m.served_names)
+    if m.weight_dtype != "auto":
+        spec["weights"] = {"dtype": m.weight_dtype}
     metadata: dict = {"name": m.name, "namespace": m.namespace}
     if m.source is not None:
         metadata["annotations"] = {SOURCE_ANNOTATION: m.source.file}
@@ -60,7 +62,7 @@ def decision_to_dict(d: Decision) -> dict:
         "reason": d.reason,
         "reasonCode": d.reason_code,
         "profile": d.profile,
-    }
+    } | ({"weightDtype": d.weight_dtype} if d.weight_dtype != "auto" else {})
 
 
 def decision_from_dict(doc: dict) -> Decision:
@@ -89,6 +91,7 @@ def decision_from_dict(doc: dict) -> Decision:
         reason=doc.get("reason", ""),
         reason_code=doc.get("reasonCode", ""),
         profile=doc.get("profile"),
+        weight_dtype=doc.get("weightDtype", "auto"),
     )
 
 
@@ -101,7 +104,7 @@ def pending_to_dict(p: Pending) -> dict:
         "revision": p.revision,
         "reason": p.reason,
         "reasonCode": p.reason_code,
-    }
+    } | ({"weightDtype": p.weight_dtype} if p.weight_dtype != "auto" else {})
 
 
 def error_to_dict(e: InputError) -> dict:

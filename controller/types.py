@@ -53,6 +53,7 @@ class ElasticModel:
     user_budget_bytes: int | None = field(default=None, compare=False)  # spec.memoryBudget when right-sizing Auto set budget_bytes
     rightsizing_conditions: tuple[dict, ...] = field(default=(), compare=False)  # the loop's last conditions (its record)
     rightsizing_recommendation: dict | None = field(default=None, compare=False)  # its record's open recommendation
+    weight_dtype: str = "auto"  # spec.weights.dtype, canonical (contract.precision): auto, bfloat16, float16, int8, int4
 
     @property
     def spec_budget_bytes(self) -> int:
@@ -66,6 +67,10 @@ class ElasticModel:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def profile_key(self, gpu_product: str) -> tuple[str, str, str, str]:
+        """The Profile.key this model is planned by on `gpu_product`."""
+        return (self.model, self.revision, gpu_product, self.weight_dtype)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class Profile:
     revision: str = "main"
     decode_step_ms: tuple[tuple[int, float], ...] = ()  # measured (batch, ms per step), sorted by batch
     file: str | None = field(default=None, compare=False)
+    weight_dtype: str = "auto"  # weights.dtype: the spec.weights.dtype it was made for (auto: the checkpoint's own)
 
     @property
     def estimated(self) -> bool:
@@ -119,9 +125,14 @@ class Profile:
                          self.host_to_device_gbps, self.prefill_ms_per_1k_tokens))
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        """What a profile measures: one model revision on one GPU product."""
-        return (self.model, self.revision, self.gpu_product)
+    def key(self) -> tuple[str, str, str, str]:
+        """What a profile measures: one model revision on one GPU product in one weight dtype."""
+        return (self.model, self.revision, self.gpu_product, self.weight_dtype)
+
+    @property
+    def stored_dtype(self) -> str:
+        """What the decoder linears are stored in: int8, int4, or the compute dtype."""
+        return self.weight_dtype if self.weight_dtype in ("int8", "int4") else self.dtype
 
 
 @dataclass(frozen=True)
@@ -185,6 +196,7 @@ class Decision:
     # profile, absent in decisions read back from git. Not part of the decision's identity.
     dtype: str | None = field(default=None, compare=False)
     terms: Terms | None = field(default=None, compare=False, repr=False)
+    weight_dtype: str = "auto"  # the spec.weights.dtype it is planned (and its profile chosen) in
 
     @property
     def key(self) -> tuple[str, str]:
@@ -202,6 +214,7 @@ class Pending:
     revision: str
     reason: str
     reason_code: str = "AwaitingProfile"
+    weight_dtype: str = "auto"  # the spec.weights.dtype the profile is needed for
 
     @property
     def key(self) -> tuple[str, str]:

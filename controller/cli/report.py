@@ -44,7 +44,7 @@ def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, .
              revived: tuple[str, ...] = (), *, profiles: Sequence[Profile] | None = None) -> str:
     """`revived`: namespace/name planned from their last good spec (their document is broken now).
     With `profiles` (`-o wide`), more columns: footprint, TTFT, swap-in and the profile's source."""
-    sources = None if profiles is None else {(p.model, p.gpu_product): p.source for p in profiles}
+    sources = None if profiles is None else {(p.model, p.gpu_product, p.weight_dtype): p.source for p in profiles}
     columns = COLUMNS if sources is None else WIDE
 
     def table(rows: list[Decision]) -> list[str]:
@@ -67,7 +67,8 @@ def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, .
         out.append("")
     if plan.pending:
         out.append("awaiting a profile (a profiler Job measures each first):")
-        out += [f"  {p.namespace}/{p.name}: {p.model} on {p.gpu_product}" for p in plan.pending]
+        out += [f"  {p.namespace}/{p.name}: {p.model}{'' if p.weight_dtype == 'auto' else f' ({p.weight_dtype})'} "
+                f"on {p.gpu_product}" for p in plan.pending]
         out.append("")
     if errors:
         out.append(f"{len(errors)} input error(s):")
@@ -89,7 +90,7 @@ def _slot_used(rows: list[Decision]) -> int:
     return sum(d.footprint_bytes for d in rows if d.mode in ("resident", "elastic")) + swap
 
 
-def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str, str], str] | None = None
+def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str, str, str], str] | None = None
          ) -> tuple[str, ...]:
     layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
     estimated = " (est.)" if d.estimated else ""  # predictions from an estimated profile
@@ -97,13 +98,14 @@ def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str,
     slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met] + (estimated if d.slo_met is not None else "")
     name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
     need = fb(d.need_bytes) if d.need_bytes else "-"
+    model = d.model if d.weight_dtype == "auto" else f"{d.model} ({d.weight_dtype})"  # spec.weights.dtype
     if sources is None:
-        return (name, d.model, fb(d.budget_bytes), need, d.mode, layers, tpot, slo)
+        return (name, model, fb(d.budget_bytes), need, d.mode, layers, tpot, slo)
     ttft = _figures(d.predicted, "ttft") if d.predicted else "-"
     swap_in = f"{d.predicted.swap_in_ms:g}ms" if d.predicted and d.predicted.swap_in_ms is not None else "-"
     footprint = fb(d.footprint_bytes) if d.footprint_bytes else "-"
-    return (name, d.model, fb(d.budget_bytes), need, footprint, d.mode, layers, ttft, tpot, swap_in, slo,
-            sources.get((d.model, d.gpu_product), "-"))
+    return (name, model, fb(d.budget_bytes), need, footprint, d.mode, layers, ttft, tpot, swap_in, slo,
+            sources.get((d.model, d.gpu_product, d.weight_dtype), "-"))
 
 
 def _figures(predicted: Predicted, which: str) -> str:

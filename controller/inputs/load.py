@@ -23,6 +23,8 @@ from jsonschema import ValidationError
 from jsonschema.exceptions import relevance
 
 import schemas
+from contract.gpu_catalog import capability_of
+from contract.precision import AUTO, canonical, product_problem
 from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
 from controller.inputs.profilecheck import profile_problem
@@ -275,6 +277,14 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
                                  *_quantity_problem("spec.memoryBudget", spec["memoryBudget"]),
                                  reason="InvalidQuantity", object=ref)]
     slo = spec.get("slo")
+    product = (spec.get("gpu") or {}).get("product")
+    weights = canonical((spec.get("weights") or {}).get("dtype"))
+    cannot = product_problem(product, capability_of(product), weights) if product else None
+    if cannot:
+        return None, [InputError(source.file, source.document, "spec.weights.dtype",
+                                 f"spec.weights.dtype {weights} cannot run on spec.gpu.product {product}: "
+                                 f"{cannot[0]}", cannot[1],
+                                 reason="UnsupportedWeightDtype", object=ref)]
     try:
         rightsizing = parse_policy(spec.get("rightsizing"))
     except (PolicyError, QuantityError) as exc:
@@ -295,6 +305,7 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         source=source,
         served_names=tuple(spec.get("servedNames", ())),
         rightsizing=rightsizing,
+        weight_dtype=canonical((spec.get("weights") or {}).get("dtype")),
     ), []
 
 
@@ -331,6 +342,7 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
         decode_ms_per_token=float(doc["latency"]["decodeMsPerToken"]),
         prefill_ms_per_1k_tokens=float(doc["latency"]["prefillMsPer1kTokens"]),
         host_to_device_gbps=float(doc["hostToDeviceGBps"]), revision=doc.get("revision", "main"), file=file,
+        weight_dtype=w.get("dtype", AUTO),
         decode_step_ms=tuple(sorted((int(p["batch"]), float(p["ms"]))
                                     for p in doc["latency"].get("decodeStepMs", ()))),
     )
@@ -400,7 +412,7 @@ def _unique(items: list, key: Callable, report: Callable, errors: list[InputErro
 
 
 def _unique_profiles(profiles: list[Profile], errors: list[InputError]) -> list[Profile]:
-    """One profile per (model, GPU product). A measured profile supersedes estimated ones for its key
+    """One profile per (model, revision, GPU product, weight dtype). A measured profile supersedes estimated ones for its key
     (a profiler Job measured what the estimate only predicted): the estimates are dropped silently.
     Two measured profiles, or two estimated ones with none measured, are an error on each of them
     and none of that key is used."""
@@ -435,9 +447,10 @@ def _duplicate_model(model: ElasticModel, others: list[ElasticModel]) -> InputEr
 def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
     elsewhere = "; ".join(str(o.file) for o in others)
     return InputError(str(profile.file), None, "model", reason="DuplicateProfile",
-                      message=(f"a second {profile.source} profile for {profile.model} on {profile.gpu_product} is in "
+                      message=(f"a second {profile.source} profile for {profile.model} on {profile.gpu_product}"
+                               f"{'' if profile.weight_dtype == AUTO else f' in {profile.weight_dtype}'} is in "
                                f"{elsewhere}; neither is used"),
-                      fix="keep one profile per (model, gpu.product) and source (a measured one supersedes "
+                      fix="keep one profile per (model, gpu.product, weights.dtype) and source (a measured one supersedes "
                           "an estimated one): delete the stale one")
 
 

@@ -154,6 +154,8 @@ def status_schema() -> dict:
                     "hostBytes": {"type": "integer", "format": "int64"},
                     "sloMet": {"type": "boolean"},
                     "reason": {"type": "string"}, "reasonCode": {"type": "string"}, "profile": {"type": "string"},
+                    "weightDtype": {"type": "string", "description": "spec.weights.dtype it is planned in (absent: "
+                                    "the checkpoint's own precision)"},
                 },
             },
             "rightsizing": {
@@ -238,6 +240,7 @@ def crd() -> dict:
                     _column("Synced", '.status.conditions[?(@.type=="Synced")].status'),
                     _column("Model", ".spec.model", priority=1),
                     _column("Budget", ".spec.memoryBudget", priority=1),
+                    _column("Weights", ".spec.weights.dtype", priority=1, description="spec.weights.dtype (empty: auto)"),
                     _column("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
                     _column("URL", ".status.url", priority=1, description="the OpenAI base URL in the cluster"),
                     _column("Age", ".metadata.creationTimestamp", type_="date"),

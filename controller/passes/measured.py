@@ -42,6 +42,7 @@ class ProfileRequest:
     model: str
     revision: str
     gpu_product: str
+    weight_dtype: str = "auto"
 
 
 def profile_requests(models: Sequence[ElasticModel], slots: Sequence[GpuSlot]
@@ -52,8 +53,9 @@ def profile_requests(models: Sequence[ElasticModel], slots: Sequence[GpuSlot]
     requests = {}
     for model in models:
         for product in [model.gpu_product] if model.gpu_product else products:
-            name = profile_configmap_name(model.model, model.revision, product)
-            requests[(model.namespace, name)] = ProfileRequest(model.model, model.revision, product)
+            name = profile_configmap_name(model.model, model.revision, product, model.weight_dtype)
+            requests[(model.namespace, name)] = ProfileRequest(model.model, model.revision, product,
+                                                               model.weight_dtype)
     return requests
 
 
@@ -72,7 +74,7 @@ class MeasuredProfiles:
 def measured_path(profile: Profile) -> str:
     """profiles/measured/<gpu-product>/<model-slug>.yaml, with `@<revision>` before .yaml unless it is main,
     so two revisions of one model do not overwrite each other."""
-    relpath = profile_relpath(profile.model, profile.gpu_product)
+    relpath = profile_relpath(profile.model, profile.gpu_product, profile.weight_dtype)
     if profile.revision == "main":
         return MEASURED_DIR + relpath
     return f"{MEASURED_DIR}{relpath.removesuffix('.yaml')}@{profile.revision.replace('/', '--')}.yaml"
@@ -110,11 +112,12 @@ def measured_profiles(documents: Sequence[ProfileDocument],
             errors += problems
             if profile is None:
                 continue
-            found = ProfileRequest(profile.model, profile.revision, profile.gpu_product)
+            found = ProfileRequest(profile.model, profile.revision, profile.gpu_product, profile.weight_dtype)
             if found != request:
                 ignored.append(("ProfileMismatch", f"{document.ref} document {index} profiles {found.model}@"
-                                f"{found.revision} on {found.gpu_product}, but that ConfigMap is where the profile "
-                                f"of {request.model}@{request.revision} on {request.gpu_product} belongs; ignored"))
+                                f"{found.revision} on {found.gpu_product} ({found.weight_dtype}), but that ConfigMap "
+                                f"is where the profile of {request.model}@{request.revision} on "
+                                f"{request.gpu_product} ({request.weight_dtype}) belongs; ignored"))
                 continue
             path = measured_path(profile)
             if path in files:

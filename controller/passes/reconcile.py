@@ -107,7 +107,7 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
     last = tree.last
     planned, revived = revive_last_good(inputs, last.records)
     result = plan(planned, last.previous)
-    sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
+    sources = {(p.model, p.gpu_product, p.weight_dtype): p.source for p in planned.profiles}
     rendered = compose(planned.models, result, planned.slots, last, compositions=compositions, processes=processes,
                        profile_sources=sources,
                        sections=rightsizing_section(tree.rightsizing, result.decisions, planned.slots, tree.prices))

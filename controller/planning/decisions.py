@@ -12,7 +12,7 @@ from contract.quantity import format_bytes as fb
 from contract.quantity import paste_quantity as paste
 from controller.planning import cost
 from controller.planning.slots import Ask, SlotState, predictions, rule_broken, shared_ms
-from controller.types import Decision, ElasticModel, GpuSlot, Predicted
+from controller.types import Decision, ElasticModel, GpuSlot, Predicted, Profile
 
 
 def decisions(states: list[SlotState], refused: list[Ask]) -> list[Decision]:
@@ -135,10 +135,17 @@ def _decision(ask: Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes:
         resident_layers=layers, total_layers=ask.profile.total_layers, need_bytes=ask.need_bytes,
         budget_bytes=ask.model.budget_bytes, footprint_bytes=nbytes, predicted=pred,
         slo_met=(not misses) if (has_targets and pred is not None) else None,
-        reason=reason, reason_code=code, profile=f"{ask.profile.model}@{ask.profile.gpu_product}",
+        reason=reason, reason_code=code, profile=profile_name(ask.profile),
         estimated=ask.profile.estimated, host_bytes=host_bytes,
-        dtype=ask.profile.dtype, terms=ask.profile.terms,
+        dtype=ask.profile.dtype, terms=ask.profile.terms, weight_dtype=ask.model.weight_dtype,
     )
+
+
+def profile_name(profile: Profile) -> str:
+    """How a decision names its profile: model@product, /dtype after it for a spec.weights.dtype other than auto
+    (the folder the profile lives in under profiles/<product>/)."""
+    tail = "" if profile.weight_dtype == "auto" else f"/{profile.weight_dtype}"
+    return f"{profile.model}@{profile.gpu_product}{tail}"
 
 
 def refused_below_minimum(ask: Ask, limit: int, usable: int) -> Decision:
@@ -199,12 +206,17 @@ def _refused(ask: Ask, code: str, info: dict) -> Decision:
 def no_matching_gpu(model: ElasticModel, slots_by_product: dict[str, list[GpuSlot]]) -> Decision:
     have = ", ".join(sorted(slots_by_product)) or "none"
     wanted = model.gpu_product or "any"
+    reason = (f"no GPU of product {wanted} in the inventory (products: {have}); fix spec.gpu.product or add "
+              f"such a node (gpus.yaml, or nvidia.com/gpu.product node labels)")
+    if model.gpu_product is None and slots_by_product:
+        reason = (f"no GPU product in the inventory (products: {have}) runs spec.weights.dtype {model.weight_dtype} "
+                  "(contract.precision: bfloat16 and int4 need compute capability 8.0 or later); fix "
+                  "spec.weights.dtype (int8 runs on every GPU) or add such a node")
     return Decision(
         name=model.name, namespace=model.namespace, model=model.model, gpu_product=model.gpu_product,
         slot=None, mode="refused", resident_layers=0, total_layers=0, need_bytes=0,
         budget_bytes=model.budget_bytes, footprint_bytes=0, predicted=None, slo_met=None,
-        reason=(f"no GPU of product {wanted} in the inventory (products: {have}); fix spec.gpu.product or add "
-                f"such a node (gpus.yaml, or nvidia.com/gpu.product node labels)"),
+        reason=reason, weight_dtype=model.weight_dtype,
         reason_code="NoMatchingGPU",
     )
 

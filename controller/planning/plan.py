@@ -45,6 +45,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from contract.gpu_catalog import capability_of
+from contract.precision import AUTO, product_problem
 from controller.planning import cost
 from controller.planning.decisions import decisions, no_matching_gpu, refused_below_minimum
 from controller.planning.greedy import greedy_fleet
@@ -98,24 +100,24 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
             continue
         # the product is chosen with the slot: every product it has a profile on (its own, when it names one)
         candidates = [p for p in ([model.gpu_product] if model.gpu_product else sorted(largest_usable))
-                      if (model.model, model.revision, p) in profiles]
+                      if model.profile_key(p) in profiles and runs_on(model, p)]
         if not candidates:
             pending.append(Pending(
                 name=model.name, namespace=model.namespace, model=model.model, gpu_product=product,
-                revision=model.revision,
-                reason=f"no profile of {model.model}{_at_revision(model.revision)} on {product} yet: "
-                       "a profiler Job measures it first",
+                revision=model.revision, weight_dtype=model.weight_dtype,
+                reason=f"no profile of {model.model}{_at_revision(model.revision)}{_in_dtype(model.weight_dtype)} "
+                       f"on {product} yet: a profiler Job measures it first",
             ))
             continue
         mine = []
         for p in [product] + [c for c in candidates if c != product]:
-            ask = _resolve(model, profiles[(model.model, model.revision, p)], largest_usable[p],
+            ask = _resolve(model, profiles[model.profile_key(p)], largest_usable[p],
                            previous.get(model.key))
             ask.slice_cache = slice_cache
             if ask.minimum.footprint <= min(model.budget_bytes, largest_usable[p]):
                 mine.append(ask)
         if not mine:
-            decisions.append(refused_below_minimum(_resolve(model, profiles[(model.model, model.revision, product)],
+            decisions.append(refused_below_minimum(_resolve(model, profiles[model.profile_key(product)],
                                                             largest_usable[product], None),
                                                    min(model.budget_bytes, largest_usable[product]),
                                                    largest_usable[product]))
@@ -187,19 +189,30 @@ def _states(slots: list[GpuSlot]) -> list[SlotState]:
 
 
 def _choose_product(model: ElasticModel, largest_usable: dict[str, int],
-                    profiles: dict[tuple[str, str, str], Profile]) -> str | None:
+                    profiles: dict[tuple[str, str, str, str], Profile]) -> str | None:
     if model.gpu_product is not None:
         return model.gpu_product if model.gpu_product in largest_usable else None
-    if not largest_usable:
+    runnable = [p for p in largest_usable if runs_on(model, p)]
+    if not runnable:
         return None
 
     def preference(product: str) -> tuple:
         usable = largest_usable[product]
-        profile = profiles.get((model.model, model.revision, product))
+        profile = profiles.get(model.profile_key(product))
         fits = profile is not None and cost.need(profile, model.slo).total <= min(model.budget_bytes, usable)
         return (profile is None, not fits, -usable, product)
 
-    return min(largest_usable, key=preference)
+    return min(runnable, key=preference)
+
+
+def runs_on(model: ElasticModel, product: str) -> bool:
+    """Whether `product` can run the model's spec.weights.dtype (contract.precision, by the GPU catalog's compute
+    capability; a product the catalog does not know is not ruled out: its profiler Job finds out)."""
+    return product_problem(product, capability_of(product), model.weight_dtype) is None
+
+
+def _in_dtype(weight_dtype: str) -> str:
+    return "" if weight_dtype == AUTO else f" in {weight_dtype}"
 
 
 def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: Decision | None) -> Ask:

@@ -147,7 +147,7 @@ def warm_up() -> None:
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot], last: LastPass = LastPass(), *,
             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
-            profile_sources: Mapping[tuple[str, str], str] | None = None, sections: Sequence[str] = ()) -> Rendered:
+            profile_sources: Mapping[tuple[str, str, str], str] | None = None, sections: Sequence[str] = ()) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process. `last`: the last
     pass's result (controller.inputs.tree.LastPass): its decisions, which the changes are counted from; its
@@ -262,7 +262,7 @@ def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: M
     """Each model awaiting a profile: its composition's profiling objects, on a free GPU or beside the workers.
     The models of one namespace that await the same profile share one Job, measured at the largest
     concurrency and context among them (decode time grows with both)."""
-    runs: dict[tuple[str, str, str, str], _ProfileRun] = {}
+    runs: dict[tuple[str, str, str, str, str], _ProfileRun] = {}
     for item in pending:
         model = by_key.get(item.key)
         if model is not None:
@@ -411,22 +411,24 @@ class _ProfileRun:
         return _ProfileRun(max(self.concurrency, concurrency), max(self.context_tokens, context_tokens))
 
 
-def _profile_key(item: Pending) -> tuple[str, str, str, str]:
-    return (item.namespace, item.model, item.revision, item.gpu_product)
+def _profile_key(item: Pending) -> tuple[str, str, str, str, str]:
+    return (item.namespace, item.model, item.revision, item.gpu_product, item.weight_dtype)
 
 
 def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
                beside: Beside | None, run: _ProfileRun) -> list[_File]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
-    configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
+    configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product, pending.weight_dtype)
     context = {
         "params": composition.parameters,
         "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
         "job": {
             "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,  # where it runs is in
                                       str(composition.parameters["image"])  # its name: a Job is immutable
-                                      + (f"@{beside.slot.id}" if beside else ""), run.concurrency, run.context_tokens),
+                                      + (f"@{beside.slot.id}" if beside else ""), run.concurrency, run.context_tokens,
+                                      pending.weight_dtype),
             "product": pending.gpu_product,
+            "weightDtype": pending.weight_dtype,
             "concurrency": run.concurrency,
             "contextTokens": run.context_tokens,
             "configmap": configmap,

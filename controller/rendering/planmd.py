@@ -156,10 +156,10 @@ def review_summary(plan_md: str, commit: str, base: str) -> str:
 
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
-                  last: LastPlan | None = None, sources: Mapping[tuple[str, str], str] | None = None, *,
+                  last: LastPlan | None = None, sources: Mapping[tuple[str, str, str], str] | None = None, *,
                   jobs_created: int | None = None, rollouts: Rollouts | None = None,
                   sections: Sequence[str] = ()) -> str:
-    """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product)'s profile source
+    """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product, weight dtype)'s profile source
     (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
     None when the previous tree is not known: then every profiler Job the plan runs counts; `rollouts`: which
     workers this tree restarts and which reconfigure in place (None when the previous tree is not known);
@@ -308,7 +308,7 @@ def _bar(view: _SlotView) -> str:
     return "".join(p.mark * n for p, n in zip(view.parts, counts))[:BAR_WIDTH].ljust(BAR_WIDTH, ".")
 
 
-def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str], str],
+def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str, str], str],
                   node_pinned: int) -> list[str]:
     slot = view.slot
     header = ("bar", "model", "mode", "budget", "need", "GPU footprint", "layers", "profile",
@@ -320,7 +320,8 @@ def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, 
         footprint = "in the swap area" if d.mode == "swap" else area[ref]
         rows.append((view.marks[d.key], ref, d.mode, format_bytes(d.budget_bytes), format_bytes(d.need_bytes),
                      footprint, f"{d.resident_layers}/{d.total_layers}",
-                     sources.get((d.model, d.gpu_product or ""), "-"),
+                     sources.get((d.model, d.gpu_product or "", d.weight_dtype), "-")
+                     + ("" if d.weight_dtype == "auto" else f" ({d.weight_dtype})"),
                      _figures(d, "ttft"), _figures(d, "tpot"), _slo(by_key.get(d.key), d)))
     rows += [(p.mark, p.label, "", "", "", p.gib, "", "", "", "", "") for p in view.parts
              if p.mark == "~" or p.mark == "."]
