@@ -58,5 +58,5 @@ def profile_problem(profile: Profile, tolerance: float = TOLERANCE, architecture
                 message=(f"{path} is {show(claimed)} for {profile.model} in {profile.stored_dtype}, but {expected[2]} "
                          f"gives {show(exact)} (more than {tolerance:.0%} apart); the profile is not used"),
                 fix="re-run the profiler Job for this model, or regenerate the estimate with "
-                    "`python -m controller.estimate`")
+                    "`python -m contract.estimate`")
     return None
