@@ -39,7 +39,7 @@ def decision_to_dict(d: Decision) -> dict:
         "name": d.name,
         "namespace": d.namespace,
         "model": d.model,
-        "gpu": {"product": d.gpu_product, "slot": d.slot},
+        "gpu": {"product": d.gpu_product, "slot": d.slot, "pool": d.pool},
         "mode": d.mode,
         "residentLayers": d.resident_layers,
         "totalLayers": d.total_layers,
@@ -89,6 +89,7 @@ def decision_from_dict(doc: dict) -> Decision:
         reason=doc.get("reason", ""),
         reason_code=doc.get("reasonCode", ""),
         profile=doc.get("profile"),
+        pool=gpu.get("pool"),
     )
 
 

@@ -33,7 +33,7 @@ from kubernetes import config
 from contract import kube
 from controller.cpu import gc_paused, in_background
 from controller.kube.cluster import Cluster
-from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
+from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots, node_labels
 from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_repo
 from controller.inputs.rightsizing_records import observed_models
@@ -273,12 +273,14 @@ class ClusterReconciler:
             raise LeadershipLost()
 
     def _facts(self, report: PassReport) -> ClusterFacts:
-        slots, node_errors = gpu_slots(self.cluster.nodes())
+        nodes = self.cluster.nodes()
+        slots, node_errors = gpu_slots(nodes)
         slots = tuple(replace(slot, device_uuid=self._devices.get(slot.id)) for slot in slots)
         documents, broken = self.cluster.profile_documents()
         report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
         return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors),
-                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"))
+                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"),
+                            node_labels=node_labels(nodes))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
         """Render and push; the Lease is renewed at the end of each render, right before its commit is

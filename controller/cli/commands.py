@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import logs, report
@@ -125,8 +126,8 @@ def _plan(args) -> int:
     _require_dir(args.path)
     output = pass_over(args.path, processes=1)  # the pass `validate` and a reconcile run, render included
     inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
-    render = {"table": lambda: report.as_table(result, inputs.slots, errors, revived),
-              "wide": lambda: report.as_table(result, inputs.slots, errors, revived, profiles=inputs.profiles),
+    render = {"table": lambda: report.as_table(result, output.slots, errors, revived),
+              "wide": lambda: report.as_table(result, output.slots, errors, revived, profiles=inputs.profiles),
               "json": lambda: report.as_json(result, errors),
               "yaml": lambda: report.as_yaml(result, errors)}[args.output]
     sys.stdout.write(render())
@@ -154,7 +155,8 @@ def _explain(args) -> int:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1
     try:
-        sys.stdout.write(explain(inputs, plan(inputs, tree.last.previous), name, namespace))
+        result = plan(inputs, tree.last.previous)  # explain sees the pool nodes' GPUs the plan keeps too
+        sys.stdout.write(explain(replace(inputs, slots=(*inputs.slots, *result.pool_slots)), result, name, namespace))
     except ModelNotFound as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1

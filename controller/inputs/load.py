@@ -1,8 +1,8 @@
-"""Loader and validator: YAML documents -> ElasticModels, Profiles, GpuSlots, and one InputError per problem.
+"""Loader and validator: YAML documents -> ElasticModels, Profiles, GpuSlots, Pools, and one InputError per problem.
 
 Owns turning user and controller files into the typed inputs of a reconcile
 pass. Pure: the parsers (`load_documents`, `parse_model`, `parse_profile`,
-`parse_inventory`, `combine`) take text or parsed documents, never paths. The
+`parse_gpu_inventory` (its pools through controller.inputs.pools), `combine`) take text or parsed documents, never paths. The
 one reader of a GitOps directory (controller.inputs.reader) feeds them files;
 cluster mode feeds them custom resources, ConfigMap contents and node labels.
 A bad file or document never stops the others loading.
@@ -25,11 +25,12 @@ from jsonschema.exceptions import relevance
 import schemas
 from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
+from controller.inputs.pools import parse_pools
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
-                              GpuSlot, InputError, Inputs, Profile, Source)
+                              GpuSlot, InputError, Inputs, Pool, Profile, Source)
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?$", re.MULTILINE)
 _DNS_LABEL = schemas.load("elasticmodel")["$defs"]["dns1123Label"]
@@ -338,16 +339,26 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
     return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
 
 
-def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
-    """The GPU slots of a GPUInventory (gpus.yaml): one per GPU of each node. Bad nodes are reported and skipped."""
+@dataclass(frozen=True)
+class Inventory:
+    """What one GPUInventory document (gpus.yaml) gives the planner: the fixed nodes' GPU slots and the pools."""
+
+    slots: tuple[GpuSlot, ...] = ()
+    pools: tuple[Pool, ...] = ()
+
+
+def parse_gpu_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[Inventory, list[InputError]]:
+    """The GPU slots (one per GPU of each node) and the node pools of a GPUInventory document. Bad nodes and bad
+    pools are reported and skipped; the others are planned. A pure function of the one document, wherever it
+    was read from."""
     wrong = kind_error(doc, "GPUInventory", file, document)
     if wrong:
-        return (), [wrong]
+        return Inventory(), [wrong]
     errors = schema_errors(doc, "gpus", file, document, None)
-    if any(not e.path.startswith("nodes[") for e in errors):
-        return (), errors  # the document itself is broken, not just some of its nodes
-    bad_nodes = {e.path.split("]")[0] + "]" for e in errors}
-    nodes = [(f"nodes[{i}]", n) for i, n in enumerate(doc["nodes"]) if f"nodes[{i}]" not in bad_nodes]
+    if any(not e.path.startswith(("nodes[", "pools[")) for e in errors):
+        return Inventory(), errors  # the document itself is broken, not just some of its nodes or pools
+    bad = {e.path.split("]")[0] + "]" for e in errors}
+    nodes = [(f"nodes[{i}]", n) for i, n in enumerate(doc["nodes"]) if f"nodes[{i}]" not in bad]
     listed = defaultdict(list)
     for path, node in nodes:
         listed[node["name"]].append(path)
@@ -356,7 +367,14 @@ def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tupl
         found, problem = _node_slots(node, path, [p for p in listed[node["name"]] if p != path])
         slots += found
         errors += [InputError(file, document, *problem)] if problem else []
-    return tuple(slots), sorted(errors, key=lambda e: e.path)
+    pools, pool_errors = parse_pools(doc.get("pools") or [], bad, file, document, (n["name"] for _, n in nodes))
+    return Inventory(tuple(slots), pools), sorted(errors + pool_errors, key=lambda e: e.path)
+
+
+def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
+    """The GPU slots of a GPUInventory (gpus.yaml), with every error of the document (its pools' too)."""
+    inventory, errors = parse_gpu_inventory(doc, file, document)
+    return inventory.slots, errors
 
 
 def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[GpuSlot], tuple | None]:
@@ -379,14 +397,16 @@ def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[Gpu
 # ---------------------------------------------------------------- cross-document checks
 
 def combine(models: Iterable[ElasticModel], profiles: Iterable[Profile], slots: Iterable[GpuSlot],
-            errors: Iterable[InputError] = ()) -> Inputs:
+            errors: Iterable[InputError] = (), pools: Iterable[Pool] = (),
+            pool_nodes: Iterable[tuple[str, int]] = (), prices: Mapping[str, float] | None = None) -> Inputs:
     """Inputs from parsed values: a duplicate model name is an error on every occurrence, and none of them
     is planned; duplicate profiles follow `_unique_profiles`."""
     errors = list(errors)
     kept_models = _unique(list(models), lambda m: m.key, _duplicate_model, errors)
     kept_profiles = _unique_profiles(list(profiles), errors)
     return Inputs(models=tuple(kept_models), profiles=tuple(kept_profiles), slots=tuple(slots),
-                  errors=tuple(errors))
+                  errors=tuple(errors), pools=tuple(pools), pool_nodes=tuple(pool_nodes),
+                  prices=tuple(sorted((prices or {}).items())))
 
 
 def _unique(items: list, key: Callable, report: Callable, errors: list[InputError]) -> list:

@@ -29,6 +29,7 @@ from fractions import Fraction
 from contract.quantity import format_bytes as fb
 from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR, RIGHTSIZING_DIR
 from controller.inputs.load import DecisionRecord, revive_last_good
+from controller.inputs.pools import split_pool_nodes
 from controller.inputs.tree import Tree
 from controller.passes.measured import ClusterFacts, measured_profiles, profile_requests
 from controller.planning.plan import plan
@@ -37,7 +38,7 @@ from controller.rendering.compose_errors import ComposeError
 from controller.rendering.planmd import Change
 from controller.rendering.site import with_install_parameters
 from controller.rightsizing.planmd import section as rightsizing_section
-from controller.types import ElasticModel, InputError, Inputs, Plan
+from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Plan
 
 OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
                  "pass.\n# A model that fails to render keeps these files. Do not edit by hand.\n")
@@ -61,6 +62,11 @@ class PassOutput:
     def files(self) -> dict[str, bytes]:
         files = {**self.rendered.files, **self.last_good, OWNERS_FILE: dump_owners(self.owners), **self.measured}
         return {path: text.encode() for path, text in sorted(files.items())}
+
+    @property
+    def slots(self) -> tuple[GpuSlot, ...]:
+        """Every GPU the plan keeps: the fixed nodes' and those of each pool node it keeps."""
+        return (*self.inputs.slots, *self.plan.pool_slots)
 
     @property
     def shown_plan(self) -> Plan:
@@ -100,17 +106,20 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
     if facts is None:
         inputs, last_good = tree.inputs, dict(tree.last_good)
     else:
-        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots))
+        fixed, pools, pool_nodes, pool_errors = split_pool_nodes(facts.slots, facts.node_labels, tree.pools)
+        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots, pools))
         replaced = frozenset(measured.files)
-        inputs = tree.combined(facts.slots, measured.profiles, replaced, [*facts.errors, *measured.errors])
+        inputs = tree.combined(fixed, measured.profiles, replaced, [*facts.errors, *pool_errors, *measured.errors],
+                               pools, pool_nodes)
         last_good = tree.last_good_except(replaced)
     last = tree.last
     planned, revived = revive_last_good(inputs, last.records)
     result = plan(planned, last.previous)
     sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
-    rendered = compose(planned.models, result, planned.slots, last, compositions=compositions, processes=processes,
+    slots = (*planned.slots, *result.pool_slots)  # the fixed nodes' GPUs and those of every pool node kept
+    rendered = compose(planned.models, result, slots, last, compositions=compositions, processes=processes,
                        profile_sources=sources,
-                       sections=rightsizing_section(tree.rightsizing, result.decisions, planned.slots, tree.prices))
+                       sections=rightsizing_section(tree.rightsizing, result.decisions, slots, tree.prices))
     quiet = quiet_changes(last.records, planned.models, result)
     now, keep = kept_owners(rendered, last.owners)
     message = commit_message(rendered.changes, rendered, revived, quiet=quiet, held=tree.held)

@@ -43,9 +43,11 @@ The rules (docs/planner.md; docs/architecture.md has the design):
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
-from controller.planning import cost
+from controller.planning import capacity, cost
+from controller.planning.capacity import PoolRoom, existing_slots, kept_pool_slots, pool_rooms
 from controller.planning.decisions import decisions, no_matching_gpu, refused_below_minimum
 from controller.planning.greedy import greedy_fleet
 from controller.planning.slots import Ask, NodeState, SlotState, grow
@@ -81,11 +83,16 @@ def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = N
 
 
 def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], method: str) -> Plan:
+    rooms = pool_rooms(inputs.pools, dict(inputs.pool_nodes), previous.values(), dict(inputs.prices))
     slots_by_product: dict[str, list[GpuSlot]] = {}
-    for slot in sorted(inputs.slots, key=lambda s: (s.product, s.node, s.index)):
+    for slot in sorted([*inputs.slots, *existing_slots(rooms)], key=lambda s: (s.product, s.node, s.index)):
         slots_by_product.setdefault(slot.product, []).append(slot)
     profiles = {p.key: p for p in inputs.profiles}
     largest_usable = {p: max(s.usable_bytes for s in slots) for p, slots in slots_by_product.items()}
+    for room in rooms.values():  # a pool's GPUs count whether or not a node of it exists yet
+        if room.open or room.free:
+            usable = room.pool.slots(0)[0].usable_bytes
+            largest_usable[room.pool.product] = max(largest_usable.get(room.pool.product, 0), usable)
 
     decisions: list[Decision] = []
     pending: list[Pending] = []
@@ -94,7 +101,7 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
     for model in sorted(inputs.models, key=lambda m: m.key):
         product = _choose_product(model, largest_usable, profiles)
         if product is None:
-            decisions.append(no_matching_gpu(model, slots_by_product))
+            decisions.append(no_matching_gpu(model, largest_usable))
             continue
         # the product is chosen with the slot: every product it has a profile on (its own, when it names one)
         candidates = [p for p in ([model.gpu_product] if model.gpu_product else sorted(largest_usable))
@@ -122,10 +129,12 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
         asks.extend(mine)
 
     for group, products in _components(asks):
-        decisions.extend(plan_product(group, [s for p in products for s in slots_by_product[p]], method))
+        mine = {name: room for name, room in rooms.items() if room.pool.product in products}
+        decisions.extend(plan_product(group, [s for p in products for s in slots_by_product.get(p, [])], method,
+                                      mine))
     decisions.sort(key=lambda d: d.key)
     pending.sort(key=lambda p: p.key)
-    return Plan(decisions=tuple(decisions), pending=tuple(pending))
+    return Plan(decisions=tuple(decisions), pending=tuple(pending), pool_slots=kept_pool_slots(decisions, rooms))
 
 
 def _components(asks: list[Ask]) -> list[tuple[list[Ask], list[str]]]:
@@ -151,32 +160,47 @@ def _components(asks: list[Ask]) -> list[tuple[list[Ask], list[str]]]:
     return [(group, sorted(products)) for _, (group, products) in sorted(groups.items())]
 
 
-def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto") -> list[Decision]:
-    """Decisions for the models of one group of GPU products over their slots. A model may come with an ask
-    per product it can run on (its preferred first); it takes at most one of them."""
+def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto",
+                 rooms: Mapping[str, PoolRoom] | None = None) -> list[Decision]:
+    """Decisions for the models of one group of GPU products over their slots (the fixed nodes' and the pool
+    nodes' the plan starts from), opening pool nodes (`rooms`, the group's pools) for models none of them can
+    take. A model may come with an ask per product it can run on (its preferred first); it takes at most one."""
+    rooms = rooms or {}
     models = len({a.key for a in asks})
+    new_nodes = capacity.candidates(asks, rooms)
     per_product: dict[str, int] = {}
-    for slot in slots:
+    for slot in [*slots, *(s for room, _ in new_nodes for s in room.pool.slots(0))]:
         per_product[slot.product] = per_product.get(slot.product, 0) + 1
     pairs = sum(per_product.get(a.profile.gpu_product, 0) for a in asks)
     exact = method in ("exact", "slo-first") or (method == "auto" and models <= EXACT_MAX_MODELS
                                                    and pairs <= EXACT_MAX_PAIRS)
+    choices: dict[tuple[str, str], list[Ask]] = {}
+    for ask in asks:
+        choices.setdefault(ask.key, []).append(ask)
     if exact:
         from controller.planning import plan_exact  # OR-Tools loads only when a small instance needs it
-        states, refused = plan_exact.solve(asks, _states(slots), slo_first=method == "slo-first")
+        states, refused = plan_exact.solve(asks, _states(slots), slo_first=method == "slo-first", rooms=rooms,
+                                           new_nodes=new_nodes)
     else:
-        states, refused = greedy_fleet(asks, _states(slots), sticky=True)
-        if refused and any(a.previous for a in asks):
-            fresh_states, fresh_refused = greedy_fleet(asks, _states(slots), sticky=False)
-            if _refusals(fresh_refused) < _refusals(refused):
-                states, refused = fresh_states, fresh_refused
+        states, refused, rooms = _greedy(asks, slots, choices, rooms, sticky=True)
+        if refused and any(a.previous for a in asks):  # the stability rule yields only to a refusal it causes
+            fresh = _greedy(asks, slots, choices, rooms, sticky=False)
+            if capacity.refusals(fresh[1]) < capacity.refusals(refused):
+                states, refused, rooms = fresh
     grow(states)
-    return decisions(states, refused)
+    hits = capacity.limit_hits(refused, choices, states, rooms) if rooms else {}
+    return decisions(states, refused, {key: (hit.pool, hit.planned) for key, hit in hits.items()})
 
 
-def _refusals(refused: list[Ask]) -> tuple[int, int]:
-    """Refusals as the objective counts them: models the last plan placed first, then all."""
-    return (sum(1 for a in refused if a.placed_before), len(refused))
+def _greedy(asks: list[Ask], slots: list[GpuSlot], choices: Mapping[tuple[str, str], list[Ask]],
+            rooms: Mapping[str, PoolRoom], *, sticky: bool) -> tuple[list[SlotState], list[Ask], dict[str, PoolRoom]]:
+    """The greedy over `slots`, then new pool nodes for the models it refused (on a copy of `rooms`)."""
+    rooms = {name: replace(room, free=list(room.free)) for name, room in rooms.items()}
+    states, refused = greedy_fleet(asks, _states(slots), sticky=sticky)
+    if refused and rooms:
+        states, refused = capacity.open_and_trim(
+            refused, choices, states, rooms, lambda extra: greedy_fleet(asks, _states([*slots, *extra]), sticky=sticky))
+    return states, refused, rooms
 
 
 def _states(slots: list[GpuSlot]) -> list[SlotState]:

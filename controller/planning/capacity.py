@@ -1,0 +1,235 @@
+"""Opening capacity: the GPUs of pool nodes that do not exist yet, for models no existing GPU can take.
+
+Owns which pool nodes a plan treats as existing (`pool_rooms`: each pool's minNodes, the nodes the last
+plan placed models on, in cluster mode as many more as the cluster has), the stage after placement on
+existing GPUs that opens new ones (`open_nodes`, the greedy regime: largest model first, the nodes opened
+this pass filled before another is opened, a new node from the pool with the least cost per month that can
+serve the model), the candidate nodes the exact solver may open (`candidates`), the models refused because
+every pool that could serve them is at its maxNodes (`limit_hits`), and the pool GPUs a plan keeps
+(`kept_pool_slots`). Opening never moves a placed model: only models the placement on existing GPUs refused
+are offered a new node. Pure and deterministic. Called by controller.planning.plan (plan_product) and
+controller.planning.plan_exact (the cost units of its objective).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.planning.greedy import place
+from controller.planning.slots import Ask, NodeState, SlotState
+from controller.types import Decision, GpuSlot, Pool
+
+HOURS_PER_MONTH = 730  # the billing month of cloud price lists (8,760 hours ÷ 12)
+COST_STEPS = 1000      # the exact solver weighs a node's cost in steps of 1/1000 of the dearest node's
+
+
+@dataclass
+class PoolRoom:
+    """One pool during a plan: the nodes it has (`open`, planned as existing capacity) and those that may be
+    opened (`free`, ascending; the planner takes the lowest first)."""
+
+    pool: Pool
+    open: tuple[int, ...]
+    free: list[int] = field(default_factory=list)
+    price: float | None = None  # per GPU-hour (gpus.yaml pricePerGpuHour), None when not given
+
+    @property
+    def node_cost(self) -> float | None:
+        """What one more node costs per month: every GPU of it is billed."""
+        return None if self.price is None else self.pool.gpus_per_node * self.price * HOURS_PER_MONTH
+
+    def rank(self) -> tuple:
+        """The order pools are opened in: the least cost per month first (an unknown price after every known
+        one), then the smaller node, then by name."""
+        cost = self.node_cost
+        return (cost is None, cost or 0.0, self.pool.gpus_per_node, self.pool.name)
+
+
+def ordinal(pool: Pool, slot_id: str | None) -> int | None:
+    """The node ordinal k of a slot `pool-<name>-<k>/gpuN` of `pool`; None for any other slot."""
+    return pool.ordinal((slot_id or "").rsplit("/", 1)[0])
+
+
+def pool_rooms(pools: Sequence[Pool], pool_nodes: Mapping[str, int], previous: Iterable[Decision],
+               prices: Mapping[str, float]) -> dict[str, PoolRoom]:
+    """Each pool's nodes this plan starts from: its first minNodes (kept whatever the plan), those the last
+    plan placed a model on (so their models keep their place), and in cluster mode (`pool_nodes`: how many nodes
+    the pool has now) the lowest other ordinals until as many as the cluster has (idle nodes cost nothing more
+    while they are there). Ordinals at or above maxNodes are never planned."""
+    used: dict[str, set[int]] = {p.name: set() for p in pools}
+    by_name = {p.name: p for p in pools}
+    for decision in previous:
+        pool = by_name.get(decision.pool or "")
+        if pool is not None and decision.mode != "refused":
+            k = ordinal(pool, decision.slot)
+            if k is not None:
+                used[pool.name].add(k)
+    rooms = {}
+    for pool in sorted(pools, key=lambda p: p.name):
+        opened = set(range(pool.min_nodes)) | used[pool.name]
+        spare = (k for k in range(pool.max_nodes) if k not in opened)
+        for k in spare:
+            if len(opened) >= pool_nodes.get(pool.name, 0):
+                break
+            opened.add(k)
+        opened = {k for k in opened if k < pool.max_nodes}
+        rooms[pool.name] = PoolRoom(pool, tuple(sorted(opened)), [k for k in range(pool.max_nodes) if k not in opened],
+                                    prices.get(pool.product))
+    return rooms
+
+
+def existing_slots(rooms: Mapping[str, PoolRoom]) -> list[GpuSlot]:
+    """The GPUs of every pool node the plan starts from."""
+    return [slot for room in rooms.values() for k in room.open for slot in room.pool.slots(k)]
+
+
+def node_states(pool: Pool, k: int, first_position: int) -> list[SlotState]:
+    """Empty states for the GPUs of pool node `k`, numbered from `first_position`."""
+    node = NodeState(pool.node_name(k), pool.host_memory_bytes)
+    return [SlotState(slot, first_position + i, node) for i, slot in enumerate(pool.slots(k))]
+
+
+def _size(ask: Ask) -> int:
+    return ask.need_bytes if ask.whole else ask.minimum.footprint
+
+
+def open_nodes(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], states: list[SlotState],
+               rooms: Mapping[str, PoolRoom]) -> tuple[list[Ask], list[tuple[PoolRoom, int]]]:
+    """The greedy regime's opening stage, after placement on existing GPUs: each refused model, largest first,
+    goes to a GPU of a node opened this pass where it fits (any product it may run on, its preferred first),
+    else to a new node of the pool that costs least per month among those that can serve it; new nodes' states
+    are appended to `states`. Returns the models still refused and the nodes opened, in order."""
+    opened: list[SlotState] = []
+    nodes: list[tuple[PoolRoom, int]] = []
+    still = []
+    for ask in sorted(refused, key=lambda a: (-_size(a), a.key)):
+        options = choices.get(ask.key, [ask])
+        if any(place(option, [s for s in opened if s.slot.product == option.profile.gpu_product])
+               for option in options):
+            continue
+        for room, option in _pools_for(options, rooms):
+            if not room.free:
+                continue
+            fresh = node_states(room.pool, room.free[0], len(states))
+            if place(option, fresh):
+                nodes.append((room, room.free.pop(0)))
+                states.extend(fresh)
+                opened.extend(fresh)
+                break
+        else:
+            still.append(ask)
+    return still, nodes
+
+
+Replan = Callable[[list[GpuSlot]], tuple[list[SlotState], list[Ask]]]
+
+
+def open_and_trim(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], states: list[SlotState],
+                  rooms: Mapping[str, PoolRoom], replan: Replan) -> tuple[list[SlotState], list[Ask]]:
+    """`open_nodes` (an upper bound, and the order the pools open in), then the fewest of those nodes, the first
+    ones kept, on which the greedy over the existing GPUs and them (`replan(their slots)`: sticky, with its
+    repairs: residents that stream, swap groups) refuses no more. Placing one model at a time opens nodes that
+    re-packing the new models together does not need (on 1,000 models, 16 nodes where 11 serve:
+    docs/benchmarks.md). Found by bisection between the nodes that hold the new models' elastic minima and all
+    of them, probing first at the nodes that hold the bytes the opening stage placed: a greedy pass over too few
+    nodes is slow (it tries every repair for every model it cannot place), so that probe spares most of them."""
+    first_new = len(states)
+    still, nodes = open_nodes(refused, choices, states, rooms)
+    best, low, high = (states, still), _fewest(nodes, sum(a.minimum.footprint for a in refused)), len(nodes)
+    probe = min(max(_fewest(nodes, sum(s.used for s in states[first_new:])), low), high - 1)
+    while low < high:
+        middle, probe = (probe if probe is not None else (low + high) // 2), None
+        trial = replan([s for room, k in nodes[:middle] for s in room.pool.slots(k)])
+        if refusals(trial[1]) <= refusals(still):
+            best, high = trial, middle
+        else:
+            low = middle + 1
+    for room, k in nodes[high:]:  # given back
+        room.free = sorted([*room.free, k])
+    return best
+
+
+def _fewest(nodes: Sequence[tuple[PoolRoom, int]], nbytes: int) -> int:
+    """The fewest first nodes whose GPUs' usable memory holds `nbytes`."""
+    total = 0
+    for count, (room, _) in enumerate(nodes):
+        if total >= nbytes:
+            return count
+        total += room.pool.gpus_per_node * room.pool.slots(0)[0].usable_bytes
+    return len(nodes)
+
+
+def refusals(refused: Sequence[Ask]) -> tuple[int, int]:
+    """Refusals as the objective counts them: models the last plan placed first, then all."""
+    return (sum(1 for a in refused if a.placed_before), len(refused))
+
+
+def _pools_for(options: Sequence[Ask], rooms: Mapping[str, PoolRoom]) -> list[tuple[PoolRoom, Ask]]:
+    """(pool, the model's ask on its product) for every pool of a product the model may run on, cheapest first."""
+    pairs = [(room, option) for option in options for room in rooms.values()
+             if room.pool.product == option.profile.gpu_product]
+    return sorted(pairs, key=lambda pair: pair[0].rank())
+
+
+def candidates(asks: Sequence[Ask], rooms: Mapping[str, PoolRoom]) -> list[tuple[PoolRoom, int]]:
+    """The nodes the exact solver may open: per pool, its lowest free ordinals, as many as its GPUs could hold
+    the models that may run on its product one per GPU (no plan needs more)."""
+    models: dict[str, set] = {}
+    for ask in asks:
+        models.setdefault(ask.profile.gpu_product, set()).add(ask.key)
+    out = []
+    for room in rooms.values():
+        n = len(models.get(room.pool.product, ()))
+        out += [(room, k) for k in room.free[:math.ceil(n / room.pool.gpus_per_node)]]
+    return out
+
+
+def cost_units(rooms: Iterable[PoolRoom]) -> dict[str, int]:
+    """Per pool: its node's cost as the exact solver counts it, in integers: COST_STEPS × cost ÷ the dearest
+    known node's, plus one (a node is never free to open); a pool without a price costs more than any priced."""
+    rooms = list(rooms)
+    known = [r.node_cost for r in rooms if r.node_cost is not None]
+    top = max(known, default=0.0)
+    return {r.pool.name: COST_STEPS + 2 if r.node_cost is None else
+            (round(COST_STEPS * r.node_cost / top) if top else 0) + 1 for r in rooms}
+
+
+@dataclass(frozen=True)
+class LimitHit:
+    """A pool that could have served a refused model on a new node, but has no node left to open."""
+
+    pool: Pool
+    planned: int  # nodes of the pool this plan has
+
+
+def limit_hits(refused: Sequence[Ask], choices: Mapping[tuple[str, str], list[Ask]], states: Sequence[SlotState],
+               rooms: Mapping[str, PoolRoom]) -> dict[tuple[str, str], LimitHit]:
+    """Per refused model: the cheapest pool whose fresh node would take it but that is at its maxNodes (its
+    refusal names that pool, its limit and the bytes missing)."""
+    planned: dict[str, set[str]] = {}
+    for state in states:
+        if state.slot.pool is not None:
+            planned.setdefault(state.slot.pool.name, set()).add(state.slot.node)
+    hits = {}
+    for ask in refused:
+        for room, option in _pools_for(choices.get(ask.key, [ask]), rooms):
+            if room.free:
+                continue
+            if place(option, node_states(room.pool, room.pool.max_nodes, 0)):
+                hits[ask.key] = LimitHit(room.pool, len(planned.get(room.pool.name, ())))
+                break
+    return hits
+
+
+def kept_pool_slots(decisions: Iterable[Decision], rooms: Mapping[str, PoolRoom]) -> tuple[GpuSlot, ...]:
+    """The GPUs of every pool node the plan keeps: its minNodes, and each node it places a model on. A node no
+    model uses any more drops out, so its workers leave and the autoscaler removes it."""
+    used: dict[str, set[int]] = {name: set(range(room.pool.min_nodes)) for name, room in rooms.items()}
+    for decision in decisions:
+        room = rooms.get(decision.pool or "")
+        if room is not None and decision.mode != "refused":
+            k = ordinal(room.pool, decision.slot)
+            if k is not None:
+                used[room.pool.name].add(k)
+    return tuple(slot for name in sorted(used) for k in sorted(used[name]) for slot in rooms[name].pool.slots(k))
