@@ -238,6 +238,7 @@ class Pending:
     revision: str
     reason: str
     reason_code: str = "AwaitingProfile"
+    pool_selector: tuple[str, str] | None = None  # no fixed node has the product: its profiler Job selects a pool's
 
     @property
     def key(self) -> tuple[str, str]:

@@ -52,11 +52,12 @@ def ordinal(pool: Pool, slot_id: str | None) -> int | None:
 
 
 def pool_rooms(pools: Sequence[Pool], pool_nodes: Mapping[str, int], previous: Iterable[Decision],
-               prices: Mapping[str, float]) -> dict[str, PoolRoom]:
+               prices: Mapping[str, float], drain: frozenset[str] | None = None) -> dict[str, PoolRoom]:
     """Each pool's nodes this plan starts from: its first minNodes (kept whatever the plan), those the last
     plan placed a model on (so their models keep their place), and in cluster mode (`pool_nodes`: how many nodes
     the pool has now) the lowest other ordinals until as many as the cluster has (idle nodes cost nothing more
-    while they are there). Ordinals at or above maxNodes are never planned."""
+    while they are there). Ordinals at or above maxNodes are never planned. `drain` (consolidation's trial
+    plans): these nodes are given back, and no node may be opened."""
     used: dict[str, set[int]] = {p.name: set() for p in pools}
     by_name = {p.name: p for p in pools}
     for decision in previous:
@@ -73,9 +74,9 @@ def pool_rooms(pools: Sequence[Pool], pool_nodes: Mapping[str, int], previous: I
             if len(opened) >= pool_nodes.get(pool.name, 0):
                 break
             opened.add(k)
-        opened = {k for k in opened if k < pool.max_nodes}
-        rooms[pool.name] = PoolRoom(pool, tuple(sorted(opened)), [k for k in range(pool.max_nodes) if k not in opened],
-                                    prices.get(pool.product))
+        opened = {k for k in opened if k < pool.max_nodes and pool.node_name(k) not in (drain or ())}
+        free = [] if drain is not None else [k for k in range(pool.max_nodes) if k not in opened]
+        rooms[pool.name] = PoolRoom(pool, tuple(sorted(opened)), free, prices.get(pool.product))
     return rooms
 
 
@@ -222,14 +223,23 @@ def limit_hits(refused: Sequence[Ask], choices: Mapping[tuple[str, str], list[As
     return hits
 
 
-def kept_pool_slots(decisions: Iterable[Decision], rooms: Mapping[str, PoolRoom]) -> tuple[GpuSlot, ...]:
-    """The GPUs of every pool node the plan keeps: its minNodes, and each node it places a model on. A node no
-    model uses any more drops out, so its workers leave and the autoscaler removes it."""
-    used: dict[str, set[int]] = {name: set(range(room.pool.min_nodes)) for name, room in rooms.items()}
+def kept_pool_nodes(decisions: Iterable[Decision], pools: Iterable[Pool]) -> dict[str, set[int]]:
+    """Per pool: the ordinals of the nodes these decisions keep: its minNodes, and each node a model is placed on.
+    A node no model uses any more drops out, so its workers leave and the autoscaler removes it."""
+    pools = list(pools)
+    used = {p.name: set(range(p.min_nodes)) for p in pools}
+    by_name = {p.name: p for p in pools}
     for decision in decisions:
-        room = rooms.get(decision.pool or "")
-        if room is not None and decision.mode != "refused":
-            k = ordinal(room.pool, decision.slot)
+        pool = by_name.get(decision.pool or "")
+        if pool is not None and decision.mode != "refused":
+            k = ordinal(pool, decision.slot)
             if k is not None:
-                used[room.pool.name].add(k)
-    return tuple(slot for name in sorted(used) for k in sorted(used[name]) for slot in rooms[name].pool.slots(k))
+                used[pool.name].add(k)
+    return used
+
+
+def kept_pool_slots(decisions: Iterable[Decision], pools: Iterable[Pool]) -> tuple[GpuSlot, ...]:
+    """The GPUs of every pool node the decisions keep (`kept_pool_nodes`), by pool and node."""
+    pools = {p.name: p for p in pools}
+    used = kept_pool_nodes(decisions, pools.values())
+    return tuple(slot for name in sorted(used) for k in sorted(used[name]) for slot in pools[name].slots(k))

@@ -62,28 +62,30 @@ _PLACEMENT_FREE_REFUSALS = ("BudgetBelowElasticMinimum", "NoMatchingGPU")  # no 
 
 
 def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None, *,
-         method: str = "auto") -> Plan:
+         method: str = "auto", drain: frozenset[str] | None = None) -> Plan:
     """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them), or
     "slo-first" (exact, with SLO targets missed ranked right after refused: the bench's reference).
+    `drain`: pool nodes this plan gives back, opening none (consolidation's trials, controller.planning.consolidate).
 
     A first plan (no previous decisions) that refused a model for lack of room is settled: re-planned
     with its own decisions until that changes nothing (at most SETTLE_PASSES more plans), because the sticky
     repairs can admit a model the first greedy left out. So re-planning a plan's own decisions is a fixed
     point, and the next pass does not move models the first could have placed better."""
-    result = _plan_once(inputs, previous or {}, method)
+    result = _plan_once(inputs, previous or {}, method, drain)
     if previous or not any(d.mode == "refused" and d.reason_code not in _PLACEMENT_FREE_REFUSALS
                            for d in result.decisions):
         return result
     for _ in range(SETTLE_PASSES):
-        again = _plan_once(inputs, {d.key: d for d in result.decisions}, method)
+        again = _plan_once(inputs, {d.key: d for d in result.decisions}, method, drain)
         if again == result:
             break
         result = again
     return result
 
 
-def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], method: str) -> Plan:
-    rooms = pool_rooms(inputs.pools, dict(inputs.pool_nodes), previous.values(), dict(inputs.prices))
+def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], method: str,
+               drain: frozenset[str] | None = None) -> Plan:
+    rooms = pool_rooms(inputs.pools, dict(inputs.pool_nodes), previous.values(), dict(inputs.prices), drain)
     slots_by_product: dict[str, list[GpuSlot]] = {}
     for slot in sorted([*inputs.slots, *existing_slots(rooms)], key=lambda s: (s.product, s.node, s.index)):
         slots_by_product.setdefault(slot.product, []).append(slot)
@@ -112,6 +114,7 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
                 revision=model.revision,
                 reason=f"no profile of {model.model}{_at_revision(model.revision)} on {product} yet: "
                        "a profiler Job measures it first",
+                pool_selector=_profiling_pool(product, inputs.slots, rooms),
             ))
             continue
         mine = []
@@ -134,7 +137,7 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
                                       mine))
     decisions.sort(key=lambda d: d.key)
     pending.sort(key=lambda p: p.key)
-    return Plan(decisions=tuple(decisions), pending=tuple(pending), pool_slots=kept_pool_slots(decisions, rooms))
+    return Plan(decisions=tuple(decisions), pending=tuple(pending), pool_slots=kept_pool_slots(decisions, inputs.pools))
 
 
 def _components(asks: list[Ask]) -> list[tuple[list[Ask], list[str]]]:
@@ -237,6 +240,16 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
                placed_before=prev is not None and prev.mode != "refused" and prev.slot is not None,
                last_slot=prev.slot if prev is not None and prev.mode != "refused" else None)
 
+
+
+def _profiling_pool(product: str, slots: tuple[GpuSlot, ...], rooms: Mapping[str, PoolRoom]) -> tuple[str, str] | None:
+    """The label a profiler Job for `product` selects when no fixed node has that product: the cheapest pool's
+    that has it (its pending Job makes the autoscaler add a node, which leaves again once the Job is done)."""
+    if any(s.product == product for s in slots):
+        return None
+    mine = sorted((room for room in rooms.values() if room.pool.product == product and room.pool.max_nodes),
+                  key=PoolRoom.rank)
+    return mine[0].pool.selector if mine else None
 
 
 def _at_revision(revision: str) -> str:
