@@ -61,10 +61,28 @@ def test_a_model_no_existing_gpu_takes_is_placed_on_a_new_pool_node(method):
 
 @pytest.mark.parametrize("method", ["exact", "greedy"])
 def test_an_opened_nodes_gpus_are_filled_before_another_node_opens(method):
-    # five models of 2,100 bytes: one node of two 4,500-byte GPUs holds them (two resident, three streaming)
-    result = plan(inputs(models(5), [], [pool()]), method=method)
+    # four models of 2,100 bytes: one node of two 4,500-byte GPUs holds them, two resident on each
+    result = plan(inputs(models(4), [], [pool()]), method=method)
     assert nodes_used(result) == {"pool-small-0"}
-    assert all(d.mode != "refused" for d in result.decisions)
+    assert {d.mode for d in result.decisions} == {"resident"}
+    five = plan(inputs(models(5), [], [pool()]), method=method)
+    assert nodes_used(five) == {"pool-small-0", "pool-small-1"}  # the fifth needs a second node
+
+
+@pytest.mark.parametrize("method", ["exact", "greedy"])
+def test_a_model_that_fits_whole_never_streams_on_a_new_node_but_one_whose_budget_says_so_does(method):
+    result = plan(inputs(models(5), [], [pool()]), method=method)
+    assert {d.mode for d in result.decisions} == {"resident"}  # a second node rather than a squeezed stream
+    small = models(5, budget=1500)  # below the need: they stream by their budget, three to a GPU
+    streaming = plan(inputs(small, [], [pool()]), method=method)
+    assert {d.mode for d in streaming.decisions} == {"elastic"} and nodes_used(streaming) == {"pool-small-0"}
+
+
+def test_existing_gpus_are_filled_first_streaming_a_model_there_before_a_node_opens():
+    # an existing GPU with room for one model whole and a second's elastic minimum: no node is opened
+    fixed = [toy_slot(usable=3500)]
+    result = plan(inputs(models(2), fixed, [pool()]), method="greedy")
+    assert nodes_used(result) == set() and sorted(d.mode for d in result.decisions) == ["elastic", "resident"]
 
 
 @pytest.mark.parametrize("method", ["exact", "greedy"])

@@ -83,6 +83,24 @@ def bill(decisions: Sequence[Decision], fixed: Sequence[GpuSlot], pools: Sequenc
     return Bill(products, pool_bills)
 
 
+def capacity_doc(now: Bill, consolidated: Bill | None = None) -> dict:
+    """`gpushare plan -o json`'s `capacity` (docs/plan-json.md): per product the GPUs used, per pool its nodes
+    needed, costPerMonth; consolidatedCostPerMonth only where consolidation would give GPUs back."""
+    doc = {
+        "products": [{"product": p.product, "gpusUsed": p.gpus_used, "gpusIdle": p.gpus_idle,
+                      "pricePerGpuHour": p.price, "costPerMonth": p.cost_per_month} for p in now.products],
+        "pools": [{"name": p.name, "product": p.product, "nodes": p.nodes, "gpus": p.gpus, "minNodes": p.min_nodes,
+                   "maxNodes": p.max_nodes, "existingNodes": p.existing_nodes, "costPerMonth": p.cost_per_month}
+                  for p in now.pools],
+        "gpusUsed": now.gpus,
+        "costPerMonth": now.cost_per_month,
+    }
+    if consolidated is not None and consolidated.gpus < now.gpus:
+        doc["consolidatedGpusUsed"] = consolidated.gpus
+        doc["consolidatedCostPerMonth"] = consolidated.cost_per_month
+    return doc
+
+
 def _monthly(gpus: int, price: float | None) -> float | None:
     return None if price is None else round(gpus * price * HOURS_PER_MONTH, 2)
 

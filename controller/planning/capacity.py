@@ -4,7 +4,7 @@ Owns which pool nodes a plan treats as existing (`pool_rooms`: each pool's minNo
 plan placed models on, in cluster mode as many more as the cluster has), the stage after placement on
 existing GPUs that opens new ones (`open_nodes`, the greedy regime: largest model first, the nodes opened
 this pass filled before another is opened, a new node from the pool with the least cost per month that can
-serve the model), the candidate nodes the exact solver may open (`candidates`), the models refused because
+serve the model; on a new node a model that fits whole never streams), the candidate nodes the exact solver may open (`candidates`), the models refused because
 every pool that could serve them is at its maxNodes (`limit_hits`), and the pool GPUs a plan keeps
 (`kept_pool_slots`). Opening never moves a placed model: only models the placement on existing GPUs refused
 are offered a new node. Pure and deterministic. Called by controller.planning.plan (plan_product) and
@@ -13,7 +13,7 @@ controller.planning.plan_exact (the cost units of its objective).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.planning.greedy import place
@@ -96,69 +96,31 @@ def _size(ask: Ask) -> int:
 
 
 def open_nodes(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], states: list[SlotState],
-               rooms: Mapping[str, PoolRoom]) -> tuple[list[Ask], list[tuple[PoolRoom, int]]]:
+               rooms: Mapping[str, PoolRoom]) -> list[Ask]:
     """The greedy regime's opening stage, after placement on existing GPUs: each refused model, largest first,
     goes to a GPU of a node opened this pass where it fits (any product it may run on, its preferred first),
     else to a new node of the pool that costs least per month among those that can serve it; new nodes' states
-    are appended to `states`. Returns the models still refused and the nodes opened, in order."""
+    are appended to `states`. On a new node a model that fits whole runs whole (resident, or in a swap group
+    where its TTFT allows); only one its budget makes stream streams. Returns the models still refused."""
     opened: list[SlotState] = []
-    nodes: list[tuple[PoolRoom, int]] = []
     still = []
     for ask in sorted(refused, key=lambda a: (-_size(a), a.key)):
         options = choices.get(ask.key, [ask])
-        if any(place(option, [s for s in opened if s.slot.product == option.profile.gpu_product])
+        if any(place(option, [s for s in opened if s.slot.product == option.profile.gpu_product], squeeze=False)
                for option in options):
             continue
         for room, option in _pools_for(options, rooms):
             if not room.free:
                 continue
             fresh = node_states(room.pool, room.free[0], len(states))
-            if place(option, fresh):
-                nodes.append((room, room.free.pop(0)))
+            if place(option, fresh, squeeze=False):
+                room.free.pop(0)
                 states.extend(fresh)
                 opened.extend(fresh)
                 break
         else:
             still.append(ask)
-    return still, nodes
-
-
-Replan = Callable[[list[GpuSlot]], tuple[list[SlotState], list[Ask]]]
-
-
-def open_and_trim(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], states: list[SlotState],
-                  rooms: Mapping[str, PoolRoom], replan: Replan) -> tuple[list[SlotState], list[Ask]]:
-    """`open_nodes` (an upper bound, and the order the pools open in), then the fewest of those nodes, the first
-    ones kept, on which the greedy over the existing GPUs and them (`replan(their slots)`: sticky, with its
-    repairs: residents that stream, swap groups) refuses no more. Placing one model at a time opens nodes that
-    re-packing the new models together does not need (on 1,000 models, 16 nodes where 11 serve:
-    docs/benchmarks.md). Found by bisection between the nodes that hold the new models' elastic minima and all
-    of them, probing first at the nodes that hold the bytes the opening stage placed: a greedy pass over too few
-    nodes is slow (it tries every repair for every model it cannot place), so that probe spares most of them."""
-    first_new = len(states)
-    still, nodes = open_nodes(refused, choices, states, rooms)
-    best, low, high = (states, still), _fewest(nodes, sum(a.minimum.footprint for a in refused)), len(nodes)
-    probe = min(max(_fewest(nodes, sum(s.used for s in states[first_new:])), low), high - 1)
-    while low < high:
-        middle, probe = (probe if probe is not None else (low + high) // 2), None
-        trial = replan([s for room, k in nodes[:middle] for s in room.pool.slots(k)])
-        if refusals(trial[1]) <= refusals(still):
-            best, high = trial, middle
-        else:
-            low = middle + 1
-    for room, k in nodes[high:]:  # given back
-        room.free = sorted([*room.free, k])
-    return best
-
-
-def _fewest(nodes: Sequence[tuple[PoolRoom, int]], nbytes: int) -> int:
-    """The fewest first nodes whose GPUs' usable memory holds `nbytes`."""
-    total = 0
-    for count, (room, _) in enumerate(nodes):
-        if total >= nbytes:
-            return count
-        total += room.pool.gpus_per_node * room.pool.slots(0)[0].usable_bytes
-    return len(nodes)
+    return still
 
 
 def refusals(refused: Sequence[Ask]) -> tuple[int, int]:
@@ -217,7 +179,7 @@ def limit_hits(refused: Sequence[Ask], choices: Mapping[tuple[str, str], list[As
         for room, option in _pools_for(choices.get(ask.key, [ask]), rooms):
             if room.free:
                 continue
-            if place(option, node_states(room.pool, room.pool.max_nodes, 0)):
+            if place(option, node_states(room.pool, room.pool.max_nodes, 0), squeeze=False):
                 hits[ask.key] = LimitHit(room.pool, len(planned.get(room.pool.name, ())))
                 break
     return hits

@@ -38,6 +38,7 @@ class Proposal:
     """The consolidated plan, what moves, what is given back; `kept` says why a node was not given back."""
 
     plan: Plan
+    before: Plan  # the plan a normal pass makes, which it starts from
     moves: tuple[Move, ...] = ()
     freed_nodes: tuple[str, ...] = ()  # pool node names given back
     freed_gpus: int = 0
@@ -113,7 +114,7 @@ def consolidate(inputs: Inputs, current: Plan, *, max_moves: int = DEFAULT_MAX_M
     moves = tuple(Move(f"{a.namespace}/{a.name}", b, a) for b, a in _pairs(current, best))
     freed = sorted(drained)
     gpus = sum(pools[_pool_of(n, pools)].gpus_per_node for n in freed)
-    return Proposal(best, moves, tuple(freed), gpus, tuple(kept))
+    return Proposal(best, current, moves, tuple(freed), gpus, tuple(kept))
 
 
 def _candidates(decisions, pools: Mapping[str, Pool]) -> list[str]:
@@ -146,6 +147,15 @@ def _moves(before: Plan, after: Plan) -> list[Decision]:
     return [a for _, a in _pairs(before, after)]
 
 
+MODE_RANK = {"resident": 0, "swap": 1, "elastic": 2, "refused": 3}
+
+
+def _worse(before: Decision, after: Decision) -> bool:
+    """Giving a GPU back never makes a model swap or stream that did not, nor stream more of its layers."""
+    return MODE_RANK[after.mode] > MODE_RANK[before.mode] or (
+        before.mode == after.mode == "elastic" and after.resident_layers < before.resident_layers)
+
+
 def _refused_trial(current: Plan, trial: Plan, held: Mapping[tuple[str, str], str], max_moves: int) -> str | None:
     """Why a trial plan is no proposal, or None when it is one."""
     now = {d.key: d for d in trial.decisions}
@@ -155,6 +165,9 @@ def _refused_trial(current: Plan, trial: Plan, held: Mapping[tuple[str, str], st
             return f"{d.namespace}/{d.name} would have no place"
         if d.slo_met is not False and after is not None and after.slo_met is False:
             return f"{d.namespace}/{d.name} would miss its SLO"
+        if after is not None and _worse(d, after):
+            return (f"{d.namespace}/{d.name} would run {after.mode} with {after.resident_layers}/{after.total_layers} "
+                    f"layers on the GPU where it runs {d.mode} with {d.resident_layers}")
     moved = _moves(current, trial)
     if any(d.key in held for d in moved):
         return "a held model would move"

@@ -425,11 +425,14 @@ def _place_elastic(ask: Ask, states: list[SlotState], index: _FreeIndex, *, sque
     return False
 
 
-def place(ask: Ask, states: list[SlotState]) -> bool:
+def place(ask: Ask, states: list[SlotState], *, squeeze: bool = True) -> bool:
     """Place one model on `states` as the greedy places a model the last plan did not: whole by best fit, else
-    into a swap group, a re-packed slot or elastic; streaming where it must. True when placed. The opening stage
-    (controller.planning.capacity) fills the pool nodes it opens with it."""
+    into a swap group or a re-packed slot, else (`squeeze`) elastic; streaming where its budget makes it. True
+    when placed. The opening stage (controller.planning.capacity) fills the pool nodes it opens with it, never
+    streaming a model that fits whole (squeeze False): such a model gets a node where it runs whole."""
     index = _FreeIndex(states)
     if ask.whole:
+        if not squeeze:
+            return _place_resident(ask, index) or _join_swap(ask, states, index) or _repack(ask, states, index, set())
         return _place_whole(ask, states, index, set())
     return _place_elastic(ask, states, index, squeezed=False)

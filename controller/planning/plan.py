@@ -201,8 +201,7 @@ def _greedy(asks: list[Ask], slots: list[GpuSlot], choices: Mapping[tuple[str, s
     rooms = {name: replace(room, free=list(room.free)) for name, room in rooms.items()}
     states, refused = greedy_fleet(asks, _states(slots), sticky=sticky)
     if refused and rooms:
-        states, refused = capacity.open_and_trim(
-            refused, choices, states, rooms, lambda extra: greedy_fleet(asks, _states([*slots, *extra]), sticky=sticky))
+        refused = capacity.open_nodes(refused, choices, states, rooms)
     return states, refused, rooms
 
 
