@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.planning.greedy import place
 from controller.planning.slots import Ask, NodeState, SlotState
@@ -95,16 +95,43 @@ def _size(ask: Ask) -> int:
     return ask.need_bytes if ask.whole else ask.minimum.footprint
 
 
+ORDERS = (  # the orders the opening stage tries, keeping the cheapest plan (models on one product first in each)
+    lambda a, n: (n, -_size(a), a.key),  # the largest first (first-fit decreasing)
+    lambda a, n: (n, a.whole, -_size(a), a.key),  # the models that must stream first, then the largest
+)
+
+
 def open_nodes(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], states: list[SlotState],
                rooms: Mapping[str, PoolRoom]) -> list[Ask]:
-    """The greedy regime's opening stage, after placement on existing GPUs: each refused model, largest first,
-    goes to a GPU of a node opened this pass where it fits (any product it may run on, its preferred first),
-    else to a new node of the pool that costs least per month among those that can serve it; new nodes' states
-    are appended to `states`. On a new node a model that fits whole runs whole (resident, or in a swap group
-    where its TTFT allows); only one its budget makes stream streams. Returns the models still refused."""
+    """The greedy regime's opening stage, after placement on existing GPUs: each refused model goes to a GPU of a
+    node opened this pass where it fits (any product it may run on, its preferred first), else to a new node of
+    the pool that costs least per month among those that can serve it. It is run in each of ORDERS (the models
+    that may run on one product only first: they decide which pools open) and the plan that refuses fewest, then
+    costs least, then keeps fewest GPUs is kept; its new nodes' states are appended to `states`. On a new node a
+    model that fits whole runs whole (resident, or in a swap group where its TTFT allows); only one its budget
+    makes stream streams. Returns the models still refused."""
+    best = None
+    for i, order in enumerate(ORDERS):
+        trial = {name: replace(room, free=list(room.free)) for name, room in rooms.items()}
+        opened, still = _open_in(sorted(refused, key=lambda a: order(a, len(choices.get(a.key, [a])))), choices,
+                                 trial, len(states))
+        cost = sum((trial[s.slot.pool.name].node_cost or 0.0) / s.slot.pool.gpus_per_node for s in opened)
+        rank = (len(still), cost, len(opened), i)
+        if best is None or rank < best[0]:
+            best = (rank, opened, still, trial)
+    _, opened, still, trial = best
+    for name, room in rooms.items():
+        room.free = trial[name].free
+    states.extend(opened)
+    return still
+
+
+def _open_in(order: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], rooms: Mapping[str, PoolRoom],
+             first_position: int) -> tuple[list[SlotState], list[Ask]]:
+    """One run of the opening stage in `order`: (the new nodes' states, the models still refused)."""
     opened: list[SlotState] = []
     still = []
-    for ask in sorted(refused, key=lambda a: (-_size(a), a.key)):
+    for ask in order:
         options = choices.get(ask.key, [ask])
         if any(place(option, [s for s in opened if s.slot.product == option.profile.gpu_product], squeeze=False)
                for option in options):
@@ -112,15 +139,14 @@ def open_nodes(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]],
         for room, option in _pools_for(options, rooms):
             if not room.free:
                 continue
-            fresh = node_states(room.pool, room.free[0], len(states))
+            fresh = node_states(room.pool, room.free[0], first_position + len(opened))
             if place(option, fresh, squeeze=False):
                 room.free.pop(0)
-                states.extend(fresh)
                 opened.extend(fresh)
                 break
         else:
             still.append(ask)
-    return still
+    return opened, still
 
 
 def refusals(refused: Sequence[Ask]) -> tuple[int, int]:

@@ -431,8 +431,8 @@ def place(ask: Ask, states: list[SlotState], *, squeeze: bool = True) -> bool:
     when placed. The opening stage (controller.planning.capacity) fills the pool nodes it opens with it, never
     streaming a model that fits whole (squeeze False): such a model gets a node where it runs whole."""
     index = _FreeIndex(states)
-    if ask.whole:
-        if not squeeze:
-            return _place_resident(ask, index) or _join_swap(ask, states, index) or _repack(ask, states, index, set())
+    if not ask.whole:
+        return _place_elastic(ask, states, index, squeezed=False)
+    if squeeze:
         return _place_whole(ask, states, index, set())
-    return _place_elastic(ask, states, index, squeezed=False)
+    return _place_resident(ask, index) or _join_swap(ask, states, index) or _repack(ask, states, index, set())
