@@ -113,3 +113,20 @@ def test_a_cluster_node_named_like_a_pool_node_keeps_that_pool_out():
     fixed, pools, counts, errors = split_pool_nodes([slot("pool-l4-1")], {}, [pool])
     assert [s.node for s in fixed] == ["pool-l4-1"] and pools == () and counts == ()
     assert [e.reason for e in errors] == ["PoolNodeNameTaken"]
+
+
+def test_the_karpenter_example_matches_the_example_fleets_pool():
+    """deploy/karpenter/nodepool-l4.yaml is the NodePool of examples/capacity's pool: Karpenter labels its nodes
+    karpenter.sh/nodepool=<its name> (the pool's selector), its GPU limit is maxNodes x gpusPerNode, and it only
+    removes empty nodes (gpushare packs and proposes giving nodes back itself)."""
+    from tests.conftest import REPO_ROOT
+
+    docs = list(yaml.safe_load_all((REPO_ROOT / "deploy" / "karpenter" / "nodepool-l4.yaml").read_text()))
+    (nodepool,) = [d for d in docs if d["kind"] == "NodePool"]
+    (pool,) = parse_gpu_inventory(yaml.safe_load((REPO_ROOT / "examples" / "capacity" / "gpus.yaml").read_text()),
+                                  "gpus.yaml")[0].pools
+    assert pool.selector == ("karpenter.sh/nodepool", nodepool["metadata"]["name"])
+    assert nodepool["spec"]["limits"]["nvidia.com/gpu"] == pool.max_nodes * pool.gpus_per_node
+    assert nodepool["spec"]["disruption"]["consolidationPolicy"] == "WhenEmpty"
+    (node_class,) = [d for d in docs if d["kind"] == "EC2NodeClass"]
+    assert nodepool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == node_class["metadata"]["name"]
