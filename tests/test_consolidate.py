@@ -17,8 +17,8 @@ import yaml
 from controller.cli.metrics import ControllerMetrics
 from controller.inputs.reader import read_repo
 from controller.passes.measured import ClusterFacts
-from controller.passes.reconcile import run_pass
-from controller.planning.bill import IDLE, bill, change_line, namespace_costs
+from controller.passes.reconcile import plan_bill, run_pass
+from controller.planning.bill import IDLE, bill, capacity_doc, change_line, namespace_costs
 from controller.planning.consolidate import consolidate, held_models
 from controller.planning.plan import plan
 from controller.policy import Rightsizing
@@ -173,7 +173,8 @@ def test_cluster_mode_plans_a_pools_labelled_nodes_as_the_pool_and_uses_an_idle_
     used = {d.slot.split("/")[0] for d in output.plan.decisions}
     assert {"pool-l4-0", "pool-l4-1"} <= used  # the nodes that exist are filled before a node is added
     plan_md = output.files["rendered/PLAN.md"].decode()
-    assert f"| l4 | NVIDIA-L4 | {len(used)} (min 0, max 8) | {len(used)} | 2 |" in plan_md
+    assert f"| l4 | NVIDIA-L4 | {len(used)} (min 0, max 8) | {len(used)} | " in plan_md
+    assert [p["existingNodes"] for p in capacity_doc(plan_bill(output.inputs, output.plan.decisions))["pools"]] == [2]
 
 
 def test_a_profiler_job_for_a_product_only_a_pool_has_selects_the_pool(tmp_path):

@@ -25,7 +25,7 @@ from jsonschema.exceptions import relevance
 import schemas
 from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
-from controller.inputs.pools import parse_pools
+from controller.inputs.pools import check_pools, pool_from
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.policy import PolicyError, parse_policy
@@ -367,8 +367,25 @@ def parse_gpu_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[
         found, problem = _node_slots(node, path, [p for p in listed[node["name"]] if p != path])
         slots += found
         errors += [InputError(file, document, *problem)] if problem else []
-    pools, pool_errors = parse_pools(doc.get("pools") or [], bad, file, document, (n["name"] for _, n in nodes))
+    found = []
+    for i, item in enumerate(doc.get("pools") or []):
+        path = f"pools[{i}]"
+        pool, problem = (None, None) if path in bad else _pool(item, path)
+        errors += [InputError(file, document, *problem)] if problem else []
+        found += [(path, pool)] if pool else []
+    pools, pool_errors = check_pools(found, file, document, (n["name"] for _, n in nodes))
     return Inventory(tuple(slots), pools), sorted(errors + pool_errors, key=lambda e: e.path)
+
+
+def _pool(item: dict, path: str) -> tuple[Pool | None, tuple | None]:
+    """One schema-valid pool item as a Pool, or (path, message, fix, reason) of what is wrong with it."""
+    quantities = {field: _to_bytes(item[field]) for field in ("memory", "hostMemory") if field in item}
+    quantities["reserved"] = _to_bytes(item.get("reserved", "1Gi"))
+    for field, value in quantities.items():
+        if value is None or value < (0 if field == "reserved" else 1):
+            return None, (f"{path}.{field}", *_quantity_problem(f"{path}.{field}", item.get(field, "1Gi")),
+                          "InvalidQuantity")
+    return pool_from(item, path, quantities.get("memory"), quantities["reserved"], quantities.get("hostMemory"))
 
 
 def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:

@@ -1,45 +1,29 @@
 """Node pools: gpus.yaml's `pools:` -> Pool values, and which of the cluster's Nodes belong to a pool.
 
-Owns the checks a pool must pass beyond its schema (a GPU memory it can be planned with, minNodes at most
-maxNodes, a selector that is a Kubernetes label and that no other pool uses, a name unique among the pools
-whose node names no fixed node takes) and `split_pool_nodes`, cluster mode's rule that a Node carrying a
-pool's selector label is that pool's node, never a fixed one. Pure: `parse_pools` takes the parsed
-document's `pools` list (controller.inputs.load.parse_gpu_inventory calls it after the schema check), and
-`split_pool_nodes` the slots and labels the API server gave (controller.passes.reconcile.run_pass).
+Owns the checks a pool must pass beyond its schema (`pool_from`: a GPU memory it can be planned with,
+minNodes at most maxNodes, a selector that is a Kubernetes label; `check_pools`: a selector no other pool uses, a
+name unique among the pools whose node names no fixed node takes) and `split_pool_nodes`, cluster mode's rule
+that a Node carrying a pool's selector label is that pool's node, never a fixed one. Pure: the first two are
+called by controller.inputs.load.parse_gpu_inventory after the schema check (it reads the quantities),
+`split_pool_nodes` with the slots and labels the API server gave (controller.passes.reconcile.run_pass).
 """
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from contract.gpu_catalog import CATALOG
-from contract.quantity import QuantityError, parse_bytes
 from controller.inputs.kube_rules import labels
 from controller.types import POOL_NODE_PREFIX, GpuSlot, InputError, Pool
 
-DEFAULT_RESERVED = "1Gi"
-
-
-def parse_pools(items: Sequence[Any], skip: set[str], file: str, document: int | None,
+def check_pools(found: Sequence[tuple[str, Pool]], file: str, document: int | None,
                 node_names: Iterable[str] = ()) -> tuple[tuple[Pool, ...], list[InputError]]:
-    """The pools of `items` (gpus.yaml's `pools`, schema-checked), less those at a path in `skip` (their schema
-    errors are reported already) and those with a problem here, one InputError each. Two pools with one name
-    or one selector are an error on each, and neither is planned. `node_names`: the fixed nodes, whose names
-    the pools' node names (pool-<name>-<k>) must not take."""
+    """The pools of `found` ((path, Pool) of each pool of a document that parsed) that may be planned, and one
+    InputError per problem: two pools with one name or one selector are an error on each, and neither is
+    planned; a pool whose node names (pool-<name>-<k>) a fixed node of `node_names` takes is not planned."""
     errors: list[InputError] = []
-    found: list[tuple[str, Pool]] = []
-    for i, item in enumerate(items):
-        path = f"pools[{i}]"
-        if path in skip:
-            continue
-        pool, problem = _pool(item, path)
-        if problem is not None:
-            errors.append(InputError(file, document, *problem))
-        else:
-            found.append((path, pool))
-    kept = _unique(found, lambda p: p.name, "DuplicatePool", "name", file, document, errors,
+    kept = _unique(list(found), lambda p: p.name, "DuplicatePool", "name", file, document, errors,
                    "pool {value!r} is also defined at {others}; neither is planned",
                    "give each pool its own name")
     kept = _unique(kept, lambda p: p.selector, "DuplicatePoolSelector", "selector", file, document, errors,
@@ -56,14 +40,15 @@ def parse_pools(items: Sequence[Any], skip: set[str], file: str, document: int |
                 fix="rename the pool (or the node) so that no node is named like a pool's node"))
             continue
         out.append(pool)
-    return tuple(sorted(out, key=lambda p: p.name)), sorted(errors, key=lambda e: e.path)
+    return tuple(sorted(out, key=lambda p: p.name)), errors
 
 
-def _pool(item: dict, path: str) -> tuple[Pool | None, tuple | None]:
-    """One schema-valid pool, or (path, message, fix, reason) of what is wrong with it."""
+def pool_from(item: dict, path: str, memory: int | None, reserved: int | None, host: int | None
+                 ) -> tuple[Pool | None, tuple | None]:
+    """One schema-valid pool item, its quantities already read (None: not a quantity), as a Pool, or (path,
+    message, fix, reason) of what is wrong with it."""
     product = item["product"]
-    memory_given = item.get("memory")
-    if memory_given is None:
+    if "memory" not in item:
         spec = CATALOG.get(product)
         if spec is None:
             return None, (f"{path}.memory", f"pool {item['name']!r} has no memory, and the GPU catalog has no "
@@ -71,17 +56,7 @@ def _pool(item: dict, path: str) -> tuple[Pool | None, tuple | None]:
                           f"set {path}.memory to one GPU's memory (nvidia.com/gpu.memory is in MiB, so write e.g. "
                           "23034Mi)", "PoolMemoryUnknown")
         memory = spec.memory_bytes
-    else:
-        memory = _bytes(memory_given)
-    reserved = _bytes(item.get("reserved", DEFAULT_RESERVED))
-    host = _bytes(item["hostMemory"]) if "hostMemory" in item else None
-    checked = [("memory", memory, 1), ("reserved", reserved, 0)] + ([("hostMemory", host, 1)]
-                                                                      if "hostMemory" in item else [])
-    for field, value, least_bytes in checked:
-        if value is None or value < least_bytes:
-            return None, (f"{path}.{field}", f"{path}.{field} {item.get(field)!r} is not a Kubernetes quantity of "
-                          f"at least {least_bytes} byte(s)", "write a quantity such as 23034Mi, 24Gi or 64Gi", "InvalidQuantity")
-    if reserved >= memory:
+    if reserved is not None and memory is not None and reserved >= memory:
         return None, (f"{path}.reserved", f"reserved ({reserved} bytes) leaves nothing of memory ({memory} bytes)",
                       "lower reserved, or check memory (nvidia.com/gpu.memory is in MiB)", "InvalidQuantity")
     least, most = item.get("minNodes", 0), item["maxNodes"]
@@ -91,21 +66,12 @@ def _pool(item: dict, path: str) -> tuple[Pool | None, tuple | None]:
     (key, value), = item["selector"].items()
     problems = labels({key: value}, f"{path}.selector")
     if problems:
-        first = problems[0]
-        return None, (f"{path}.selector", f"{path}.selector {key}={value!r} is no Kubernetes label: {first.message}",
+        return None, (f"{path}.selector", f"{path}.selector {key}={value!r} is no Kubernetes label: "
+                      f"{problems[0].message}",
                       "write the label the pool's nodes carry, e.g. karpenter.sh/nodepool: l4", "InvalidSelector")
     return Pool(name=item["name"], product=product, memory_bytes=memory, gpus_per_node=item["gpusPerNode"],
                 host_memory_bytes=host, min_nodes=least, max_nodes=most, selector=(key, value),
                 reserved_bytes=reserved), None
-
-
-def _bytes(value: Any) -> int | None:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    try:
-        return parse_bytes(value)
-    except QuantityError:
-        return None
 
 
 def _unique(found: list[tuple[str, Pool]], key, reason: str, field: str, file: str, document: int | None,

@@ -11,7 +11,7 @@ OpenCost name it). Pure. Called by the reconcile pass (PLAN.md), `gpushare plan 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from controller.planning.capacity import HOURS_PER_MONTH, kept_pool_nodes

@@ -58,14 +58,7 @@ def pool_rooms(pools: Sequence[Pool], pool_nodes: Mapping[str, int], previous: I
     the pool has now) the lowest other ordinals until as many as the cluster has (idle nodes cost nothing more
     while they are there). Ordinals at or above maxNodes are never planned. `drain` (consolidation's trial
     plans): these nodes are given back, and no node may be opened."""
-    used: dict[str, set[int]] = {p.name: set() for p in pools}
-    by_name = {p.name: p for p in pools}
-    for decision in previous:
-        pool = by_name.get(decision.pool or "")
-        if pool is not None and decision.mode != "refused":
-            k = ordinal(pool, decision.slot)
-            if k is not None:
-                used[pool.name].add(k)
+    used = _placed_on(previous, pools)
     rooms = {}
     for pool in sorted(pools, key=lambda p: p.name):
         opened = set(range(pool.min_nodes)) | used[pool.name]
@@ -215,7 +208,13 @@ def kept_pool_nodes(decisions: Iterable[Decision], pools: Iterable[Pool]) -> dic
     """Per pool: the ordinals of the nodes these decisions keep: its minNodes, and each node a model is placed on.
     A node no model uses any more drops out, so its workers leave and the autoscaler removes it."""
     pools = list(pools)
-    used = {p.name: set(range(p.min_nodes)) for p in pools}
+    placed = _placed_on(decisions, pools)
+    return {p.name: placed[p.name] | set(range(p.min_nodes)) for p in pools}
+
+
+def _placed_on(decisions: Iterable[Decision], pools: Sequence[Pool]) -> dict[str, set[int]]:
+    """Per pool: the ordinals of its nodes a placed decision is on."""
+    used: dict[str, set[int]] = {p.name: set() for p in pools}
     by_name = {p.name: p for p in pools}
     for decision in decisions:
         pool = by_name.get(decision.pool or "")

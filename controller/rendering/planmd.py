@@ -361,11 +361,11 @@ def _bill_section(now: Bill) -> list[str]:
     rows = [(p.product, str(p.gpus_used), str(p.gpus_idle), "-" if p.price is None else f"{p.price:g}",
              money(p.cost_per_month)) for p in now.products]
     pools = [(p.name, p.product, f"{p.nodes} (min {p.min_nodes}, max {p.max_nodes})", str(p.gpus),
-              "-" if p.existing_nodes is None else str(p.existing_nodes), money(p.cost_per_month)) for p in now.pools]
+              money(p.cost_per_month)) for p in now.pools]  # not the nodes the cluster has: git holds the plan
     return (["", "## GPUs and cost", "", f"{now.gpus} GPUs kept, {money(now.cost_per_month)} per month (a node "
              "is billed whole; idle: kept, no model on it)."]
             + _table(("GPU product", "GPUs kept", "idle", "price per GPU-hour", "per month"), rows)
-            + (_table(("pool", "GPU product", "nodes needed", "GPUs", "nodes now", "per month"), pools) if pools else []))
+            + (_table(("pool", "GPU product", "nodes needed", "GPUs", "per month"), pools) if pools else []))
 
 
 def _section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
