@@ -181,3 +181,27 @@ def test_consolidate_on_a_directory_prints_the_proposal_and_plan_json_shows_the_
     assert capacity["consolidatedCostPerMonth"] == 1752.0
     assert capacity["pools"] == [{"name": "l4", "product": "NVIDIA-L4", "nodes": 6, "gpus": 6, "minNodes": 0,
                                   "maxNodes": 8, "existingNodes": None, "costPerMonth": 3504.0}]
+
+
+@pytest.mark.integration
+def test_the_cluster_loops_schedule_publishes_the_proposal_when_due_and_only_once(capsys, git_server, tmp_path):  # noqa: F811
+    from controller.cli.common import controller_copy
+    from controller.cli.consolidate import CONSOLIDATION_BRANCH, ConsolidationSchedule
+    from controller.passes.measured import ClusterFacts
+
+    url = _fragmented(git_server, tmp_path, capsys)
+    now = [1_800_000_000.0]
+    reviewed = []
+    schedule = ConsolidationSchedule(3600, 2, clock=lambda: now[0], review=lambda new, published: reviewed.append(
+        published.branch))
+    copy = controller_copy(url, "main", tmp_path / "cluster")
+    facts = ClusterFacts(slots=(), profiles=())  # cluster mode: no fixed GPU node, the pool's nodes not up yet
+    first = schedule.run_if_due(copy, facts, None, lambda: None)
+    assert first is not None and first.published.changed and len(first.proposal.moves) == 2
+    assert git_server.head("fleet", CONSOLIDATION_BRANCH) == first.published.commit and reviewed == [CONSOLIDATION_BRANCH]
+    assert schedule.run_if_due(copy, facts, None, lambda: None) is None  # not due again for an hour
+    now[0] += 3600
+    again = schedule.run_if_due(copy, facts, None, lambda: None)
+    assert again is not None and not again.published.changed  # the branch holds this proposal already
+    assert reviewed == [CONSOLIDATION_BRANCH]
+    assert not ConsolidationSchedule(0, 2).due()  # --consolidate-interval 0: never

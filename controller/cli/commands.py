@@ -115,8 +115,10 @@ def _validate(args) -> int:
     total = len(inputs.errors)
     for line in report.error_lines(inputs.errors):
         print(line)
+    outputs = []
     for repo in repos:
         output = pass_over(repo, processes=1)  # the pass `plan` and a reconcile run: inputs, plan and render
+        outputs.append(output)
         for line in report.error_lines(output.errors):
             print(line)
         for file in output.held:
@@ -124,8 +126,10 @@ def _validate(args) -> int:
         total += len(output.errors)
         models += len(output.inputs.models) - len(output.revived)
         profiles, slots = profiles + len(output.inputs.profiles), slots + len(output.inputs.slots)
-    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s), {compositions} composition(s); "
-          f"{total} error(s)")
+    pools = sum(len(o.inputs.pools) for o in outputs)
+    pools = f", {pools} node pool(s)" if pools else ""  # shown where there are pools
+    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s){pools}, {compositions} "
+          f"composition(s); {total} error(s)")
     return 1 if total else 0
 
 
