@@ -41,7 +41,7 @@ def decision_to_dict(d: Decision) -> dict:
         "name": d.name,
         "namespace": d.namespace,
         "model": d.model,
-        "gpu": {"product": d.gpu_product, "slot": d.slot},
+        "gpu": {"product": d.gpu_product, "slot": d.slot, "pool": d.pool},
         "mode": d.mode,
         "residentLayers": d.resident_layers,
         "totalLayers": d.total_layers,
@@ -92,6 +92,7 @@ def decision_from_dict(doc: dict) -> Decision:
         reason_code=doc.get("reasonCode", ""),
         profile=doc.get("profile"),
         weight_dtype=doc.get("weightDtype", "auto"),
+        pool=gpu.get("pool"),
     )
 
 
@@ -111,12 +112,16 @@ def error_to_dict(e: InputError) -> dict:
     return {k: v for k, v in asdict(e).items()}
 
 
-def plan_to_dict(plan: Plan, errors: tuple[InputError, ...] = ()) -> dict:
-    """The `gpushare plan -o json` document."""
-    return {
+def plan_to_dict(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> dict:
+    """The `gpushare plan -o json` document; `capacity`: the GPUs it keeps and their cost
+    (controller.planning.bill.capacity_doc)."""
+    doc = {
         "apiVersion": API_VERSION,
         "kind": "Plan",
         "decisions": [decision_to_dict(d) for d in plan.decisions],
         "pending": [pending_to_dict(p) for p in plan.pending],
         "errors": [error_to_dict(e) for e in errors],
     }
+    if capacity is not None:
+        doc["capacity"] = capacity
+    return doc

@@ -1,7 +1,7 @@
 """The values that flow through one reconcile pass.
 
 Owns the plain, immutable data shapes shared by every stage: ElasticModel,
-Profile, GpuSlot, Decision, Pending, InputError. The loader builds the inputs,
+Profile, GpuSlot, Pool, Decision, Pending, InputError. The loader builds the inputs,
 the planner returns decisions, compose and status read them. No stage adds a
 field anywhere else.
 """
@@ -136,6 +136,40 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """A node pool of gpus.yaml (`pools:`): nodes an autoscaler (Karpenter, the cluster autoscaler) adds when a
+    pending worker Pod selects them, every one alike. The planner names its nodes `pool-<name>-<k>`
+    (`node_name`), k from 0 to maxNodes - 1; the first `min_nodes` are kept whatever the plan (paid for)."""
+
+    name: str
+    product: str
+    memory_bytes: int
+    gpus_per_node: int
+    host_memory_bytes: int | None
+    min_nodes: int
+    max_nodes: int
+    selector: tuple[str, str]  # the label (key, value) every node of the pool carries, e.g. karpenter.sh/nodepool
+    reserved_bytes: int = 1 << 30
+
+    def node_name(self, ordinal: int) -> str:
+        return f"{POOL_NODE_PREFIX}{self.name}-{ordinal}"
+
+    def ordinal(self, node: str) -> int | None:
+        """k of its node `pool-<name>-<k>`; None for any other node name."""
+        digits = node.removeprefix(f"{POOL_NODE_PREFIX}{self.name}-")
+        return int(digits) if digits != node and digits.isdigit() and self.node_name(int(digits)) == node else None
+
+    def slots(self, ordinal: int) -> tuple[GpuSlot, ...]:
+        """The GPUs of its node `ordinal`, as the planner plans them."""
+        return tuple(GpuSlot(node=self.node_name(ordinal), index=i, product=self.product,
+                             memory_bytes=self.memory_bytes, reserved_bytes=self.reserved_bytes,
+                             host_memory_bytes=self.host_memory_bytes, pool=self) for i in range(self.gpus_per_node))
+
+
+POOL_NODE_PREFIX = "pool-"
+
+
+@dataclass(frozen=True)
 class GpuSlot:
     """One GPU of one node: the unit a worker owns."""
 
@@ -146,6 +180,7 @@ class GpuSlot:
     reserved_bytes: int = 1 << 30
     host_memory_bytes: int | None = None  # the node's host RAM for pods (shared by its GPUs); None: not planned
     device_uuid: str | None = None  # the GPU its worker was given (from the worker's verdicts); None: not known yet
+    pool: Pool | None = field(default=None, repr=False)  # a pool node's GPU (its node is the plan's name for it)
 
     @property
     def id(self) -> str:
@@ -197,6 +232,7 @@ class Decision:
     dtype: str | None = field(default=None, compare=False)
     terms: Terms | None = field(default=None, compare=False, repr=False)
     weight_dtype: str = "auto"  # the spec.weights.dtype it is planned (and its profile chosen) in
+    pool: str | None = None  # the node pool of its slot (gpus.yaml pools:), None on a fixed node or when refused
 
     @property
     def key(self) -> tuple[str, str]:
@@ -215,6 +251,7 @@ class Pending:
     reason: str
     reason_code: str = "AwaitingProfile"
     weight_dtype: str = "auto"  # the spec.weights.dtype the profile is needed for
+    pool_selector: tuple[str, str] | None = None  # no fixed node has the product: its profiler Job selects a pool's
 
     @property
     def key(self) -> tuple[str, str]:
@@ -242,11 +279,18 @@ class Inputs:
     profiles: tuple[Profile, ...] = ()
     slots: tuple[GpuSlot, ...] = ()
     errors: tuple[InputError, ...] = ()
+    pools: tuple[Pool, ...] = ()
+    # cluster mode: how many nodes of each pool exist now (their labels say so); offline: not known (empty)
+    pool_nodes: tuple[tuple[str, int], ...] = ()
+    # gpus.yaml pricePerGpuHour: a price changes a plan only where it picks the pool that adds a node
+    prices: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The planner's output: one decision per planned model, the models awaiting a profile."""
+    """The planner's output: one decision per planned model, the models awaiting a profile, and the GPUs of
+    every pool node the plan keeps (those it places a model on, and each pool's minNodes)."""
 
     decisions: tuple[Decision, ...] = ()
     pending: tuple[Pending, ...] = ()
+    pool_slots: tuple[GpuSlot, ...] = ()

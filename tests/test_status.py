@@ -195,7 +195,7 @@ def test_status_patch_body_and_assigned_removal():
     assert set(body) == {"status"}
     assert body["status"]["observedGeneration"] == 3
     assert body["status"]["assigned"]["mode"] == "resident"
-    assert body["status"]["assigned"]["gpu"] == {"product": "NVIDIA-H200", "slot": "node-a/gpu0"}
+    assert body["status"]["assigned"]["gpu"] == {"product": "NVIDIA-H200", "slot": "node-a/gpu0", "pool": None}
     # merge-patch null deletes a decision that no longer exists (e.g. awaiting a new profile)
     assert status_patch(MODEL, conditions, None)["status"]["assigned"] is None
     # the endpoint of a placed model, and null (delete) for one that is no longer served

@@ -1,4 +1,4 @@
-"""The `gpushare` command line: validate, plan, explain, reconcile, demo, rightsize, usage.
+"""The `gpushare` command line: validate, plan, explain, reconcile, demo, rightsize, usage, consolidate.
 
 Owns argument parsing and exit codes only; each subcommand calls the stage modules
 (load -> plan -> report/explain, or the reconcile loop). Exit codes, as terraform's: 0 ok, 1 the
@@ -10,11 +10,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import logs, report
 from controller.cli.offline import pass_over
 from controller.cli.validate import validate_paths
+from controller.passes.reconcile import plan_bill
+from controller.planning.bill import capacity_doc
+from controller.planning.consolidate import consolidate, held_models
 from controller.planning.explain import ModelNotFound, explain
 from controller.inputs.reader import read_repo
 from controller.planning.plan import plan
@@ -65,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     from controller.rightsizing.cli import add_commands as add_rightsizing_commands
 
     add_rightsizing_commands(sub)
+    from controller.cli.consolidate import add_commands as add_consolidate_commands
+
+    add_consolidate_commands(sub)
     return parser
 
 
@@ -107,8 +115,10 @@ def _validate(args) -> int:
     total = len(inputs.errors)
     for line in report.error_lines(inputs.errors):
         print(line)
+    outputs = []
     for repo in repos:
         output = pass_over(repo, processes=1)  # the pass `plan` and a reconcile run: inputs, plan and render
+        outputs.append(output)
         for line in report.error_lines(output.errors):
             print(line)
         for file in output.held:
@@ -116,8 +126,10 @@ def _validate(args) -> int:
         total += len(output.errors)
         models += len(output.inputs.models) - len(output.revived)
         profiles, slots = profiles + len(output.inputs.profiles), slots + len(output.inputs.slots)
-    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s), {compositions} composition(s); "
-          f"{total} error(s)")
+    pools = sum(len(o.inputs.pools) for o in outputs)
+    pools = f", {pools} node pool(s)" if pools else ""  # shown where there are pools
+    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s){pools}, {compositions} "
+          f"composition(s); {total} error(s)")
     return 1 if total else 0
 
 
@@ -125,16 +137,28 @@ def _plan(args) -> int:
     _require_dir(args.path)
     output = pass_over(args.path, processes=1)  # the pass `validate` and a reconcile run, render included
     inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
-    render = {"table": lambda: report.as_table(result, inputs.slots, errors, revived),
-              "wide": lambda: report.as_table(result, inputs.slots, errors, revived, profiles=inputs.profiles),
-              "json": lambda: report.as_json(result, errors),
-              "yaml": lambda: report.as_yaml(result, errors)}[args.output]
+    render = {"table": lambda: report.as_table(result, output.slots, errors, revived),
+              "wide": lambda: report.as_table(result, output.slots, errors, revived, profiles=inputs.profiles),
+              "json": lambda: report.as_json(result, errors, _capacity(output)),
+              "yaml": lambda: report.as_yaml(result, errors, _capacity(output))}[args.output]
     sys.stdout.write(render())
     if errors:
         print(f"gpushare: {len(errors)} input error(s): the plan leaves those models out (or keeps their last good "
               "spec or objects); `gpushare validate` lists them with their fixes", file=sys.stderr)
         return 1
     return 2 if args.detailed_exitcode and output.rendered.changes else 0
+
+
+def _capacity(output) -> dict:
+    """`plan -o json`'s capacity: what the plan keeps and costs, and (with pools) what consolidation would."""
+    now = plan_bill(output.inputs, output.plan.decisions)
+    consolidated = None
+    if output.inputs.pools:
+        held = held_models({m.key: m for m in output.inputs.models}, {d.key: d for d in output.plan.decisions},
+                           time.time())
+        proposal = consolidate(output.inputs, output.plan, held=held)
+        consolidated = plan_bill(output.inputs, proposal.plan.decisions) if proposal.changed else None
+    return capacity_doc(now, consolidated)
 
 
 def _explain(args) -> int:
@@ -154,7 +178,8 @@ def _explain(args) -> int:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1
     try:
-        sys.stdout.write(explain(inputs, plan(inputs, tree.last.previous), name, namespace))
+        result = plan(inputs, tree.last.previous)  # explain sees the pool nodes' GPUs the plan keeps too
+        sys.stdout.write(explain(replace(inputs, slots=(*inputs.slots, *result.pool_slots)), result, name, namespace))
     except ModelNotFound as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1

@@ -20,9 +20,9 @@ WIDE = ("NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT(
         "TPOT(ALONE/ALL-BUSY)", "SWAP-IN", "SLO(ALL-BUSY)", "PROFILE")
 
 
-def as_json(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
+def as_json(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> str:
     """Strict JSON: a number that is not finite (a prediction that overflowed) is written as null."""
-    return json.dumps(_finite(plan_to_dict(plan, errors)), indent=2, sort_keys=True, ensure_ascii=False,
+    return json.dumps(_finite(plan_to_dict(plan, errors, capacity)), indent=2, sort_keys=True, ensure_ascii=False,
                       allow_nan=False) + "\n"
 
 
@@ -36,8 +36,8 @@ def _finite(value: object) -> object:
     return value
 
 
-def as_yaml(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
-    return yaml.safe_dump(plan_to_dict(plan, errors), sort_keys=True, allow_unicode=True)
+def as_yaml(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> str:
+    return yaml.safe_dump(plan_to_dict(plan, errors, capacity), sort_keys=True, allow_unicode=True)
 
 
 def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, ...] = (),

@@ -1,8 +1,8 @@
-"""Loader and validator: YAML documents -> ElasticModels, Profiles, GpuSlots, and one InputError per problem.
+"""Loader and validator: YAML documents -> ElasticModels, Profiles, GpuSlots, Pools, and one InputError per problem.
 
 Owns turning user and controller files into the typed inputs of a reconcile
 pass. Pure: the parsers (`load_documents`, `parse_model`, `parse_profile`,
-`parse_inventory`, `combine`) take text or parsed documents, never paths. The
+`parse_gpu_inventory` (its pools through controller.inputs.pools), `combine`) take text or parsed documents, never paths. The
 one reader of a GitOps directory (controller.inputs.reader) feeds them files;
 cluster mode feeds them custom resources, ConfigMap contents and node labels.
 A bad file or document never stops the others loading.
@@ -27,11 +27,12 @@ from contract.gpu_catalog import capability_of
 from contract.precision import AUTO, canonical, product_problem
 from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
+from controller.inputs.pools import check_pools, pool_from
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
-                              GpuSlot, InputError, Inputs, Profile, Source)
+                              GpuSlot, InputError, Inputs, Pool, Profile, Source)
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?$", re.MULTILINE)
 _DNS_LABEL = schemas.load("elasticmodel")["$defs"]["dns1123Label"]
@@ -350,16 +351,26 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
     return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
 
 
-def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
-    """The GPU slots of a GPUInventory (gpus.yaml): one per GPU of each node. Bad nodes are reported and skipped."""
+@dataclass(frozen=True)
+class Inventory:
+    """What one GPUInventory document (gpus.yaml) gives the planner: the fixed nodes' GPU slots and the pools."""
+
+    slots: tuple[GpuSlot, ...] = ()
+    pools: tuple[Pool, ...] = ()
+
+
+def parse_gpu_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[Inventory, list[InputError]]:
+    """The GPU slots (one per GPU of each node) and the node pools of a GPUInventory document. Bad nodes and bad
+    pools are reported and skipped; the others are planned. A pure function of the one document, wherever it
+    was read from."""
     wrong = kind_error(doc, "GPUInventory", file, document)
     if wrong:
-        return (), [wrong]
+        return Inventory(), [wrong]
     errors = schema_errors(doc, "gpus", file, document, None)
-    if any(not e.path.startswith("nodes[") for e in errors):
-        return (), errors  # the document itself is broken, not just some of its nodes
-    bad_nodes = {e.path.split("]")[0] + "]" for e in errors}
-    nodes = [(f"nodes[{i}]", n) for i, n in enumerate(doc["nodes"]) if f"nodes[{i}]" not in bad_nodes]
+    if any(not e.path.startswith(("nodes[", "pools[")) for e in errors):
+        return Inventory(), errors  # the document itself is broken, not just some of its nodes or pools
+    bad = {e.path.split("]")[0] + "]" for e in errors}
+    nodes = [(f"nodes[{i}]", n) for i, n in enumerate(doc["nodes"]) if f"nodes[{i}]" not in bad]
     listed = defaultdict(list)
     for path, node in nodes:
         listed[node["name"]].append(path)
@@ -368,7 +379,31 @@ def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tupl
         found, problem = _node_slots(node, path, [p for p in listed[node["name"]] if p != path])
         slots += found
         errors += [InputError(file, document, *problem)] if problem else []
-    return tuple(slots), sorted(errors, key=lambda e: e.path)
+    found = []
+    for i, item in enumerate(doc.get("pools") or []):
+        path = f"pools[{i}]"
+        pool, problem = (None, None) if path in bad else _pool(item, path)
+        errors += [InputError(file, document, *problem)] if problem else []
+        found += [(path, pool)] if pool else []
+    pools, pool_errors = check_pools(found, file, document, (n["name"] for _, n in nodes))
+    return Inventory(tuple(slots), pools), sorted(errors + pool_errors, key=lambda e: e.path)
+
+
+def _pool(item: dict, path: str) -> tuple[Pool | None, tuple | None]:
+    """One schema-valid pool item as a Pool, or (path, message, fix, reason) of what is wrong with it."""
+    quantities = {field: _to_bytes(item[field]) for field in ("memory", "hostMemory") if field in item}
+    quantities["reserved"] = _to_bytes(item.get("reserved", "1Gi"))
+    for field, value in quantities.items():
+        if value is None or value < (0 if field == "reserved" else 1):
+            return None, (f"{path}.{field}", *_quantity_problem(f"{path}.{field}", item.get(field, "1Gi")),
+                          "InvalidQuantity")
+    return pool_from(item, path, quantities.get("memory"), quantities["reserved"], quantities.get("hostMemory"))
+
+
+def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
+    """The GPU slots of a GPUInventory (gpus.yaml), with every error of the document (its pools' too)."""
+    inventory, errors = parse_gpu_inventory(doc, file, document)
+    return inventory.slots, errors
 
 
 def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[GpuSlot], tuple | None]:
@@ -391,14 +426,16 @@ def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[Gpu
 # ---------------------------------------------------------------- cross-document checks
 
 def combine(models: Iterable[ElasticModel], profiles: Iterable[Profile], slots: Iterable[GpuSlot],
-            errors: Iterable[InputError] = ()) -> Inputs:
+            errors: Iterable[InputError] = (), pools: Iterable[Pool] = (),
+            pool_nodes: Iterable[tuple[str, int]] = (), prices: Mapping[str, float] | None = None) -> Inputs:
     """Inputs from parsed values: a duplicate model name is an error on every occurrence, and none of them
     is planned; duplicate profiles follow `_unique_profiles`."""
     errors = list(errors)
     kept_models = _unique(list(models), lambda m: m.key, _duplicate_model, errors)
     kept_profiles = _unique_profiles(list(profiles), errors)
     return Inputs(models=tuple(kept_models), profiles=tuple(kept_profiles), slots=tuple(slots),
-                  errors=tuple(errors))
+                  errors=tuple(errors), pools=tuple(pools), pool_nodes=tuple(pool_nodes),
+                  prices=tuple(sorted((prices or {}).items())))
 
 
 def _unique(items: list, key: Callable, report: Callable, errors: list[InputError]) -> list:

@@ -41,15 +41,15 @@ from controller.inputs.compositions import Composition, parse_composition, shipp
 from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
                                       LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
                                       PROFILES_DIR, RENDERED_DIR, RIGHTSIZING_DIR, WORKER_FILES)
-from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
-                                    parse_profile)
+from controller.inputs.load import (DecisionRecord, Inventory, load_documents, parse_gpu_inventory, parse_model,
+                                    parse_prices, parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
                                          max_state_bytes, owned_files, read_optional, read_text, read_texts, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yamlin import YamlLimits
 from controller.serialize import decision_from_dict
-from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
+from controller.types import ElasticModel, InputError, Inputs, Profile, Source
 
 log = logging.getLogger("gpushare.inputs")
 
@@ -83,10 +83,11 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
     rightsizing = read_rightsizing(root, generated)
     model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
+    gpus = inventory.values[0] if inventory.values else Inventory()
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
-                tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), measured,
+                tuple(profiles.errors), gpus.slots, tuple(inventory.errors), measured,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root, processes, generated, committed))
+                rightsizing, read_prices(root), read_last_pass(root, processes, generated, committed), gpus.pools)
 
 
 def controller_paths(root: Path, generated: Iterable[str] | None) -> tuple[str, ...]:
@@ -298,13 +299,15 @@ def _size(root: Path, paths: list[str]) -> int:
 
 
 def read_inventory(root: Path) -> TreeRead:
-    """gpus.yaml's GPU slots (none when it is absent), from its last good copy while it is broken."""
+    """gpus.yaml's Inventory, its one value (none when the file is absent), from its last good copy while it is
+    broken."""
     if not is_file(root, INVENTORY_FILE):
         return TreeRead()
-    return read_input_file(Path(root), INVENTORY_FILE, _parse_inventory_text)
+    return read_input_file(Path(root), INVENTORY_FILE, parse_inventory_text)
 
 
-def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[InputError]]:
+def parse_inventory_text(text: str, rel: str) -> tuple[list[Inventory], list[InputError]]:
+    """The Inventory of one GPUInventory file's text (its first document); `rel` only names it in errors."""
     docs, errors = load_documents(text, rel)
     if not docs:  # an empty or truncated file is no inventory of zero GPUs: that is `nodes: []`
         return [], errors or [InputError(rel, None, "", reason="EmptyInventory",
@@ -312,8 +315,8 @@ def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[Inpu
                                          fix="restore its nodes; to plan onto no GPU at all, write a GPUInventory "
                                              "with `nodes: []`")]
     (first, doc), extra = docs[0], docs[1:]
-    slots, errors_here = parse_inventory(doc, rel, first)
-    return list(slots), errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
+    inventory, errors_here = parse_gpu_inventory(doc, rel, first)
+    return [inventory], errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
 
 
 def _extra_inventory(file: str, document: int) -> InputError:

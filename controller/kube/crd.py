@@ -141,7 +141,8 @@ def status_schema() -> dict:
                 "description": "The controller's decision: the mode, where, and why in numbers.",
                 "properties": {
                     "name": {"type": "string"}, "namespace": {"type": "string"}, "model": {"type": "string"},
-                    "gpu": {"type": "object", "properties": {"product": {"type": "string"}, "slot": {"type": "string"}}},
+                    "gpu": {"type": "object", "properties": {"product": {"type": "string"}, "slot": {"type": "string"},
+                                                             "pool": {"type": "string"}}},
                     "mode": {"type": "string", "enum": ["resident", "swap", "elastic", "refused"]},
                     "residentLayers": {"type": "integer"}, "totalLayers": {"type": "integer"},
                     "needBytes": {"type": "integer", "format": "int64"},

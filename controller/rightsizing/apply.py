@@ -25,6 +25,7 @@ from typing import Callable
 
 from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_repo
+from controller.planning.capacity import kept_pool_slots
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
 
@@ -76,7 +77,9 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
         pending = _records_at(copy, heads[review])
         records, problems = {**records, **pending}, [*problems, *pending.problems]
     bad = {p.key: f"{p.path}: {p.message}" for p in problems if p.key is not None and p.key not in records}
-    result = _editable(root, step(inputs.models, tuple(tree.last.previous.values()), inputs.slots, records, usage,
+    previous = tuple(tree.last.previous.values())
+    slots = (*inputs.slots, *kept_pool_slots(previous, inputs.pools))  # the pool nodes' GPUs the last plan keeps
+    result = _editable(root, step(inputs.models, previous, slots, records, usage,
                                   now, tree.prices, inputs.profiles, held, bad))
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
