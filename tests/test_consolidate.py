@@ -128,7 +128,7 @@ def test_the_bill_line_says_before_and_after_and_what_is_unpriced():
     one, two = (bill(plan(inputs(models(n), [], [p])).decisions, [], [p], {PRODUCT: 1.0}) for n in (1, 2))
     assert change_line(one, two) == f"1 → 2 GPUs ({PRODUCT} 1 → 2; pool small 1 → 2 nodes) · 730.00 → 1,460.00 per month"
     unpriced = bill((), [toy_slot()], [], {})
-    assert change_line(unpriced, unpriced) == ("1 GPUs · cost not known (gpus.yaml has no pricePerGpuHour for every "
+    assert change_line(unpriced, unpriced) == ("1 GPU · cost not known (gpus.yaml has no pricePerGpuHour for every "
                                                "product)")
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from contract.quantity import format_bytes
-from controller.serialize import decision_to_dict
+from controller.serialize import assigned_patch
 from controller.types import Decision, ElasticModel, InputError, Pending
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -299,7 +299,7 @@ def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision
     return {"status": {
         "observedGeneration": model.generation,
         "conditions": conditions,
-        "assigned": decision_to_dict(decision) if decision is not None else None,
+        "assigned": assigned_patch(decision) if decision is not None else None,
         "url": url,
         "rightsizing": {"policy": model.rightsizing.policy, "specBudgetBytes": model.spec_budget_bytes,
                         "effectiveBudgetBytes": model.budget_bytes,

@@ -121,10 +121,14 @@ def change_line(before: Bill, after: Bill) -> str:
               for p in after.pools if nodes.get(p.name, 0) != p.nodes]
     detail = f" ({'; '.join(parts)})" if parts else ""
     if before.cost_per_month is None and after.cost_per_month is None:
-        return f"{_arrow(before.gpus, after.gpus)} GPUs{detail} · cost not known (gpus.yaml has no pricePerGpuHour " \
+        return f"{_arrow(before.gpus, after.gpus)} {_gpu_word(after.gpus)}{detail} · cost not known (gpus.yaml has no pricePerGpuHour " \
                "for every product)"
     cost = _arrow(money(before.cost_per_month), money(after.cost_per_month))
-    return f"{_arrow(before.gpus, after.gpus)} GPUs{detail} · {cost} per month"
+    return f"{_arrow(before.gpus, after.gpus)} {_gpu_word(after.gpus)}{detail} · {cost} per month"
+
+
+def _gpu_word(count: int) -> str:
+    return "GPU" if count == 1 else "GPUs"
 
 
 def _gpus(b: Bill, product: str) -> int:

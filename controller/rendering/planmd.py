@@ -365,7 +365,7 @@ def _bill_section(now: Bill) -> list[str]:
               money(p.cost_per_month)) for p in now.pools]  # not the nodes the cluster has: git holds the plan
     cost = (f", {money(now.cost_per_month)} per month" if now.cost_per_month is not None else
             "; their cost is not known until gpus.yaml gives pricePerGpuHour for each product")
-    return (["", "## GPUs and cost", "", f"{now.gpus} GPUs kept{cost} (a node is billed whole; idle: kept, no model "
+    return (["", "## GPUs and cost", "", f"{now.gpus} GPU{'s' * (now.gpus != 1)} kept{cost} (a node is billed whole; idle: kept, no model "
              "on it)."]
             + _table(("GPU product", "GPUs kept", "idle", "price per GPU-hour", "per month"), rows)
             + (_table(("pool", "GPU product", "nodes needed", "GPUs", "per month"), pools) if pools else []))
