@@ -13,7 +13,8 @@ For a llama-shaped random model with resident decode (the engine's own forward, 
   value operands of the attention operators), against the KV bytes those 200 tokens hold;
 and, through `python -m worker` on CPU with a tiny model, the aggregate tokens/s of `--requests`
 concurrent greedy requests against one request alone (non-streamed completions over HTTP from one shared
-connection pool; the worker runs with `--threads` intra-op threads, 1 by default), beside the same ratio
+connection pool; the worker runs with its default settings, no OMP_NUM_THREADS: it chooses its intra-op
+threads itself, worker/threads.py; `--threads N` passes --intra-op-threads N instead), beside the same ratio
 stepping the engine alone in this process (what the HTTP path can at best keep).
 Targets: <= 16 operators per layer, <= 1 host sync per step, KV read <= 2x held, >= 4x aggregate.
 Exit status 1 when a target is missed. The CPU timings are noisy on a shared machine.
@@ -150,9 +151,11 @@ def kv_read_vs_held() -> tuple[int, int]:
     return count.kv_read, held_tokens * per_token
 
 
-def http_ratio(requests: int, tokens: int, omp_threads: int) -> tuple[tuple[float, float], tuple[float, float]]:
+def http_ratio(requests: int, tokens: int, threads: int | None
+               ) -> tuple[tuple[float, float], tuple[float, float], int]:
     """Tokens/s of one request alone and aggregate tokens/s of `requests` at once, through python -m worker and
-    through the engine alone on the same tiny llama: ((HTTP alone, HTTP together), (engine alone, together)).
+    through the engine alone on the same tiny llama: ((HTTP alone, HTTP together), (engine alone, together),
+    the worker's intra-op threads as its /status reports them). `threads` None: the worker's default.
 
     The HTTP clients share one connection pool, made before the clock starts: a client built per request
     (an SSL context each, about 20 ms of CPU) would make the bench's own client the bottleneck."""
@@ -167,8 +170,10 @@ def http_ratio(requests: int, tokens: int, omp_threads: int) -> tuple[tuple[floa
         engine = _engine_rates(model, requests, tokens)
         document = config_document([model_entry("m", model, "resident", budget=512 << 20, concurrency=requests)])
         limits = httpx.Limits(max_connections=requests, max_keepalive_connections=requests)
-        with WorkerProcess(Path(tmp), document, env={"OMP_NUM_THREADS": str(omp_threads)}) as worker, \
+        args = () if threads is None else ("--intra-op-threads", str(threads))
+        with WorkerProcess(Path(tmp), document, args=args, env={"OMP_NUM_THREADS": None}) as worker, \
                 httpx.Client(base_url=worker.base_url, limits=limits, timeout=300) as client:
+            worker_threads = client.get("/status").json()["intraOpThreads"]
 
             def complete(out: list) -> None:
                 body = {"model": "m", "prompt": "Once upon a time", "max_tokens": tokens, "temperature": 0}
@@ -187,7 +192,7 @@ def http_ratio(requests: int, tokens: int, omp_threads: int) -> tuple[tuple[floa
             rate(requests)  # warm-up, and opens the pool's connections
             alone = max(rate(1) for _ in range(3))
             together = max(rate(requests) for _ in range(3))
-            return (alone, together), engine
+            return (alone, together), engine, worker_threads
 
 
 def _engine_rates(model_dir: Path, requests: int, tokens: int) -> tuple[float, float]:
@@ -216,9 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-http", action="store_true", help="only the counted figures")
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=48, help="completion tokens per request")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="the worker's intra-op threads (OMP_NUM_THREADS): a tiny model's steps are too small "
-                             "to share, and on a busy machine more threads than free cores stall every step")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="pass --intra-op-threads N to the worker (default: none, the worker's own choice)")
     args = parser.parse_args(argv)
 
     import torch
@@ -238,10 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     missed += [name for name, bad in (("operators", per_layer > 16), ("syncs", syncs > 1),
                                       ("kv-read", read > 2 * held)) if bad]
     if not args.skip_http:
-        (alone, together), (engine_alone, engine_together) = http_ratio(args.requests, args.tokens, args.threads)
+        (alone, together), (engine_alone, engine_together), threads = http_ratio(args.requests, args.tokens,
+                                                                                 args.threads)
         ratio = together / alone
-        print(f"python -m worker (OMP_NUM_THREADS={args.threads}), CPU, tiny llama: {args.requests} concurrent greedy "
-              f"requests {together:.1f} tokens/s vs 1 alone {alone:.1f} tokens/s = {ratio:.2f}x (target >= 4x)")
+        how = "default settings" if args.threads is None else f"--intra-op-threads {args.threads}"
+        print(f"python -m worker ({how}: {threads} intra-op thread(s)), CPU, tiny llama: {args.requests} concurrent "
+              f"greedy requests {together:.1f} tokens/s vs 1 alone {alone:.1f} tokens/s = {ratio:.2f}x (target >= 4x)")
         print(f"  the engine alone, same model and thread: {args.requests} sequences {engine_together:.1f} tokens/s "
               f"vs 1 {engine_alone:.1f} tokens/s = {engine_together / engine_alone:.2f}x")
         missed += ["http"] if ratio < 4 else []

@@ -7,6 +7,8 @@
 #   bash bench/gpu_run.sh worker     # only bench/worker_gpu.py
 #   bash bench/gpu_run.sh profile    # only bench/profile_gpu.py
 #   bash bench/gpu_run.sh matrix     # only the resident temperature x context matrix (issue 22 item 9)
+#   bash bench/gpu_run.sh quantized  # only bench/quantized.py --device cuda (issue 31: weight dtypes), its own
+#                                    # device command: `all` already fills one 600 s command
 #
 # Each bench runs under `timeout` and writes its output (stdout and stderr) to $OUT:
 #   $OUT/env.txt          date, nvidia-smi, Python, torch, transformers
@@ -20,6 +22,9 @@
 #                         roofline (<= 1.3x) and B=8 aggregate against B=1 (>= 6x) at each cell; the
 #                         measured ms/token / roofline at 200 tokens is the efficiency that replaces the
 #                         estimate's constant (contract/estimate.py) once recorded in docs/benchmarks.md
+#   $OUT/quantized_gpu.txt  bench/quantized.py --device cuda: 8 layers of the Llama-3.1-8B shape in bfloat16,
+#                         int8 and int4: int8 resident decode ms/token ÷ bfloat16's, and each elastic step ÷ the
+#                         PCIe floor of the bytes it streams (<= 1.2x), with the streamed bytes per token
 # A bench that fails or times out does not stop the next one; the script exits with the first failure.
 #
 # What to carry. The GPU machine has Python 3.12 with torch, transformers 5.17, accelerate, safetensors,
@@ -30,9 +35,9 @@
 #   echo /.whl/ >> "$(git rev-parse --git-path info/exclude)"
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-#       -d .whl jsonschema referencing jsonschema-specifications rpds-py fastjsonschema
+#       -d .whl jsonschema referencing jsonschema-specifications rpds-py fastjsonschema 'torchao==0.18.*'
 #
-# (one version of each; about 0.5 MB) and run this script with carry [".whl"] and a 600 s limit. The
+# (one version of each; about 0.5 MB, and torchao for `quantized`: engine/quantize.py's quantizers) and run this script with carry [".whl"] and a 600 s limit. The
 # script installs what .whl holds into /tmp/site when the folder is there. The project is imported from
 # the checkout (each bench puts the repository root on sys.path); nothing else is installed.
 set -uo pipefail
@@ -45,6 +50,7 @@ COMPAT_TIMEOUT_S=60    # the three limits add up to less than one 600 s device c
 WORKER_TIMEOUT_S=300
 PROFILE_TIMEOUT_S=200
 MATRIX_TIMEOUT_S=120   # per cell; `matrix` is its own device command (4 cells, under 600 s)
+QUANTIZED_TIMEOUT_S=420  # `quantized` is its own device command too
 
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -94,6 +100,7 @@ case "${1:-all}" in
   worker) step worker_gpu "$WORKER_TIMEOUT_S" "$PYTHON" bench/worker_gpu.py ;;
   profile) step profile_gpu "$PROFILE_TIMEOUT_S" "$PYTHON" bench/profile_gpu.py ;;
   matrix) matrix ;;
-  *) echo "usage: bash bench/gpu_run.sh [all|compat|worker|profile|matrix]" >&2; exit 2 ;;
+  quantized) step quantized_gpu "$QUANTIZED_TIMEOUT_S" "$PYTHON" bench/quantized.py --device cuda ;;
+  *) echo "usage: bash bench/gpu_run.sh [all|compat|worker|profile|matrix|quantized]" >&2; exit 2 ;;
 esac
 exit "$status"

@@ -6,23 +6,27 @@ for, and the stated formulas for activations, runtime overhead and latency.
 Every number lands in a ModelProfile document (schemas/profile.schema.json)
 with `source: estimated`, its `architecture` block and a `derivation` line.
 
-Callers: `python -m contract.estimate --out DIR` (writes the checked-in
-examples/fleet/profiles), the profiler Job (a first estimate before it
+Callers: `python -m contract.estimate --out DIR [--product P]` (writes the
+checked-in examples/fleet/profiles, and examples/fleet-t4/profiles with
+`--product Tesla-T4`), the profiler Job (a first estimate before it
 measures), tests. Pure except for `write_profiles` and `main`.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from contract.footprint import (OVERHEAD_BASE_BYTES, OVERHEAD_WEIGHT_DIVISOR, PREFILL_CHUNK_TOKENS,
-                                SAMPLER_LOGIT_BYTES, decode_activation_per_sequence, default_overhead_bytes,
-                                kv_bytes_per_token, prefill_activation_per_token)
+from contract.footprint import (INT4_GROUP_SIZES, OVERHEAD_BASE_BYTES, OVERHEAD_WEIGHT_DIVISOR,
+                                PREFILL_CHUNK_TOKENS, SAMPLER_LOGIT_BYTES, decode_activation_per_sequence,
+                                default_overhead_bytes, dequantize_workspace_bytes, kv_bytes_per_token,
+                                linear_weight_bytes, prefill_activation_per_token)
 from contract.gpu_catalog import CATALOG, GpuSpec
+from contract.precision import AUTO, QUANTIZED_DTYPES, UnsupportedPrecision, canonical, choose
 from contract.wire import API_VERSION, PROFILE_KIND
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -65,6 +69,8 @@ PUBLISHED_CONFIGS: dict[str, dict] = {
         "mlp_bias": False,
     },
 }
+# The shipped models also estimated with weight-only quantized decoder linears (spec.weights.dtype).
+SHIPPED_WEIGHT_DTYPES: dict[str, tuple[str, ...]] = {"meta-llama/Llama-3.1-8B-Instruct": ("int8", "int4")}
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -114,7 +120,8 @@ def architecture_from_config(config: dict, source: str | None = None) -> dict:
 
 @dataclass(frozen=True)
 class ParameterCounts:
-    """Parameters (elements, not bytes) per part of the model, with the formula of each."""
+    """Parameters (elements, not bytes) per part of the model, with the formula of each; `linears`: the
+    (out_features, in_features) of each linear weight of one decoder layer (what int8/int4 quantize)."""
 
     embedding: int
     layer: int
@@ -122,6 +129,7 @@ class ParameterCounts:
     head: int
     layers: int
     formulas: dict[str, str]
+    linears: tuple[tuple[int, int], ...] = ()
 
     @property
     def total(self) -> int:
@@ -140,6 +148,7 @@ def parameter_counts(arch: dict) -> ParameterCounts:
         layer = 2 * h + (3 * h * h + 3 * h) + (h * h + h) + 2 * h + (h * inter + inter) + (inter * h + h)
         return ParameterCounts(
             embedding=vocab * h + positions * h, layer=layer, final_norm=2 * h, head=head, layers=n_layers,
+            linears=((3 * h, h), (h, h), (inter, h), (h, inter)),
             formulas={
                 "embedding": f"(vocab + positions) × hidden = ({vocab} + {positions}) × {h}",
                 "layer": (f"LayerNorm 2·h + c_attn (3·h² + 3·h) + attn c_proj (h² + h) + LayerNorm 2·h "
@@ -157,6 +166,7 @@ def parameter_counts(arch: dict) -> ParameterCounts:
     return ParameterCounts(
         embedding=vocab * h, layer=attention + bias + 3 * h * inter + 2 * h, final_norm=h, head=head,
         layers=n_layers,
+        linears=((q_out, h), (kv_out, h), (kv_out, h), (h, q_out), (inter, h), (inter, h), (h, inter)),
         formulas={
             "embedding": f"vocab × hidden = {vocab} × {h}",
             "layer": (f"q,o (2·h·heads·d) + k,v (2·h·kvHeads·d){bias_formula} + gate,up,down (3·h·i) "
@@ -169,14 +179,20 @@ def parameter_counts(arch: dict) -> ParameterCounts:
 Derived = dict[str, tuple]  # field -> (value, how it was derived)
 
 
-def estimate_profile(architecture: dict, model_id: str, gpu: GpuSpec, dtype: str | None = None) -> dict:
+def estimate_profile(architecture: dict, model_id: str, gpu: GpuSpec, dtype: str | None = None,
+                     weights_dtype: str = AUTO) -> dict:
     """A ModelProfile document (source: estimated) for `model_id` on `gpu`; every number with its derivation.
 
-    dtype defaults to the 16-bit type the GPU's tensor cores run (bfloat16; float16 on a T4).
+    dtype (the compute dtype) defaults to what contract.precision chooses on the GPU for a bfloat16 checkpoint
+    (bfloat16; float16 on a T4). `weights_dtype`: the ElasticModel's spec.weights.dtype the profile is for
+    (AUTO: the checkpoint's own precision; int8, int4: weight-only quantized decoder linears); a dtype the GPU
+    cannot run raises contract.precision.UnsupportedPrecision.
     """
-    dtype = dtype or gpu.half_dtype
+    weights_dtype = canonical(weights_dtype)
+    precision = choose(gpu.compute_capability, weights_dtype, dtype or gpu.half_dtype, gpu.product)
+    dtype = precision.compute if dtype is None or weights_dtype != AUTO else dtype
     counts = parameter_counts(architecture)
-    weights = _weights(counts, dtype)
+    weights = _weights(counts, dtype, precision.weights)
     sections: dict[str, Derived] = {
         "gpu": {"memoryBytes": (gpu.memory_bytes, "nvidia.com/gpu.memory (MiB) × 2^20, as the driver reports it"),
                 "hbmGBps": (gpu.hbm_gbps, f"memory bandwidth from the {gpu.datasheet}")},
@@ -185,11 +201,14 @@ def estimate_profile(architecture: dict, model_id: str, gpu: GpuSpec, dtype: str
         "activation": _activation(architecture, dtype),
         "latency": _latency(counts, weights["totalBytes"][0], gpu),
     }
+    workspace = dequantize_workspace_bytes(counts.linears, precision.weights, DTYPE_BYTES[dtype])
     top: Derived = {
         "runtimeOverheadBytes": (
-            default_overhead_bytes(weights["totalBytes"][0]),
+            default_overhead_bytes(weights["totalBytes"][0], workspace),
             f"{OVERHEAD_BASE_BYTES // 2**20} MiB (cuBLAS workspaces, sampler buffers) + ceil(totalBytes / "
-            f"{OVERHEAD_WEIGHT_DIVISOR}) (caching-allocator rounding and fragmentation)"),
+            f"{OVERHEAD_WEIGHT_DIVISOR}) (caching-allocator rounding and fragmentation)"
+            + (f" + {workspace} (int8: the largest linear, {max(counts.linears)}, dequantized into {dtype} "
+               "for one step)" if workspace else "")),
         "hostToDeviceGBps": (gpu.pinned_h2d_gbps, f"pinned host→device copy over {gpu.pcie} reaches about "
                                                   f"{gpu.pinned_h2d_gbps} GB/s; layer streaming and swap-in are "
                                                   f"bound by it"),
@@ -197,9 +216,17 @@ def estimate_profile(architecture: dict, model_id: str, gpu: GpuSpec, dtype: str
     derivation = {f"{name}.{field}": how for name, section in sections.items()
                   for field, (_, how) in section.items() if how}
     derivation.update({field: how for field, (_, how) in top.items()})
+    if precision.quantized:
+        derivation["latency.decodeMsPerToken"] += (
+            f"; the bytes read are the {precision.weights} weights, at the engine efficiency measured in "
+            f"{dtype} (the dequantizing kernels' own efficiency is pending a GPU run: bench/gpu_run.sh)")
+        derivation["latency.prefillMsPer1kTokens"] += (
+            f"; {precision.weights} weights are dequantized to {dtype}: the FLOPs are those of the float model")
     doc = {name: {field: value for field, (value, _) in section.items()} for name, section in sections.items()}
     doc["gpu"]["product"] = gpu.product
     doc["weights"]["tiedEmbeddings"] = architecture["tieWordEmbeddings"]
+    if weights_dtype != AUTO:
+        doc["weights"]["dtype"] = weights_dtype
     return {
         "apiVersion": API_VERSION, "kind": PROFILE_KIND, "model": model_id, "revision": "main",
         "dtype": dtype, "source": "estimated", "method": METHOD, **doc,
@@ -208,17 +235,40 @@ def estimate_profile(architecture: dict, model_id: str, gpu: GpuSpec, dtype: str
     }
 
 
-def _weights(counts: ParameterCounts, dtype: str) -> Derived:
+def layer_bytes(counts: ParameterCounts, compute: str, weights: str) -> int:
+    """One decoder layer's bytes: its linear weights stored as `weights` (contract.footprint's
+    linear_weight_bytes), every other parameter (norms, biases) in the compute dtype."""
+    nbytes = DTYPE_BYTES[compute]
+    linear_elements = sum(out * inp for out, inp in counts.linears)
+    stored = sum(linear_weight_bytes(out, inp, weights, nbytes) for out, inp in counts.linears)
+    return stored + (counts.layer - linear_elements) * nbytes
+
+
+def _quantized_layer_formula(weights: str, compute: str) -> str:
+    if weights == "int8":
+        return (f"linear weights in int8 (1 byte each) + one {compute} scale per output channel; norms and "
+                f"biases in {compute}")
+    return (f"linear weights in int4 (1/2 byte each) + a {compute} scale and zero per group of "
+            f"{'/'.join(map(str, INT4_GROUP_SIZES))} inputs (the first dividing in_features) and output "
+            f"channel; norms and biases in {compute}")
+
+
+def _weights(counts: ParameterCounts, dtype: str, weights: str | None = None) -> Derived:
     nbytes = DTYPE_BYTES[dtype]
     by = f"× {nbytes} bytes ({dtype})"
+    weights = weights or dtype
+    layer = (f"per layer: {counts.formulas['layer']}, {by}" if weights not in QUANTIZED_DTYPES else
+             f"per layer: {counts.formulas['layer']}; {_quantized_layer_formula(weights, dtype)}")
     return {
         "embeddingBytes": (counts.embedding * nbytes, f"{counts.formulas['embedding']} {by}"),
-        "layerBytes": ([counts.layer * nbytes] * counts.layers,
-                       f"per layer: {counts.formulas['layer']}, {by}; {counts.layers} identical layers"),
+        "layerBytes": ([layer_bytes(counts, dtype, weights)] * counts.layers,
+                       f"{layer}; {counts.layers} identical layers"),
         "finalNormBytes": (counts.final_norm * nbytes, f"{counts.formulas['final_norm']} {by}"),
         "headBytes": (counts.head * nbytes, f"{counts.formulas['head']} {by}" if counts.head
                       else counts.formulas["head"]),
-        "totalBytes": (counts.total * nbytes, "embeddingBytes + sum(layerBytes) + finalNormBytes + headBytes"),
+        "totalBytes": ((counts.embedding + counts.final_norm + counts.head) * nbytes
+                       + layer_bytes(counts, dtype, weights) * counts.layers,
+                       "embeddingBytes + sum(layerBytes) + finalNormBytes + headBytes"),
     }
 
 
@@ -275,9 +325,12 @@ def _head_dim(arch: dict) -> int:
     return arch.get("headDim") or arch["hiddenSize"] // arch["numAttentionHeads"]
 
 
-def profile_relpath(model_id: str, gpu_product: str) -> str:
-    """Where a profile lives under a profiles/ tree: <gpu-product>/<org>--<name>.yaml, lower-cased."""
-    return f"{gpu_product}/{model_id.lower().replace('/', '--')}.yaml"
+def profile_relpath(model_id: str, gpu_product: str, weights_dtype: str = AUTO) -> str:
+    """Where a profile lives under a profiles/ tree: <gpu-product>/<org>--<name>.yaml, lower-cased; a profile
+    for a spec.weights.dtype other than auto under <gpu-product>/<dtype>/ (a model file name always holds
+    `--`, a dtype folder never does, so the two never meet)."""
+    folder = gpu_product if weights_dtype == AUTO else f"{gpu_product}/{weights_dtype}"
+    return f"{folder}/{model_id.lower().replace('/', '--')}.yaml"
 
 
 def render_profile(doc: dict) -> str:
@@ -285,20 +338,29 @@ def render_profile(doc: dict) -> str:
     return GENERATED_HEADER + yaml.safe_dump(doc, sort_keys=True, allow_unicode=True, width=4096)
 
 
-def shipped_profiles() -> dict[str, str]:
-    """Relative path -> YAML text of every estimated profile gpushare ships (4 models × 3 GPUs)."""
+def shipped_profiles(products: Sequence[str] | None = None) -> dict[str, str]:
+    """Relative path -> YAML text of every estimated profile gpushare ships: 4 models × 3 GPUs in the
+    checkpoint's precision, and SHIPPED_WEIGHT_DTYPES' models in those dtypes on each GPU that runs them
+    (contract.precision). `products`: only these GPU products (None: all of the catalog)."""
     out = {}
     for model_id, config in sorted(PUBLISHED_CONFIGS.items()):
         arch = architecture_from_config(config, source=config_source(model_id))
         for product, gpu in sorted(CATALOG.items()):
-            out[profile_relpath(model_id, product)] = render_profile(estimate_profile(arch, model_id, gpu))
+            if products is not None and product not in products:
+                continue
+            for weights_dtype in (AUTO, *SHIPPED_WEIGHT_DTYPES.get(model_id, ())):
+                try:
+                    doc = estimate_profile(arch, model_id, gpu, weights_dtype=weights_dtype)
+                except UnsupportedPrecision:
+                    continue  # int4 on a GPU older than compute capability 8.0
+                out[profile_relpath(model_id, product, weights_dtype)] = render_profile(doc)
     return out
 
 
-def write_profiles(out_dir: Path) -> list[Path]:
-    """(Re)write the shipped profiles under out_dir; returns the paths written."""
+def write_profiles(out_dir: Path, products: Sequence[str] | None = None) -> list[Path]:
+    """(Re)write the shipped profiles (of `products`, None: all) under out_dir; returns the paths written."""
     written = []
-    for rel, text in shipped_profiles().items():
+    for rel, text in shipped_profiles(products).items():
         path = out_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
@@ -309,8 +371,10 @@ def write_profiles(out_dir: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m contract.estimate", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="profiles directory to (re)write")
+    parser.add_argument("--product", action="append", choices=sorted(CATALOG),
+                        help="only this GPU product (repeatable; default: every product of the catalog)")
     args = parser.parse_args(argv)
-    for path in write_profiles(args.out):
+    for path in write_profiles(args.out, args.product):
         print(path)
     return 0
 

@@ -25,8 +25,21 @@ worker's admission for the config the controller renders.
   ELASTIC_PREFILL_MAX_TOKENS. The engine prefills in the same chunk;
 - runtime overhead: measured by the profiler on a GPU, else the documented
   default `default_overhead_bytes` (256 MiB of library workspaces and sampler
-  buffers + 1 % of the weights for allocator rounding). CUDA graph pools and
-  library workspaces are charged against it.
+  buffers + 1 % of the weights for allocator rounding, + the dequantization
+  workspace of int8 weights). CUDA graph pools and library workspaces are
+  charged against it.
+
+Weights of every dtype (`linear_weight_bytes`): the decoder layers' linear
+weights are stored in the compute dtype, or weight-only quantized (the names
+and the device rules are contract.precision's):
+- int8: 1 byte per weight + one scale per output channel (compute dtype); on a
+  GPU the engine dequantizes one linear at a time into the compute dtype, so
+  the largest linear in the compute dtype is added to the overhead
+  (`dequantize_workspace_bytes`);
+- int4: 1/2 byte per weight + a scale and a zero per group of
+  `int4_group_size` inputs and output channel (compute dtype); a linear whose
+  shape the int4 layout cannot pack stays in the compute dtype.
+Embeddings, the LM head, norms and biases always stay in the compute dtype.
 
 A swap group occupies the area of its largest member. Pure: no I/O, no torch.
 """
@@ -44,6 +57,8 @@ ELASTIC_PREFILL_MAX_TOKENS = 4096   # an elastic model's streaming-floor chunk n
 OVERHEAD_BASE_BYTES = 256 << 20     # cuBLAS/cuBLASLt workspaces, sampler buffers, CUDA graph pools
 OVERHEAD_WEIGHT_DIVISOR = 100       # + 1/100 of the weights: caching-allocator rounding and fragmentation
 SAMPLER_LOGIT_BYTES = 4             # the sampler reads logits as float32
+INT4_GROUP_SIZES = (128, 64, 32)    # torchao's int4 group (128), else the largest of these dividing in_features
+INT4_OUT_MULTIPLE = 8               # the int4 layout packs output channels by 8
 
 
 @dataclass(frozen=True)
@@ -180,9 +195,37 @@ def swap_area(needs: Sequence[int]) -> int:
     return max(needs, default=0)
 
 
-def default_overhead_bytes(weight_bytes: int) -> int:
-    """The runtime overhead of a model no profiler measured: a fixed workspace plus 1 % of its weights."""
-    return OVERHEAD_BASE_BYTES + math.ceil(weight_bytes / OVERHEAD_WEIGHT_DIVISOR)
+def default_overhead_bytes(weight_bytes: int, workspace_bytes: int = 0) -> int:
+    """The runtime overhead of a model no profiler measured: a fixed workspace plus 1 % of its weights, plus
+    `workspace_bytes` (dequantize_workspace_bytes of int8 weights)."""
+    return OVERHEAD_BASE_BYTES + math.ceil(weight_bytes / OVERHEAD_WEIGHT_DIVISOR) + workspace_bytes
+
+
+def int4_group_size(out_features: int, in_features: int) -> int | None:
+    """The int4 group of a linear [out_features, in_features]: the first of INT4_GROUP_SIZES dividing
+    in_features, None when none does or out_features is not a multiple of INT4_OUT_MULTIPLE (it stays in the
+    compute dtype)."""
+    if out_features % INT4_OUT_MULTIPLE:
+        return None
+    return next((g for g in INT4_GROUP_SIZES if in_features % g == 0), None)
+
+
+def linear_weight_bytes(out_features: int, in_features: int, weights: str, compute_bytes: int) -> int:
+    """Device bytes of one linear weight [out_features, in_features] (its bias apart) stored as `weights`
+    (a float dtype name, int8 or int4), scales and zeros in `compute_bytes` per element included."""
+    if weights == "int8":
+        return out_features * in_features + out_features * compute_bytes
+    group = int4_group_size(out_features, in_features) if weights == "int4" else None
+    if group is not None:
+        return out_features * in_features // 2 + (in_features // group) * out_features * 2 * compute_bytes
+    return out_features * in_features * compute_bytes
+
+
+def dequantize_workspace_bytes(linears: Iterable[tuple[int, int]], weights: str, compute_bytes: int) -> int:
+    """int8: the largest linear (out, in) in the compute dtype, which a GPU step dequantizes into; 0 otherwise."""
+    if weights != "int8":
+        return 0
+    return max((out * inp * compute_bytes for out, inp in linears), default=0)
 
 
 def kv_bytes_per_token(*, layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:

@@ -45,6 +45,8 @@ PROFILE_LABEL = f"{GROUP}/profile"
 PROFILE_GPU_PRODUCT_LABEL = f"{GROUP}/gpu-product"
 PROFILE_MODEL_HASH_LABEL = f"{GROUP}/model-hash"
 VERDICTS_LABEL = f"{GROUP}/verdicts"
+POOL_LABEL = f"{GROUP}/pool"  # a worker on a pool node's GPU: the pool (gpus.yaml pools[].name)
+POOL_NODE_LABEL = f"{GROUP}/pool-node"  # ... and the plan's name of its node: its workers keep to one node
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 WORKER_POD_LABEL = ("app.kubernetes.io/name", "gpushare-worker")  # on every worker Deployment and its pods
 

@@ -28,6 +28,8 @@ def model_to_doc(m: ElasticModel) -> dict:
         spec["compositionRef"] = {"name": m.composition}
     if m.served_names:
         spec["servedNames"] = list(m.served_names)
+    if m.weight_dtype != "auto":
+        spec["weights"] = {"dtype": m.weight_dtype}
     metadata: dict = {"name": m.name, "namespace": m.namespace}
     if m.source is not None:
         metadata["annotations"] = {SOURCE_ANNOTATION: m.source.file}
@@ -35,11 +37,14 @@ def model_to_doc(m: ElasticModel) -> dict:
 
 
 def decision_to_dict(d: Decision) -> dict:
+    """A decision as its record under decisions/ and status.assigned hold it: `gpu.pool` only on a pool's node
+    and `weightDtype` only when not auto, so a record written before either existed reads back unchanged and an
+    upgrade rewrites no record (plan_to_dict shows `gpu.pool` always)."""
     return {
         "name": d.name,
         "namespace": d.namespace,
         "model": d.model,
-        "gpu": {"product": d.gpu_product, "slot": d.slot},
+        "gpu": {"product": d.gpu_product, "slot": d.slot} | ({"pool": d.pool} if d.pool is not None else {}),
         "mode": d.mode,
         "residentLayers": d.resident_layers,
         "totalLayers": d.total_layers,
@@ -60,7 +65,7 @@ def decision_to_dict(d: Decision) -> dict:
         "reason": d.reason,
         "reasonCode": d.reason_code,
         "profile": d.profile,
-    }
+    } | ({"weightDtype": d.weight_dtype} if d.weight_dtype != "auto" else {})
 
 
 def decision_from_dict(doc: dict) -> Decision:
@@ -89,6 +94,8 @@ def decision_from_dict(doc: dict) -> Decision:
         reason=doc.get("reason", ""),
         reason_code=doc.get("reasonCode", ""),
         profile=doc.get("profile"),
+        weight_dtype=doc.get("weightDtype", "auto"),
+        pool=gpu.get("pool"),
     )
 
 
@@ -101,19 +108,36 @@ def pending_to_dict(p: Pending) -> dict:
         "revision": p.revision,
         "reason": p.reason,
         "reasonCode": p.reason_code,
-    }
+    } | ({"weightDtype": p.weight_dtype} if p.weight_dtype != "auto" else {})
 
 
 def error_to_dict(e: InputError) -> dict:
     return {k: v for k, v in asdict(e).items()}
 
 
-def plan_to_dict(plan: Plan, errors: tuple[InputError, ...] = ()) -> dict:
-    """The `gpushare plan -o json` document."""
-    return {
+def _plan_decision(d: Decision) -> dict:
+    """A decision in `plan -o json`: its record, with `gpu.pool` null on a fixed node (docs/plan-json.md)."""
+    doc = decision_to_dict(d)
+    return doc | {"gpu": {**doc["gpu"], "pool": d.pool}}
+
+
+def assigned_patch(d: Decision) -> dict:
+    """`status.assigned` as a merge-patch: the optional fields null where the decision has none, so a value the
+    last decision had (a pool, a weight dtype) is deleted rather than kept under merge-patch."""
+    doc = _plan_decision(d)
+    return doc | {"weightDtype": doc.get("weightDtype")}
+
+
+def plan_to_dict(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> dict:
+    """The `gpushare plan -o json` document; `capacity`: the GPUs it keeps and their cost
+    (controller.planning.bill.capacity_doc)."""
+    doc = {
         "apiVersion": API_VERSION,
         "kind": "Plan",
-        "decisions": [decision_to_dict(d) for d in plan.decisions],
+        "decisions": [_plan_decision(d) for d in plan.decisions],
         "pending": [pending_to_dict(p) for p in plan.pending],
         "errors": [error_to_dict(e) for e in errors],
     }
+    if capacity is not None:
+        doc["capacity"] = capacity
+    return doc

@@ -1,7 +1,7 @@
 """The values that flow through one reconcile pass.
 
 Owns the plain, immutable data shapes shared by every stage: ElasticModel,
-Profile, GpuSlot, Decision, Pending, InputError. The loader builds the inputs,
+Profile, GpuSlot, Pool, Decision, Pending, InputError. The loader builds the inputs,
 the planner returns decisions, compose and status read them. No stage adds a
 field anywhere else.
 """
@@ -54,6 +54,7 @@ class ElasticModel:
     user_budget_bytes: int | None = field(default=None, compare=False)  # spec.memoryBudget when right-sizing Auto set budget_bytes
     rightsizing_conditions: tuple[dict, ...] = field(default=(), compare=False)  # the loop's last conditions (its record)
     rightsizing_recommendation: dict | None = field(default=None, compare=False)  # its record's open recommendation
+    weight_dtype: str = "auto"  # spec.weights.dtype, canonical (contract.precision): auto, bfloat16, float16, int8, int4
     placement: Placement = field(default=EVERYWHERE, compare=False)  # spec.placement: the clusters that run it
     # the document it was parsed from, kept in a repository with clusters/ only: rendered for the clusters it selects
     document: dict | None = field(default=None, compare=False, repr=False)
@@ -70,6 +71,10 @@ class ElasticModel:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def profile_key(self, gpu_product: str) -> tuple[str, str, str, str]:
+        """The Profile.key this model is planned by on `gpu_product`."""
+        return (self.model, self.revision, gpu_product, self.weight_dtype)
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,7 @@ class Profile:
     revision: str = "main"
     decode_step_ms: tuple[tuple[int, float], ...] = ()  # measured (batch, ms per step), sorted by batch
     file: str | None = field(default=None, compare=False)
+    weight_dtype: str = "auto"  # weights.dtype: the spec.weights.dtype it was made for (auto: the checkpoint's own)
 
     @property
     def estimated(self) -> bool:
@@ -123,9 +129,48 @@ class Profile:
                          self.host_to_device_gbps, self.prefill_ms_per_1k_tokens))
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        """What a profile measures: one model revision on one GPU product."""
-        return (self.model, self.revision, self.gpu_product)
+    def key(self) -> tuple[str, str, str, str]:
+        """What a profile measures: one model revision on one GPU product in one weight dtype."""
+        return (self.model, self.revision, self.gpu_product, self.weight_dtype)
+
+    @property
+    def stored_dtype(self) -> str:
+        """What the decoder linears are stored in: int8, int4, or the compute dtype."""
+        return self.weight_dtype if self.weight_dtype in ("int8", "int4") else self.dtype
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A node pool of gpus.yaml (`pools:`): nodes an autoscaler (Karpenter, the cluster autoscaler) adds when a
+    pending worker Pod selects them, every one alike. The planner names its nodes `pool-<name>-<k>`
+    (`node_name`), k from 0 to maxNodes - 1; the first `min_nodes` are kept whatever the plan (paid for)."""
+
+    name: str
+    product: str
+    memory_bytes: int
+    gpus_per_node: int
+    host_memory_bytes: int | None
+    min_nodes: int
+    max_nodes: int
+    selector: tuple[str, str]  # the label (key, value) every node of the pool carries, e.g. karpenter.sh/nodepool
+    reserved_bytes: int = 1 << 30
+
+    def node_name(self, ordinal: int) -> str:
+        return f"{POOL_NODE_PREFIX}{self.name}-{ordinal}"
+
+    def ordinal(self, node: str) -> int | None:
+        """k of its node `pool-<name>-<k>`; None for any other node name."""
+        digits = node.removeprefix(f"{POOL_NODE_PREFIX}{self.name}-")
+        return int(digits) if digits != node and digits.isdigit() and self.node_name(int(digits)) == node else None
+
+    def slots(self, ordinal: int) -> tuple[GpuSlot, ...]:
+        """The GPUs of its node `ordinal`, as the planner plans them."""
+        return tuple(GpuSlot(node=self.node_name(ordinal), index=i, product=self.product,
+                             memory_bytes=self.memory_bytes, reserved_bytes=self.reserved_bytes,
+                             host_memory_bytes=self.host_memory_bytes, pool=self) for i in range(self.gpus_per_node))
+
+
+POOL_NODE_PREFIX = "pool-"
 
 
 @dataclass(frozen=True)
@@ -139,6 +184,7 @@ class GpuSlot:
     reserved_bytes: int = 1 << 30
     host_memory_bytes: int | None = None  # the node's host RAM for pods (shared by its GPUs); None: not planned
     device_uuid: str | None = None  # the GPU its worker was given (from the worker's verdicts); None: not known yet
+    pool: Pool | None = field(default=None, repr=False)  # a pool node's GPU (its node is the plan's name for it)
 
     @property
     def id(self) -> str:
@@ -189,6 +235,8 @@ class Decision:
     # profile, absent in decisions read back from git. Not part of the decision's identity.
     dtype: str | None = field(default=None, compare=False)
     terms: Terms | None = field(default=None, compare=False, repr=False)
+    weight_dtype: str = "auto"  # the spec.weights.dtype it is planned (and its profile chosen) in
+    pool: str | None = None  # the node pool of its slot (gpus.yaml pools:), None on a fixed node or when refused
 
     @property
     def key(self) -> tuple[str, str]:
@@ -206,6 +254,8 @@ class Pending:
     revision: str
     reason: str
     reason_code: str = "AwaitingProfile"
+    weight_dtype: str = "auto"  # the spec.weights.dtype the profile is needed for
+    pool_selector: tuple[str, str] | None = None  # no fixed node has the product: its profiler Job selects a pool's
 
     @property
     def key(self) -> tuple[str, str]:
@@ -233,11 +283,18 @@ class Inputs:
     profiles: tuple[Profile, ...] = ()
     slots: tuple[GpuSlot, ...] = ()
     errors: tuple[InputError, ...] = ()
+    pools: tuple[Pool, ...] = ()
+    # cluster mode: how many nodes of each pool exist now (their labels say so); offline: not known (empty)
+    pool_nodes: tuple[tuple[str, int], ...] = ()
+    # gpus.yaml pricePerGpuHour: a price changes a plan only where it picks the pool that adds a node
+    prices: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The planner's output: one decision per planned model, the models awaiting a profile."""
+    """The planner's output: one decision per planned model, the models awaiting a profile, and the GPUs of
+    every pool node the plan keeps (those it places a model on, and each pool's minNodes)."""
 
     decisions: tuple[Decision, ...] = ()
     pending: tuple[Pending, ...] = ()
+    pool_slots: tuple[GpuSlot, ...] = ()

@@ -9,11 +9,13 @@ import argparse
 from dataclasses import dataclass
 
 from contract.footprint import PREFILL_CHUNK_TOKENS
+from contract.precision import AUTO, WEIGHT_DTYPES
 from profiler_job.errors import InvalidArguments
 from profiler_job.termination import DEFAULT_TERMINATION_LOG
 
 PROFILE_DTYPES = ("bfloat16", "float16", "float32")  # what a profile's dtype may be
 DTYPES = ("auto", *PROFILE_DTYPES)
+WEIGHTS = WEIGHT_DTYPES  # --weights: the ElasticModel's spec.weights.dtype (contract.precision)
 DEFAULT_CONTEXT_TOKENS = 4096
 DEFAULT_CONCURRENCY = 1
 DEFAULT_REPEATS = 5
@@ -47,6 +49,7 @@ class Options:
     trust_remote_code: bool = False
     termination_log: str = DEFAULT_TERMINATION_LOG
     max_gpu_memory_bytes: int | None = None  # beside running workers: the memory the plan leaves free there
+    weights: str = AUTO  # spec.weights.dtype: the decoder linears' dtype the profile is for
 
     @property
     def chunk_tokens(self) -> int:
@@ -98,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
                 description="Measure a model on this GPU type and publish its profile (schemas/profile.schema.json).")
     p.add_argument("--model", required=True, help="hub id (from the local cache when HF_HUB_OFFLINE=1) or a local path")
     p.add_argument("--revision", default="main", help="hub revision (branch, tag or commit); default main")
-    p.add_argument("--dtype", choices=DTYPES, default="auto", help="auto: the checkpoint's dtype")
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="the compute dtype; auto: the checkpoint's, float16 for bfloat16 on a GPU without bfloat16")
+    p.add_argument("--weights", choices=WEIGHTS, default=AUTO,
+                   help="the ElasticModel's spec.weights.dtype: int8 or int4 quantize the decoder linears as the "
+                        "worker does (engine/quantize.py); auto: the checkpoint's own precision")
     p.add_argument("--context-tokens", type=_positive, default=DEFAULT_CONTEXT_TOKENS,
                    help=f"prompt length the prefill is measured for (default {DEFAULT_CONTEXT_TOKENS})")
     p.add_argument("--concurrency", "--batch", dest="concurrency", type=_positive, default=DEFAULT_CONCURRENCY,
@@ -125,6 +132,7 @@ def parse_args(argv: list[str]) -> Options:
         repeats=ns.repeats, gpu_product=ns.gpu_product, require_gpu=ns.require_gpu,
         trust_remote_code=ns.trust_remote_code, termination_log=ns.termination_log,
         max_gpu_memory_bytes=None if ns.max_gpu_memory_mib is None else ns.max_gpu_memory_mib << 20,
+        weights=ns.weights,
     )
 
 

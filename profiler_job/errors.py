@@ -86,11 +86,24 @@ class HubDownloadFailed(ProfilerError):
     reason, exit_code = hub.DOWNLOAD_FAILED, 16
 
 
+class UnsupportedWeightDtype(ProfilerError):
+    """--weights names a dtype this GPU cannot run (contract.precision: bfloat16 and int4 need 8.0 or later)."""
+
+    reason, exit_code = "UnsupportedWeightDtype", 17
+
+
+class UnsupportedQuantization(ProfilerError):
+    """The checkpoint is already quantized in a library's own layout (its config.json quantization_config)."""
+
+    reason, exit_code = "UnsupportedQuantization", 18
+
+
 # Every reason, in exit-code order: the table docs/profiler.md documents and the tests walk.
 ALL_ERRORS: tuple[type[ProfilerError], ...] = (
     InvalidArguments, ModelNotFound, HubAccessDenied, UnsupportedArchitecture, OutOfMemory,
     NoGPU, ConfigMapForbidden, KVCacheMismatch, PublishFailed, InvalidProfile,
     HubModelNotFound, HubRevisionNotFound, ModelNotCached, HubUnreachable, HubDownloadFailed,
+    UnsupportedWeightDtype, UnsupportedQuantization,
 )
 # contract.hub's refusals, by reason: the worker and the profiler fail a model the Hub refuses for the same reason.
 HUB_ERRORS: dict[str, type[ProfilerError]] = {

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from contract import hub
-from profiler_job.errors import HUB_ERRORS, ModelNotFound, OutOfMemory, ProfilerError, UnsupportedArchitecture
+from contract.precision import checkpoint_quantization, quantized_checkpoint_fix
+from profiler_job.errors import (HUB_ERRORS, ModelNotFound, OutOfMemory, ProfilerError, UnsupportedArchitecture,
+                                 UnsupportedQuantization)
 from profiler_job.termination import redact
 
 FromPretrained = Callable[..., Any]
@@ -34,6 +36,9 @@ def transformers_from_pretrained(directory: str, *, name: str, dtype: str, trust
 
     transformers_logging.disable_progress_bar()  # the Job reports its own progress by stage
     raw, _ = PretrainedConfig.get_config_dict(directory, local_files_only=True)
+    quantized = checkpoint_quantization(raw)
+    if quantized is not None:
+        raise UnsupportedQuantization(f"{name}: {quantized_checkpoint_fix(quantized)}")
     remote = trust_remote_code and "auto_map" in raw
     if raw.get("model_type") not in CONFIG_MAPPING and not remote:
         raise UnsupportedArchitecture(

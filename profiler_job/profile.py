@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import schemas
+from contract.precision import AUTO
 from contract.wire import API_VERSION, PROFILE_KIND
 from profiler_job.errors import InvalidProfile
 from profiler_job.gpu import GpuIdentity
@@ -37,7 +38,8 @@ class Measurements:
 
 
 def build_profile(*, model: str, revision: str, dtype: str, gpu: GpuIdentity, method: str, version: str,
-                  m: Measurements) -> dict:
+                  m: Measurements, weights: str = AUTO) -> dict:
+    """`weights`: the spec.weights.dtype the profile is for (weights.dtype; absent for auto)."""
     w = m.weights
     doc = {
         "apiVersion": API_VERSION,
@@ -80,6 +82,8 @@ def build_profile(*, model: str, revision: str, dtype: str, gpu: GpuIdentity, me
             **m.bandwidth.derivation,
         },
     }
+    if weights != AUTO:
+        doc["weights"]["dtype"] = weights
     if m.bandwidth.layer_copy_ms is not None:
         doc["layerCopyMs"] = m.bandwidth.layer_copy_ms
     if m.architecture is not None:

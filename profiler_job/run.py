@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contract.gpu_catalog import capability_of
 from profiler_job import __version__
 from profiler_job.args import PROFILE_DTYPES, Options
 from profiler_job.errors import InvalidArguments, NoGPU, OutOfMemory, UnsupportedArchitecture
@@ -26,6 +27,7 @@ from profiler_job.measure.kv import measure_kv
 from profiler_job.measure.latency import decode_step_ms, prefill_ms_per_1k
 from profiler_job.measure.overhead import measure_overhead
 from profiler_job.measure.weights import measure_weights
+from profiler_job.precision import apply_precision
 from profiler_job.profile import Measurements, build_profile
 from profiler_job.progress import Progress
 from profiler_job.publish import default_core_api
@@ -35,6 +37,11 @@ from profiler_job.structure import find_parts
 def _cuda_available() -> bool:
     import torch
     return torch.cuda.is_available()
+
+
+def _cuda_capability() -> tuple[int, int]:
+    import torch
+    return tuple(torch.cuda.get_device_capability())
 
 
 def memory_fraction(max_bytes: int | None, free_bytes: int, total_bytes: int) -> float:
@@ -66,6 +73,7 @@ class Adapters:
     core_api: Callable[[], Any] = default_core_api
     engine: EngineFactory = worker_engine
     limit_device_memory: Callable[[int | None], float] = _limit_device_memory
+    cuda_capability: Callable[[], tuple[int, int]] = _cuda_capability  # what contract.precision's rule is given
 
 
 def choose_device(options: Options, cuda_available: bool) -> Device:
@@ -90,7 +98,12 @@ def profile_model(options: Options, adapters: Adapters, progress: Progress) -> d
         model = load_model(options.model, revision=options.revision, dtype=options.dtype,
                            trust_remote_code=options.trust_remote_code, device=device.type,
                            from_pretrained=adapters.from_pretrained, download=adapters.download, report=progress.note)
-        log.update(model=options.model, device=device.type, gpuProduct=identity.product)
+        # the GPU's own capability, or on a CPU run the catalog's for the product the profile is for
+        capability = adapters.cuda_capability() if device.is_cuda else capability_of(identity.product)
+        precision = apply_precision(model, weights=options.weights, dtype=options.dtype, capability=capability,
+                                    product=identity.product, device=device.type)
+        log.update(model=options.model, device=device.type, gpuProduct=identity.product, dtype=precision.compute,
+                   weights=precision.weights)
     return measure_model(model, options, device, identity, progress, engine=adapters.engine)
 
 
@@ -123,7 +136,8 @@ def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity
     with progress.stage("kv") as log:
         kv = measure_kv(model, device)
         log.update(bytesPerToken=kv.bytes_per_token)
-    estimate = None if device.is_cuda else estimate_for_cpu_run(model, options.model, dtype, identity)
+    estimate = (None if device.is_cuda
+                else estimate_for_cpu_run(model, options.model, dtype, identity, options.weights))
     chunk = options.chunk_tokens
     with progress.stage("prefill") as log:
         prefill_activation = estimate.prefill if estimate else prefill_peak(model, device, chunk, kv.bytes_per_token)
@@ -143,7 +157,7 @@ def _measure(model: Any, options: Options, device: Device, identity: GpuIdentity
         log.update(hostToDeviceGBps=round(bandwidth.gbps, 2), measured=bandwidth.measured)
     method = (f"profiler_job {__version__} on {device.type} ({identity.product}); torch {torch.__version__}, "
               f"transformers {transformers.__version__}")
-    return build_profile(model=options.model, revision=options.revision, dtype=dtype,
+    return build_profile(model=options.model, revision=options.revision, dtype=dtype, weights=options.weights,
                          gpu=identity, method=method,
                          version=__version__, m=Measurements(
                              weights=weights, kv=kv, prefill_activation=prefill_activation,

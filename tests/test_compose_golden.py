@@ -1,6 +1,7 @@
 """Generated trees checked in under tests/golden/ as a reviewer would approve them:
-tests/golden/fleet is one reconcile pass over examples/fleet; tests/golden/scenario is
-compose on a fixed plan with previous decisions (so PLAN.md shows changes).
+tests/golden/fleet is one reconcile pass over examples/fleet (tests/golden/fleet-t4 over examples/fleet-t4: an
+int8 model on a Tesla-T4); tests/golden/scenario is compose on a fixed plan with previous decisions (so PLAN.md
+shows changes).
 
 Regenerate after an intended change, then review the diff:
     UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_compose_golden.py -q
@@ -35,8 +36,8 @@ def rendered():
     return compose(MODELS, PLAN, SLOTS, LAST)
 
 
-def _fleet_files() -> dict[str, str]:
-    fleet = REPO_ROOT / "examples" / "fleet"
+def _fleet_files(name: str = "fleet") -> dict[str, str]:
+    fleet = REPO_ROOT / "examples" / name
     # a first reconcile: no rendered tree yet (so every worker is new, every profiler Job created)
     tree = read_repo(fleet)
     return run_pass(replace(tree, last=replace(tree.last, workers={}, paths=()))).rendered.files
@@ -54,9 +55,9 @@ def _write_tree(root: Path, files: dict[str, str]) -> None:
         (root / path).write_text(text, encoding="utf-8")
 
 
-@pytest.mark.parametrize("tree", ["scenario", "fleet"])
+@pytest.mark.parametrize("tree", ["scenario", "fleet", "fleet-t4"])
 def test_tree_matches_golden(tree, rendered):
-    files = rendered.files if tree == "scenario" else _fleet_files()
+    files = rendered.files if tree == "scenario" else _fleet_files(tree)
     golden = GOLDEN / tree
     if os.environ.get("UPDATE_GOLDEN") == "1":
         _write_tree(golden, files)

@@ -11,6 +11,7 @@ import yaml
 import schemas
 from contract.estimate import (ENGINE_EFFICIENCY, UnsupportedArchitectureError, architecture_from_config, estimate_profile, main,
                                  write_profiles)
+from contract.footprint import linear_weight_bytes
 from contract.gpu_catalog import UnknownGpuError, gpu_spec
 from controller.inputs.load import parse_profile
 from tests.tinymodels import config_for
@@ -28,6 +29,8 @@ PUBLISHED_PARAMETERS = {
 }
 GPUS = {"NVIDIA-H200": "bfloat16", "NVIDIA-L4": "bfloat16", "Tesla-T4": "float16"}
 FILES = sorted(p.relative_to(PROFILES).as_posix() for p in PROFILES.rglob("*.yaml"))
+FLOAT_FILES = [rel for rel in FILES if rel.count("/") == 1]  # <product>/<model>.yaml: the checkpoint's precision
+QUANTIZED_FILES = [rel for rel in FILES if rel.count("/") == 2]  # <product>/<dtype>/<model>.yaml
 
 
 def _doc(rel: str) -> dict:
@@ -97,10 +100,13 @@ def _profile_bytes(doc: dict) -> dict:
 
 # ---------------------------------------------------------------- the checked-in profiles
 
-def test_checked_in_profiles_are_four_models_on_three_gpus():
+def test_checked_in_profiles_are_four_models_on_three_gpus_and_the_8b_quantized_where_the_gpu_runs_it():
     expected = sorted(f"{gpu}/{model.lower().replace('/', '--')}.yaml"
                       for gpu in GPUS for model in PUBLISHED_PARAMETERS)
-    assert FILES == expected
+    assert FLOAT_FILES == expected
+    # int8 on every GPU; int4 only from compute capability 8.0 (contract.precision): not on the T4
+    assert QUANTIZED_FILES == sorted(f"{gpu}/{dtype}/meta-llama--llama-3.1-8b-instruct.yaml" for gpu in GPUS
+                                     for dtype in ("int8", "int4") if (gpu, dtype) != ("Tesla-T4", "int4"))
 
 
 @pytest.mark.parametrize("rel", FILES)
@@ -111,9 +117,33 @@ def test_profile_is_valid_and_loads(rel):
     assert errors == []
     assert (profile.source, profile.dtype, profile.gpu_product) == ("estimated", GPUS[rel.split("/")[0]],
                                                                      rel.split("/")[0])
+    assert profile.weight_dtype == (rel.split("/")[1] if rel in QUANTIZED_FILES else "auto")
 
 
-@pytest.mark.parametrize("rel", FILES)
+@pytest.mark.parametrize("rel", QUANTIZED_FILES)
+def test_quantized_byte_counts_follow_the_linears_transformers_builds(rel):
+    """Each nn.Linear of a decoder layer (as transformers builds it) stored by contract.footprint's rule, every
+    other parameter of the layer in the compute dtype; embeddings, norm and head as the float profile."""
+    doc, weights = _doc(rel), rel.split("/")[1]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(_config(doc["architecture"]),
+                                                              dtype=getattr(torch, doc["dtype"]))
+    nbytes = 2
+    layer = model.model.layers[0]
+    linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 7
+    expected = sum(linear_weight_bytes(m.out_features, m.in_features, weights, nbytes) for m in linears) + sum(
+        p.numel() * nbytes for name, p in layer.named_parameters() if not name.endswith("proj.weight"))
+    assert doc["weights"]["layerBytes"] == [expected] * len(model.model.layers)
+    floating = _doc(rel.replace(f"/{weights}/", "/"))
+    for part in ("embeddingBytes", "finalNormBytes", "headBytes"):
+        assert doc["weights"][part] == floating["weights"][part], part
+    ratio = sum(doc["weights"]["layerBytes"]) / sum(floating["weights"]["layerBytes"])
+    # int8: 1 of 2 bytes (+ a scale per output channel); int4: 1/2 of 2 bytes + a scale and zero (4 bytes) per 128
+    assert ratio == pytest.approx({"int8": 0.5, "int4": 0.25 + 4 / 128 / 2}[weights], rel=0.01)
+
+
+@pytest.mark.parametrize("rel", FLOAT_FILES)
 def test_byte_counts_match_the_model_transformers_builds(rel):
     doc = _doc(rel)
     measured = _meta_bytes_of_file(rel)
@@ -123,7 +153,7 @@ def test_byte_counts_match_the_model_transformers_builds(rel):
     assert doc["weights"]["tiedEmbeddings"] == (measured["head"] == 0)
 
 
-@pytest.mark.parametrize("rel", FILES)
+@pytest.mark.parametrize("rel", FLOAT_FILES)
 def test_total_matches_the_published_parameter_count(rel):
     doc = _doc(rel)
     assert doc["weights"]["totalBytes"] == PUBLISHED_PARAMETERS[doc["model"]] * 2  # 16-bit weights
@@ -160,6 +190,16 @@ def test_rerunning_the_estimator_reproduces_the_files_byte_for_byte(tmp_path):
     assert written == FILES
     changed = [rel for rel in FILES if (tmp_path / rel).read_bytes() != (PROFILES / rel).read_bytes()]
     assert changed == [], "run: python -m contract.estimate --out examples/fleet/profiles"
+
+
+def test_the_t4_fleet_profiles_are_the_estimators_t4_files(tmp_path):
+    t4 = PROFILES.parent.parent / "fleet-t4" / "profiles"
+    assert main(["--out", str(tmp_path), "--product", "Tesla-T4"]) == 0
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.yaml"))
+    assert written == sorted(p.relative_to(t4).as_posix() for p in t4.rglob("*.yaml"))
+    assert written == [rel for rel in FILES if rel.startswith("Tesla-T4/")]
+    assert all((tmp_path / rel).read_bytes() == (t4 / rel).read_bytes() for rel in written), \
+        "run: python -m contract.estimate --out examples/fleet-t4/profiles --product Tesla-T4"
 
 
 # ---------------------------------------------------------------- the arithmetic on other shapes
@@ -205,4 +245,4 @@ def test_an_unknown_gpu_names_the_known_ones():
 
 def test_write_profiles_creates_one_directory_per_gpu(tmp_path):
     paths = write_profiles(tmp_path / "profiles")
-    assert sorted({p.parent.name for p in paths}) == sorted(GPUS)
+    assert sorted({p.relative_to(tmp_path / "profiles").parts[0] for p in paths}) == sorted(GPUS)

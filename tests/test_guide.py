@@ -22,7 +22,7 @@ FLEET = REPO_ROOT / "examples" / "fleet"
 # A cluster, or a Prometheus: `usage export` reads one and the replay after it reads its export (the
 # replay itself is tested on recorded series in tests/test_rightsizing_pass.py).
 NEEDS_A_CLUSTER = ("kubectl ", "ssh-keyscan ", "gpushare reconcile --kube",
-                   "gpushare rightsize --repo https://",
+                   "gpushare rightsize --repo https://", "gpushare consolidate --repo https://",
                    "gpushare usage export ", "gpushare rightsize --repo ./fleet --usage usage.jsonl")
 
 
@@ -69,6 +69,8 @@ def test_the_guide_runs_start_to_finish(user_repo, capsys, monkeypatch, tmp_path
             _write_shown_files(work)  # the YAML the guide shows just before, at the path its comment names
             monkeypatch.chdir(work)
             _gpushare(command, capsys)
+        elif command == ".venv/bin/python bench/capacity.py --table":
+            _bench_table()
         elif command.startswith("git add "):
             subprocess.run(command, shell=True, cwd=work, check=True, capture_output=True)
             pushed = subprocess.run(["git", "-C", str(remote), "show", "main:models/llm/chat-small.yaml"],
@@ -78,7 +80,8 @@ def test_the_guide_runs_start_to_finish(user_repo, capsys, monkeypatch, tmp_path
             pytest.fail(f"docs/guide.md shows a command this test does not know: {command!r}")
         ran.append(command.split()[0:2])
     assert [c[:2] for c in ran] == [["make", "install.yaml"], ["gpushare", "validate"], ["git", "add"],
-                                    ["gpushare", "explain"]]
+                                    ["gpushare", "explain"], ["gpushare", "consolidate"],
+                                    [".venv/bin/python", "bench/capacity.py"]]
     assert all(c.startswith(NEEDS_A_CLUSTER) for c in skipped) and len(skipped) >= 8
 
 
@@ -108,10 +111,20 @@ def _gpushare(command: str, capsys) -> None:
     out = capsys.readouterr().out
     if command.startswith("gpushare validate"):
         assert code == 0 and re.search(r"\d+ ElasticModel\(s\).*; 0 error\(s\)", out), out
+    elif command == "gpushare consolidate .":  # the guide's fleet has no pool: nothing to give back
+        assert code == 0 and out.startswith("nothing to give back"), out
     elif command.startswith("gpushare explain"):
         assert code == 0 and "llm/chat-small: Qwen/Qwen2.5-0.5B-Instruct" in out and "Mode: resident" in out, out
     else:
         pytest.fail(f"no expectation for {command!r}")
+
+
+def _bench_table() -> None:
+    """The guide's cost table is what bench/capacity.py prints, row for row."""
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "capacity.py"), "--table"], cwd="/",
+                          capture_output=True, text=True, timeout=300, check=True)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("|")]
+    assert len(rows) == 6 and all(row in GUIDE.read_text() for row in rows), done.stdout
 
 
 def _write_shown_files(work: Path) -> None:

@@ -3,7 +3,9 @@ outlive any exception, messages that tell the truth, profiles checked against ar
 and validate refusing exactly what a reconcile pass refuses."""
 from __future__ import annotations
 
+import importlib.util
 import io
+import re
 import shutil
 from pathlib import Path
 
@@ -211,6 +213,8 @@ def test_a_profile_of_a_known_model_must_agree_with_its_architecture(factor, ref
     if refused:
         assert [e.reason for e in errors] == ["ProfileDisagreesWithArchitecture"]
         assert "weights.totalBytes" in errors[0].message and "25%" in errors[0].message
+        (command,) = re.findall(r"python -m ([\w.]+)", errors[0].fix)
+        assert importlib.util.find_spec(command) is not None, f"the fix names {command}, which does not exist"
 
 
 def test_a_profile_of_an_unknown_model_is_checked_against_its_own_architecture_block():

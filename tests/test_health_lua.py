@@ -8,7 +8,7 @@ import lupa.lua51 as lua51
 import pytest
 import yaml
 
-from controller.observe.status import JobState, Observed, WorkerVerdict, conditions_for, status_patch
+from controller.observe.status import JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, status_patch
 from tests.test_status import ALL_GOOD, BELOW_MINIMUM, MODEL, PENDING, RESIDENT, SYNCED_APP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,6 +63,10 @@ LIVE_CASES = [
     ("budget-below-minimum", BELOW_MINIMUM, None, ALL_GOOD, "Degraded", "BudgetBelowElasticMinimum:"),
     ("sync-failed", RESIDENT, None, dataclasses.replace(ALL_GOOD, app=dataclasses.replace(
         SYNCED_APP, operation_phase="Error", operation_message="rpc error")), "Degraded", "SyncFailed:"),
+    ("pool-node-not-there-yet", dataclasses.replace(RESIDENT, slot="pool-l4-0/gpu0", pool="l4"), None,
+     dataclasses.replace(ALL_GOOD, verdict=None, workload=WorkloadState(
+         "worker-pool-l4-0-gpu0-default", False, "0/1 replicas available, 0/1 updated")),
+     "Progressing", "AwaitingNode: worker-pool-l4-0-gpu0-default on pool-l4-0/gpu0 waits for a node of pool l4"),
 ]
 
 

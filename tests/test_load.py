@@ -87,7 +87,7 @@ def test_valid_repo_loads_every_field():
     (profile,) = inputs.profiles
     assert profile.file == "profiles/NVIDIA-H200/tiny-llama.yaml"
     assert (profile.key, profile.layer_bytes, profile.weight_bytes, profile.kv_bytes_per_token) == (
-        ("example/tiny-llama", "main", "NVIDIA-H200"), (100, 100, 100, 100), 1000, 64)
+        ("example/tiny-llama", "main", "NVIDIA-H200", "auto"), (100, 100, 100, 100), 1000, 64)
     assert (profile.prefill_ms_per_1k_tokens, profile.host_to_device_gbps, profile.source) == (3.0, 55.0, "measured")
 
 

@@ -276,8 +276,10 @@ def test_measured_profiles_are_each_clusters_own_and_shared_where_another_has_no
         doc = {**estimated, "source": "measured", "method": f"measured in {cluster}", "runtimeOverheadBytes": overhead}
         _write(regions, f"profiles/measured/{cluster}/NVIDIA-H200/qwen--qwen2.5-0.5b-instruct.yaml",
                yaml.safe_dump(doc))
-    key = ("Qwen/Qwen2.5-0.5B-Instruct", "main", "NVIDIA-H200")
-    used = {c: next(p for p in read_repo(regions, cluster=c).inputs.profiles if p.key == key) for c in LABELS}
+    def used_by(cluster: str):
+        return next(p for p in read_repo(regions, cluster=cluster).inputs.profiles
+                    if (p.model, p.revision, p.gpu_product) == ("Qwen/Qwen2.5-0.5B-Instruct", "main", "NVIDIA-H200"))
+    used = {c: used_by(c) for c in LABELS}
     assert used["us-1"].file == "profiles/measured/us-1/NVIDIA-H200/qwen--qwen2.5-0.5b-instruct.yaml"
     assert used["staging"].file.startswith("profiles/measured/staging/")
     assert used["eu-1"].file.startswith("profiles/measured/staging/"), "another cluster's, the first by name"
@@ -308,7 +310,11 @@ def test_plan_json_keeps_its_fields_and_adds_each_clusters_plan(regions, capsys)
         (c, ref) for c, refs in PLANNED.items() for ref in refs}
     assert sorted(doc["clusters"]) == ["eu-1", "staging", "us-1"]
     assert {f"{d['namespace']}/{d['name']}" for d in doc["clusters"]["us-1"]["decisions"]} == PLANNED["us-1"]
-    assert set(doc["clusters"]["us-1"]) == {"decisions", "pending", "errors"}
+    assert set(doc["clusters"]["us-1"]) == {"decisions", "pending", "errors", "capacity"}
+    assert doc["capacity"]["gpusUsed"] == sum(c["capacity"]["gpusUsed"] for c in doc["clusters"].values())
+    assert {(p["cluster"], p["product"]) for p in doc["capacity"]["products"]} == {
+        ("eu-1", "NVIDIA-H200"), ("staging", "NVIDIA-L4"), ("us-1", "NVIDIA-H200"), ("us-1", "NVIDIA-L4")}
+    assert doc["capacity"]["costPerMonth"] is None, "staging has no price: the fleet's total is not known"
     assert main(["plan", str(regions), "-o", "json", "--cluster", "eu-1"]) == 0
     assert list(json.loads(capsys.readouterr().out)["clusters"]) == ["eu-1"]
     assert main(["plan", str(regions)]) == 0
@@ -319,7 +325,8 @@ def test_plan_json_keeps_its_fields_and_adds_each_clusters_plan(regions, capsys)
 
 def test_plan_json_of_the_single_cluster_layout_is_unchanged(capsys):
     assert main(["plan", str(REPO_ROOT / "examples" / "fleet"), "-o", "json"]) == 0
-    assert set(json.loads(capsys.readouterr().out)) == {"apiVersion", "kind", "decisions", "pending", "errors"}
+    assert set(json.loads(capsys.readouterr().out)) == {"apiVersion", "kind", "decisions", "pending", "errors",
+                                                         "capacity"}
 
 
 def test_explain_names_the_cluster_or_explains_it_in_each(regions, capsys):
@@ -379,3 +386,47 @@ def test_an_elastic_model_the_api_server_would_refuse_is_not_rendered_and_keeps_
     assert error.reason == "InvalidLabel" and "ElasticModel object" in error.message
     assert "rendered/staging/llm/elasticmodel-chat-small.yaml" in output.keep, "its last objects stay"
     assert "rendered/staging/llm/elasticmodel-summarizer.yaml" in output.files, "the others render"
+
+
+# ---------------------------------------------------------------- node pools: one cluster's own
+
+STAGING_POOL = """apiVersion: gpushare.dev/v1alpha1
+kind: GPUInventory
+labels: {env: staging}
+pricePerGpuHour: {NVIDIA-L4: 0.8}
+nodes: []
+pools:
+  - name: l4
+    product: NVIDIA-L4
+    gpusPerNode: 1
+    hostMemory: 24Gi
+    minNodes: 0
+    maxNodes: 4
+    selector: {karpenter.sh/nodepool: l4}
+"""
+
+
+def test_a_pool_in_one_clusters_inventory_opens_nodes_there_alone(regions, capsys):
+    _write(regions, "clusters/staging/gpus.yaml", STAGING_POOL)
+    staging = run_pass(read_repo(regions, cluster="staging"))
+    assert staging.errors == ()
+    slots = {d.name: d.slot for d in staging.plan.decisions}
+    assert slots and all(slot.startswith("pool-l4-") for slot in slots.values()), slots
+    workers = [p for p in staging.files if p.startswith("rendered/staging/") and "/deployment-worker-pool-l4-" in p]
+    assert workers, "the pool node's worker, in staging's own tree"
+    assert "karpenter.sh/nodepool" in staging.files[workers[0]].decode()
+    for cluster in ("eu-1", "us-1"):  # their inventories have no pool: nothing of staging's reaches them
+        other = run_pass(read_repo(regions, cluster=cluster))
+        assert not any(d.slot and d.slot.startswith("pool-") for d in other.plan.decisions), cluster
+        assert read_repo(regions, cluster=cluster).pools == ()
+    assert main(["plan", str(regions), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in doc["clusters"]["staging"]["capacity"]["pools"]] == ["l4"]
+    assert doc["clusters"]["eu-1"]["capacity"]["pools"] == []
+    assert [(p["cluster"], p["name"]) for p in doc["capacity"]["pools"]] == [("staging", "l4")]
+    assert main(["validate", str(regions)]) == 0
+    assert "1 node pool(s)" in capsys.readouterr().out
+    assert main(["consolidate", str(regions), "--cluster", "staging"]) == 0
+    assert "nothing to give back" in capsys.readouterr().out
+    assert main(["consolidate", str(regions)]) == 2, "which cluster's pool nodes: it says so"
+    assert "--cluster" in capsys.readouterr().err

@@ -1,10 +1,11 @@
 """Plan equals admission: the controller's bytes are, byte for byte, what the worker admits.
 
-For random architectures, dtypes, SLOs and budgets, the planner decides from an
-estimated profile; the controller renders each placed model's worker-config entry;
-the worker parses that config and admits it against a checkpoint that matches the
-profile. The worker's need must equal the decision's footprint, and a slot's
-worker, given the usable memory the plan assumed, refuses nothing the plan placed.
+For random architectures, dtypes, weight dtypes (auto, int8, int4: spec.weights.dtype), SLOs and budgets,
+the planner decides from an estimated profile; the controller renders each placed model's worker-config
+entry; the worker parses that config, reads the checkpoint's shape by its own arithmetic (worker.shape, from
+the tensor table a checkpoint of that architecture has) and admits it. The shape's bytes must equal the
+profile's, the worker's need the decision's footprint, and a slot's worker, given the usable memory the plan
+assumed, refuses nothing the plan placed.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from contract.estimate import architecture_from_config, estimate_profile
 from contract.gpu_catalog import CATALOG
+from contract.precision import capability_problem
 from contract.wire import API_VERSION, WORKER_CONFIG_KIND
 from controller.inputs.load import parse_profile
 from controller.planning import cost
@@ -21,7 +23,7 @@ from controller.rendering.workerconfig import model_entry
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs
 from worker.admission import admit
 from worker.config import parse_config
-from worker.shape import ModelShape
+from worker.shape import ModelShape, shape_from
 
 GiB = 1 << 30
 
@@ -51,26 +53,73 @@ def fleets(draw):
     count = draw(st.integers(1, 4))
     profiles, models = [], []
     for i in range(count):
-        doc = estimate_profile(architecture_from_config(draw(architectures())), f"org/m{i}", gpu, dtype)
+        config = draw(architectures())
+        weights = draw(st.sampled_from([w for w in ("auto", "int8", "int4")
+                                        if capability_problem(gpu.compute_capability, w) is None]))
+        doc = estimate_profile(architecture_from_config(config), f"org/m{i}", gpu, dtype, weights_dtype=weights)
         profile, errors = parse_profile(doc, f"profiles/{i}.yaml")
         assert not errors, errors
         profiles.append(profile)
+        CONFIGS[f"org/m{i}", weights, profile.dtype] = config
         slo = SLO(context_tokens=draw(st.sampled_from([1, 100, 512, 513, 4096, 32_768])),
                   concurrency=draw(st.integers(1, 32)))
         budget = draw(st.integers(1 << 20, 2 * gpu.memory_bytes))
         models.append(ElasticModel(name=f"m{i}", namespace="llm", model=f"org/m{i}", budget_bytes=budget, slo=slo,
-                                   gpu_product=product))
+                                   gpu_product=product, weight_dtype=weights))
     slots = tuple(GpuSlot(node=f"node-{j}", index=0, product=product, memory_bytes=gpu.memory_bytes)
                   for j in range(draw(st.integers(1, 2))))
     return Inputs(models=tuple(models), profiles=tuple(profiles), slots=slots)
 
 
+CONFIGS: dict[tuple[str, str, str], dict] = {}  # (model, weight dtype, compute dtype) -> its config.json
+
+
+def tensor_table(config: dict) -> dict[str, dict]:
+    """The safetensors header a bfloat16 checkpoint of `config` has (names and shapes as transformers saves them)."""
+    def t(*shape):
+        return {"dtype": "BF16", "shape": list(shape)}
+
+    if config["model_type"] == "gpt2":
+        h, i, v = config["n_embd"], config["n_inner"], config["vocab_size"]
+        table = {"transformer.wte.weight": t(v, h), "transformer.wpe.weight": t(config["n_positions"], h),
+                 "transformer.ln_f.weight": t(h), "transformer.ln_f.bias": t(h)}
+        for n in range(config["n_layer"]):
+            at = f"transformer.h.{n}."
+            table |= {at + "ln_1.weight": t(h), at + "ln_1.bias": t(h), at + "ln_2.weight": t(h), at + "ln_2.bias": t(h),
+                      at + "attn.c_attn.weight": t(h, 3 * h), at + "attn.c_attn.bias": t(3 * h),
+                      at + "attn.c_proj.weight": t(h, h), at + "attn.c_proj.bias": t(h),
+                      at + "mlp.c_fc.weight": t(h, i), at + "mlp.c_fc.bias": t(i),
+                      at + "mlp.c_proj.weight": t(i, h), at + "mlp.c_proj.bias": t(h)}
+        return table
+    h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    d = h // config["num_attention_heads"]
+    q, kv = config["num_attention_heads"] * d, config["num_key_value_heads"] * d
+    table = {"model.embed_tokens.weight": t(v, h), "model.norm.weight": t(h)}
+    if not config["tie_word_embeddings"]:
+        table["lm_head.weight"] = t(v, h)
+    for n in range(config["num_hidden_layers"]):
+        at = f"model.layers.{n}."
+        table |= {at + "input_layernorm.weight": t(h), at + "post_attention_layernorm.weight": t(h),
+                  at + "self_attn.q_proj.weight": t(q, h), at + "self_attn.k_proj.weight": t(kv, h),
+                  at + "self_attn.v_proj.weight": t(kv, h), at + "self_attn.o_proj.weight": t(h, q),
+                  at + "mlp.gate_proj.weight": t(i, h), at + "mlp.up_proj.weight": t(i, h),
+                  at + "mlp.down_proj.weight": t(h, i)}
+        if config["model_type"] == "qwen2":
+            table |= {at + "self_attn.q_proj.bias": t(q), at + "self_attn.k_proj.bias": t(kv),
+                      at + "self_attn.v_proj.bias": t(kv)}
+    return table
+
+
 def checkpoint_of(profile) -> ModelShape:
-    """A checkpoint that holds exactly the bytes its profile describes."""
-    return ModelShape(dtype=profile.dtype, embedding_bytes=profile.embedding_bytes, layer_bytes=profile.layer_bytes,
-                      other_bytes=profile.final_norm_bytes + profile.head_bytes,
-                      kv_bytes_per_token=profile.kv_bytes_per_token, hidden_size=0, intermediate_size=0,
-                      num_attention_heads=0, num_key_value_heads=0, head_dim=0, mlp_tensors=3, vocab_size=0)
+    """The checkpoint of the profile's architecture as the worker reads it (worker.shape's own arithmetic, in the
+    rendered dtype and weight dtype, on the profile's GPU): its bytes must be the profile's, byte for byte."""
+    config = CONFIGS[profile.model, profile.weight_dtype, profile.dtype]
+    shape = shape_from(config, tensor_table(config), profile.dtype, profile.weight_dtype,
+                       CATALOG[profile.gpu_product].compute_capability)
+    assert (shape.embedding_bytes, shape.layer_bytes, shape.other_bytes, shape.kv_bytes_per_token) == (
+        profile.embedding_bytes, profile.layer_bytes, profile.final_norm_bytes + profile.head_bytes,
+        profile.kv_bytes_per_token), profile.weight_dtype
+    return shape
 
 
 def rendered_config(slot: GpuSlot, entries: list[dict]):

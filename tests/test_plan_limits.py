@@ -37,7 +37,8 @@ def test_one_h200_the_70b_streams_small_so_its_three_neighbours_run_resident():
     """Issue 11: a 70B (budget 100Gi), a 32B (80Gi), two 8Bs (24Gi, TPOT 20 ms) on one H200. The old
     planner gave the 70B 55/80 layers, streamed the 32B and refused both 8Bs."""
     fleet = Path(__file__).resolve().parent.parent / "examples" / "fleet"
-    profiles = tuple(p for p in load_repo(fleet).profiles if p.gpu_product == "NVIDIA-H200")
+    profiles = tuple(p for p in load_repo(fleet).profiles
+                     if p.gpu_product == "NVIDIA-H200" and p.weight_dtype == "auto")
 
     def model(name: str, model_id: str, budget_gib: int, tpot: float | None = None) -> ElasticModel:
         return ElasticModel(name=name, namespace="llm", model=model_id, budget_bytes=budget_gib * GiB,

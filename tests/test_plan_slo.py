@@ -98,7 +98,8 @@ def test_each_model_gets_the_slot_that_meets_its_slo(method, models, slots, prof
 def test_the_8b_alone_on_its_h200_is_predicted_at_its_own_step():
     got, _ = run([real("qwen-32b", QWEN_32B, 80), real("llama-8b", LLAMA_8B, 24, tpot=20)],
                  [gpu("h200-a"), gpu("h200-b")])
-    profile = next(p for p in PROFILES if p.model == LLAMA_8B and p.gpu_product == H200)
+    profile = next(p for p in PROFILES
+                   if p.model == LLAMA_8B and p.gpu_product == H200 and p.weight_dtype == "auto")
     assert got["llama-8b"].predicted.tpot_ms == cost.predict_resident(profile, SLO(tpot_ms=20)).tpot_ms
 
 

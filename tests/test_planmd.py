@@ -13,7 +13,8 @@ from controller.rendering.rollouts import Rollouts
 from controller.types import Plan
 from tests.compose_scenario import CHAT, DECISIONS, MODELS, PLAN, PREVIOUS, SLOTS
 
-SOURCES = {(m.model, "NVIDIA-H200"): "measured" for m in MODELS} | {(m.model, "NVIDIA-L4"): "estimated" for m in MODELS}
+SOURCES = ({(m.model, "NVIDIA-H200", "auto"): "measured" for m in MODELS}
+           | {(m.model, "NVIDIA-L4", "auto"): "estimated" for m in MODELS})
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from controller.observe.status import (
 )
 from controller.policy import Rightsizing
 from controller.types import SLO, Decision, ElasticModel, InputError, Pending, Predicted
-from tests.kubedouble import stored_after_merge_patch as stored
+from tests.kubedouble import merge_patch, stored_after_merge_patch as stored
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 COMMIT = "c0ffee1234567890"
@@ -195,7 +195,7 @@ def test_status_patch_body_and_assigned_removal():
     assert set(body) == {"status"}
     assert body["status"]["observedGeneration"] == 3
     assert body["status"]["assigned"]["mode"] == "resident"
-    assert body["status"]["assigned"]["gpu"] == {"product": "NVIDIA-H200", "slot": "node-a/gpu0"}
+    assert body["status"]["assigned"]["gpu"] == {"product": "NVIDIA-H200", "slot": "node-a/gpu0", "pool": None}
     # merge-patch null deletes a decision that no longer exists (e.g. awaiting a new profile)
     assert status_patch(MODEL, conditions, None)["status"]["assigned"] is None
     # the endpoint of a placed model, and null (delete) for one that is no longer served
@@ -304,3 +304,23 @@ def test_rightsizing_conditions_keep_their_transition_time_until_they_flip():
 def test_no_rightsizing_conditions_without_a_policy():
     types = {c["type"] for c in conditions_for(MODEL, RESIDENT, None, None, ALL_GOOD, [], T0)}
     assert not types & {"UsageAvailable", "NeedsCapacity", "AtMaxBudget"}
+
+
+@pytest.mark.parametrize("before, after, gone", [
+    pytest.param(dataclasses.replace(RESIDENT, slot="pool-l4-0/gpu0", pool="l4"), RESIDENT, ("gpu", "pool"),
+                 id="moved-off-a-pool-node-keeps-no-stale-pool"),
+    pytest.param(dataclasses.replace(RESIDENT, weight_dtype="int8"), RESIDENT, ("weightDtype",),
+                 id="back-to-auto-keeps-no-stale-weight-dtype"),
+])
+def test_status_assigned_merge_patch_deletes_what_the_new_decision_lacks(before, after, gone):
+    conditions = conditions_for(MODEL, RESIDENT, None, None, ALL_GOOD, [], T0)
+    first = merge_patch({}, status_patch(MODEL, conditions, before)["status"])
+    assert _dig(first["assigned"], gone) is not None
+    second = merge_patch(first, status_patch(MODEL, conditions, after)["status"])
+    assert _dig(second["assigned"], gone) is None
+
+
+def _dig(doc: dict, path: tuple[str, ...]):
+    for key in path:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc

@@ -31,11 +31,11 @@ def test_a_small_model_serves_while_its_larger_neighbour_still_loads(tiny_models
     release, big_started = threading.Event(), threading.Event()
     real_load = runtime.load
 
-    def load(directory, dtype):
+    def load(directory, *args):
         if directory == big_model:
             big_started.set()
             assert release.wait(60), "the test never released the big model's load"
-        return real_load(directory, dtype)
+        return real_load(directory, *args)
 
     monkeypatch.setattr(runtime, "load", load)
     document = config_document([model_entry("big", big_model, "resident"),  # first in the config

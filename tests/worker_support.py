@@ -204,7 +204,7 @@ class KubeApiThread:
 
 class WorkerProcess:
     """`python -m worker` on a free port in its own session, with `args` added to its command line and `env` to
-    its environment; `with` waits until each of `ready` (default: every model of `document`) serves, and kills
+    its environment (OMP_NUM_THREADS=1 unless `env` sets it; a value None removes the variable); `with` waits until each of `ready` (default: every model of `document`) serves, and kills
     what is left on the way out."""
 
     def __init__(self, tmp_path: Path, document: dict, *, args=(), env: dict | None = None, ready=None):
@@ -222,7 +222,7 @@ class WorkerProcess:
         self.config.write_text(yaml.safe_dump(document))
 
     def __enter__(self) -> "WorkerProcess":
-        env = {**os.environ, "OMP_NUM_THREADS": "1", **self.env}
+        env = {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": "1", **self.env}.items() if v is not None}
         command = [sys.executable, "-m", "worker", "--config", str(self.config), "--port", str(self.port),
                    "--log-level", "error", *self.args]
         self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True)

@@ -6,7 +6,8 @@ API with uvicorn. A bad config exits 2 with the reason; a refused model does not
 stop the worker. SIGTERM (or SIGINT) drains: new requests get 503 ShuttingDown, requests in
 flight may finish for most of `--grace-seconds`, then the rest get an error event and the
 process exits within the grace period, whatever the executors are doing. A changed config file
-is applied in place (worker/watch.py).
+is applied in place (worker/watch.py). torch's intra-op threads are set once, before any model loads
+(worker/threads.py: --intra-op-threads, server.intraOpThreads, OMP_NUM_THREADS, else the usable CPUs but one).
 """
 from __future__ import annotations
 
@@ -40,11 +41,15 @@ def main(argv: list[str] | None = None) -> int:
                              "step completed for this long plus minResidencyMs")
     parser.add_argument("--watch-seconds", type=float, default=10.0,
                         help="check the config file this often and apply changes in place (0: never)")
+    parser.add_argument("--intra-op-threads", type=_positive, default=None, metavar="N",
+                        help="torch intra-op threads (default: server.intraOpThreads, else OMP_NUM_THREADS, else "
+                             "one per usable CPU but one: the cgroup quota and affinity bound them; docs/worker.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     try:
         config = load_config(args.config)
+        _set_threads(args.intra_op_threads, config.intra_op_threads)
         worker = _build(config, args.stall_seconds)
     except ConfigError as exc:
         print(f"error: {exc.reason}: {exc.message}", file=sys.stderr)
@@ -77,6 +82,23 @@ def main(argv: list[str] | None = None) -> int:
         watch.stop()
         worker.stop(timeout_s=1)
     return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def _set_threads(flag: int | None, configured: int | None) -> None:
+    """torch's intra-op threads by worker.threads' rule, before any model loads."""
+    import torch
+
+    from .threads import choose_threads
+
+    threads = choose_threads(flag, configured)
+    torch.set_num_threads(threads.count)
+    logging.getLogger("worker").info("intra-op threads: %d (%s)", threads.count, threads.why)
 
 
 def _authorizer(args):

@@ -37,6 +37,7 @@ class ModelConfig:
     tpot_ms: float | None = None
     footprint: Terms | None = None  # the controller's planned terms; None: estimate from the checkpoint
     served_names: tuple[str, ...] = ()  # aliases: more names requests may use for this model
+    weight_dtype: str = "auto"  # spec.weights.dtype: auto, bfloat16, float16, int8 or int4 (contract.precision)
 
     @property
     def ref(self) -> str:
@@ -64,6 +65,7 @@ class WorkerConfig:
     min_residency_ms: int = MIN_RESIDENCY_MS
     max_request_bytes: int = 4 << 20
     sse_keepalive_ms: int = 10_000
+    intra_op_threads: int | None = None  # server.intraOpThreads; None: worker.threads chooses
     verdicts: VerdictTarget | None = None
     models: tuple[ModelConfig, ...] = field(default_factory=tuple)
 
@@ -101,6 +103,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
         min_residency_ms=server.get("minResidencyMs", MIN_RESIDENCY_MS),
         max_request_bytes=server.get("maxRequestBytes", 4 << 20),
         sse_keepalive_ms=server.get("sseKeepAliveMs", 10_000),
+        intra_op_threads=server.get("intraOpThreads"),
         verdicts=VerdictTarget(target["namespace"], target["name"]) if target else None,
         models=tuple(
             ModelConfig(
@@ -111,6 +114,7 @@ def parse_config(document: object, *, source: str = "<config>") -> WorkerConfig:
                 ttft_ms=m.get("slo", {}).get("ttftMs"), tpot_ms=m.get("slo", {}).get("tpotMs"),
                 footprint=terms_from_document(m["footprint"]) if "footprint" in m else None,
                 served_names=tuple(m.get("servedNames", ())),
+                weight_dtype=m.get("weightDtype", "auto"),
             )
             for m in document["models"]
         ),

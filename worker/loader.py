@@ -1,7 +1,7 @@
 """Model files: resolve a hub id or path to a local directory, and load tokenizer and host weights.
 
 Called by the runtime: `resolve` before admission (to read the shape), `load` after
-a model was admitted. A hub id missing from the cache downloads into it on first use
+a model was admitted (its decoder linears quantized when its weight dtype is int8 or int4). A hub id missing from the cache downloads into it on first use
 (worker.download), unless HF_HUB_OFFLINE is set; loading reads local files only. Whatever goes
 wrong with one model's files (a path missing on the node, files transformers cannot read) is a
 ModelLoadError with reason ModelUnreadable, so the runtime refuses that model alone.
@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from contract.hub import looks_like_path
+from engine.quantize import quantize_decoder
 
 from .config import ModelConfig
 from .download import snapshot
@@ -31,8 +32,9 @@ def resolve(model: ModelConfig) -> Path:
     return snapshot(model.model, model.revision)
 
 
-def load(directory: Path, dtype: str):
-    """(tokenizer, model in host memory, eval mode) from a saved transformers directory."""
+def load(directory: Path, dtype: str, weights: str = "", device: torch.device | None = None):
+    """(tokenizer, model in host memory, eval mode) from a saved transformers directory, in `dtype`, its
+    decoder linears quantized to `weights` (int8, int4; "": as loaded) for `device` (engine/quantize.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -45,4 +47,6 @@ def load(directory: Path, dtype: str):
         raise ModelLoadError("ModelUnreadable", f"loading {directory} failed: {type(exc).__name__}: {exc}; the "
                              "directory needs config.json, complete safetensors weights and the tokenizer "
                              "files: re-save or re-download the model") from exc
+    if weights in ("int8", "int4"):
+        quantize_decoder(model, weights, device or torch.device("cpu"))
     return tokenizer, model.eval()

@@ -33,6 +33,7 @@ from engine.memory import DeviceLedger, FreeBytesProbe, available_bytes, cuda_fr
 from .metrics import PynvmlReader, WorkerMetrics
 from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
+from engine.quantize import device_capability
 from engine.residency import Residency, make_residency
 from .events import Event
 from .scheduler import DEFAULT_STALL_S, Job, Scheduler
@@ -305,6 +306,9 @@ class Worker:
                 peakDeviceBytes=ledger.peak_bytes if ledger else 0,
                 onDevice=bool(served and served.residency.on_device),
             )
+            shape = self.shapes.get(model.name)
+            if shape is not None:  # the precision it loads in (contract.precision): compute dtype, weights
+                entry.update(dtype=shape.dtype, weightDtype=shape.stored_dtype)
             if served:
                 entry["forward"] = served.engine.path
                 if served.engine.fallback:
@@ -314,6 +318,7 @@ class Worker:
                 entry["deviceResidentLayers"] = len(served.residency.device_resident_layers())
             models.append(entry)
         return {"slot": self.config.slot_id, "product": self.config.product, "device": str(self.device),
+                "intraOpThreads": torch.get_num_threads(),
                 "capacityBytes": self.config.capacity_bytes, "availableBytes": self.available_bytes,
                 "ready": ready, "swap": {"active": self.scheduler.active_swap_model(), "swaps": self.scheduler.swaps,
                                          "minResidencyMs": self.config.min_residency_ms},
@@ -352,7 +357,8 @@ class Worker:
         for model in models:
             try:
                 self.directories[model.name] = resolve(model)
-                shapes[model.name] = read_shape(self.directories[model.name], model.dtype)
+                shapes[model.name] = read_shape(self.directories[model.name], model.dtype, model.weight_dtype,
+                                                device_capability(self.device))
             except ModelLoadError as exc:
                 self._set_verdict(refused(model.name, model.namespace, model.mode, exc.reason, exc.message))
             except Exception as exc:  # noqa: BLE001 - whatever one model's files do, it alone is refused
@@ -406,7 +412,8 @@ class Worker:
         self.ledgers[model.name] = ledger
         ledger.reserve("activation", need.activation)
         ledger.reserve("overhead", need.overhead)
-        tokenizer, host_model = load(self.directories[model.name], model.dtype)
+        shape = self.shapes[model.name]
+        tokenizer, host_model = load(self.directories[model.name], shape.dtype, shape.weights, self.device)
         residency = make_residency(model.mode, host_model, ledger, self.device,
                                    resident_layers=verdict.resident_layers)
         residency.on_streamed_bytes = self.metrics.streamed_bytes.labels(model.name).inc

@@ -14,8 +14,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.footprint import (Terms, decode_activation_per_sequence, default_overhead_bytes, kv_bytes_per_token,
+from contract.footprint import (Terms, decode_activation_per_sequence, default_overhead_bytes,
+                                dequantize_workspace_bytes, kv_bytes_per_token, linear_weight_bytes,
                                 prefill_activation_per_token)
+from contract.precision import (AUTO, UnsupportedPrecision, checkpoint_quantization, choose,
+                                quantized_checkpoint_fix)
 
 from .errors import ModelLoadError
 
@@ -29,7 +32,7 @@ _EMBEDDING = re.compile(r"embed|(?:^|\.)(?:wte|wpe)\.")
 
 @dataclass(frozen=True)
 class ModelShape:
-    """Bytes of one model at its compute dtype."""
+    """Bytes of one model at its compute dtype, its decoder linears stored as `weights`."""
 
     dtype: str
     embedding_bytes: int
@@ -43,6 +46,12 @@ class ModelShape:
     head_dim: int
     mlp_tensors: int  # activations the MLP materialises per token, in units of intermediate_size
     vocab_size: int
+    weights: str = ""  # the decoder linears: int8, int4, or "" (the compute dtype)
+    linears: tuple[tuple[int, int], ...] = ()  # (out, in) of every distinct decoder linear
+
+    @property
+    def stored_dtype(self) -> str:
+        return self.weights or self.dtype
 
     @property
     def weight_bytes(self) -> int:
@@ -68,7 +77,8 @@ def estimated_terms(shape: ModelShape) -> Terms:
                  kv_bytes_per_token=shape.kv_bytes_per_token, prefill_activation_bytes_per_token=per_token,
                  decode_activation_bytes_per_sequence=decode_activation_per_sequence(
                      per_token, vocab=shape.vocab_size, dtype_bytes=shape.element_bytes),
-                 overhead_bytes=default_overhead_bytes(shape.weight_bytes))
+                 overhead_bytes=default_overhead_bytes(shape.weight_bytes, dequantize_workspace_bytes(
+                     shape.linears, shape.stored_dtype, shape.element_bytes)))
 
 
 MAX_HEADER_BYTES = 100 * 1000 * 1000  # the safetensors format's own bound on its JSON header
@@ -114,8 +124,10 @@ def read_safetensors_header(path: Path) -> dict[str, dict]:
     return header
 
 
-def read_shape(model_dir: Path, dtype: str = "auto") -> ModelShape:
-    """The shape of the model saved in `model_dir` at `dtype` ("auto": the checkpoint's own)."""
+def read_shape(model_dir: Path, dtype: str = "auto", weights: str = AUTO,
+               capability: tuple[int, int] | None = None) -> ModelShape:
+    """The shape of the model saved in `model_dir` at `dtype` ("auto": what contract.precision chooses on a
+    device of `capability`, None: the CPU) with its decoder linears in `weights` (spec.weights.dtype)."""
     model_dir = Path(model_dir)
     try:
         config = json.loads((model_dir / "config.json").read_text())
@@ -133,17 +145,26 @@ def read_shape(model_dir: Path, dtype: str = "auto") -> ModelShape:
     for file in files:
         tensors.update(read_safetensors_header(file))
     try:
-        return shape_from(config, tensors, dtype)
+        return shape_from(config, tensors, dtype, weights, capability)
+    except UnsupportedPrecision as exc:
+        raise ModelLoadError(exc.reason, f"{model_dir}: {exc}") from exc
     except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:  # numbers of the wrong kind
         raise ModelLoadError("ModelUnreadable", f"{model_dir}/config.json does not describe the checkpoint "
                              f"({type(exc).__name__}: {exc}); the worker supports decoder-only transformers "
                              "causal LMs") from exc
 
 
-def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> ModelShape:
-    """Pure: a ModelShape from a config.json dict and a safetensors tensor table."""
+def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto", weights: str = AUTO,
+               capability: tuple[int, int] | None = None) -> ModelShape:
+    """Pure: a ModelShape from a config.json dict and a safetensors tensor table (precision as read_shape's)."""
+    quantized = checkpoint_quantization(config)
+    if quantized is not None:
+        raise ModelLoadError("UnsupportedQuantization", quantized_checkpoint_fix(quantized))
     text = config.get("text_config", config)
-    target = _compute_dtype(config, tensors, dtype)
+    precision = choose(capability, weights, _checkpoint_dtype(config, tensors))
+    target = precision.compute if dtype == "auto" else dtype
+    stored = precision.weights if precision.quantized else ""
+    transposed = text.get("model_type") == "gpt2"  # GPT-2's Conv1D stores its weight [in, out]
     layers = _get(text, "num_hidden_layers", "n_layer")
     heads = _get(text, "num_attention_heads", "n_head")
     hidden = _get(text, "hidden_size", "n_embd")
@@ -152,10 +173,15 @@ def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> M
     intermediate = text.get("intermediate_size") or text.get("n_inner") or 4 * hidden
     embedding = other = 0
     per_layer = [0] * layers
+    linears: set[tuple[int, int]] = set()
     for name, info in tensors.items():
         nbytes = _tensor_bytes(info, target)
         layer = _LAYER.search(name)
         if layer and int(layer.group(1)) < layers:
+            if stored and _is_linear_weight(name, info):
+                out, inp = reversed(info["shape"]) if transposed else info["shape"]
+                linears.add((out, inp))
+                nbytes = linear_weight_bytes(out, inp, stored, _TORCH_DTYPE_BYTES[target])
             per_layer[int(layer.group(1))] += nbytes
         elif _EMBEDDING.search(name):
             embedding += nbytes
@@ -168,8 +194,13 @@ def shape_from(config: dict, tensors: dict[str, dict], dtype: str = "auto") -> M
         kv_bytes_per_token=kv_bytes_per_token(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=element),
         hidden_size=hidden, intermediate_size=intermediate, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim, mlp_tensors=2 if text.get("model_type") == "gpt2" else 3,
-        vocab_size=_get(text, "vocab_size"),
+        vocab_size=_get(text, "vocab_size"), weights=stored, linears=tuple(sorted(linears)),
     )
+
+
+def _is_linear_weight(name: str, info: dict) -> bool:
+    """A decoder layer's linear weight: a 2-D float tensor named *.weight (norms are 1-D, biases end in .bias)."""
+    return name.endswith(".weight") and len(info["shape"]) == 2 and info["dtype"] in _FLOAT_DTYPES
 
 
 def _get(config: dict, *keys: str) -> int:
@@ -180,9 +211,8 @@ def _get(config: dict, *keys: str) -> int:
                          "decoder-only transformers causal LMs")
 
 
-def _compute_dtype(config: dict, tensors: dict[str, dict], dtype: str) -> str:
-    if dtype != "auto":
-        return dtype
+def _checkpoint_dtype(config: dict, tensors: dict[str, dict]) -> str:
+    """The checkpoint's own float dtype: the one config.json declares, else its tensors'."""
     declared = config.get("dtype") or config.get("torch_dtype")
     if declared in _TORCH_DTYPE_BYTES:
         return declared

@@ -3,7 +3,9 @@
 Owns the shell around the pass in a cluster: `ClusterReconciler.reconcile_once()` is one
 pass (leader check -> the right-sizing pass when due (controller.cli.rightsizing_loop;
 the leader only, its pushes guarded by the Lease) -> facts from the API -> render and
-publish to git -> worker pods' host memory resized in place (controller.kube.resize) -> observe -> status), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
+publish to git -> the fleet's bill on /metrics -> worker pods' host memory resized in place
+(controller.kube.resize) -> observe -> status -> the consolidation proposal when due, to its review branch
+(controller.cli.consolidate)), `ClusterReconciler.run()` the polling loop (jittered interval, exponential
 backoff with jitter after API or git errors, Lease renewals while it waits), and
 `run_cluster(args)` builds the adapters from the command line. Every I/O adapter is
 passed in (Cluster, WorkingCopy, the election, clock, sleep), so tests drive a pass
@@ -38,7 +40,7 @@ from kubernetes import config
 from contract import kube
 from controller.cpu import gc_paused, in_background
 from controller.kube.cluster import Cluster
-from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots
+from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots, node_labels
 from controller.inputs.layout import Layout
 from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.inputs.rightsizing_records import observed_models
@@ -49,11 +51,14 @@ from controller.kube.leader import LeaderElection
 from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
 from controller.cli.offline import OfflineResult
-from controller.passes.reconcile import PassOutput, available_processes, prune_share_setting
+from controller.passes.reconcile import PassOutput, available_processes, plan_bill, prune_share_setting
+from controller.planning.bill import namespace_costs
 from controller.rendering.compose import warm_up
 from controller.cli.common import (cluster_target, controller_copy, credentials_from, default_workdir,
                                    install_values, reviewers, show)
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
+from controller.cli.consolidate import ConsolidationSchedule
+from controller.cli.consolidate import add_cluster_arguments as add_consolidation_arguments
 from controller.cli.rightsizing_loop import RightsizingSchedule, schedule_from
 from controller.observe.status import (JobState, Observed, WorkerVerdict, WorkloadState, conditions_for, needs_write,
                                status_patch)
@@ -99,6 +104,7 @@ def add_cluster_arguments(parser) -> None:
     group.add_argument("--identity", help="this replica's holder identity (default: the pod's hostname)")
     group.add_argument("--metrics-port", type=int, default=8080,
                        help="Prometheus /metrics, /healthz and /readyz while polling (0: no server)")
+    add_consolidation_arguments(group)
 
 
 class Election(Protocol):
@@ -157,8 +163,8 @@ class ClusterReconciler:
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
                  max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None,
                  install: Mapping[str, object] | None = None, review: Callable[[PublishResult], None] | None = None,
-                 rightsizing: RightsizingSchedule | None = None, layout: Layout = Layout(),
-                 argocd: Cluster | None = None):
+                 rightsizing: RightsizingSchedule | None = None, consolidation: ConsolidationSchedule | None = None,
+                 layout: Layout = Layout(), argocd: Cluster | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
         self.layout = layout  # with clusters/: the one cluster this reconciler plans and writes
         self.argocd = argocd or cluster  # where the Applications are read (Argo CD's cluster)
@@ -172,6 +178,7 @@ class ClusterReconciler:
         self.install = install  # the install's composition parameters (--worker-image)
         self.review = review  # --write-back pr:NAME: opens or updates the review branch's pull request
         self.rightsizing = rightsizing  # --prometheus: the right-sizing pass, on its own cadence
+        self.consolidation = consolidation  # --consolidate-interval: the periodic proposal, for review
         self.resizer = WorkerResizer(cluster)  # each worker pod's host memory request, in place
         self._last: _Last | None = None
         self._devices: dict[str, str] = {}  # slot id -> the GPU UUID its worker reported (profilers beside it)
@@ -221,6 +228,7 @@ class ClusterReconciler:
             if report.leader:  # right-sizing first: this pass then plans with its records
                 self._rightsize()
                 self._pass(report)
+                self._consolidate()
             elif getattr(self.election, "error", None):  # not a standby: the Lease could not be read at all
                 report.errors.append(self.election.error)
         except (ClusterError, GitError, LeadershipLost) as exc:
@@ -249,6 +257,7 @@ class ClusterReconciler:
         applications = [a for a in (self.argocd.application(ns, name) for ns, name in self.applications) if a]
         report.published, report.output = self._publish(facts, report)
         self._count_modes(report.output)
+        self._bill(report.output)
         report.warnings += self.resizer.resize()
         verdicts, broken = self.cluster.verdicts(verdict_sources(report.output.rendered))
         self._devices = {v.slot: v.device_uuid for v in verdicts.values() if v.device_uuid}  # for the next pass
@@ -290,17 +299,25 @@ class ClusterReconciler:
         if self.rightsizing.pending != pending:  # records awaiting review moved off main: render the status again
             self._last = None
 
+    def _consolidate(self) -> None:
+        """The consolidation proposal when due, with this pass's facts, pushed to its review branch only while
+        this replica leads (never to the tracked branch; a failure is logged and tried again when next due)."""
+        if self.consolidation is not None and self._last is not None and self.consolidation.due():
+            self.consolidation.run_if_due(self.copy, self._last.facts, self.install, self._still_leading)
+
     def _still_leading(self) -> None:
         if not self.election.is_leader:
             raise LeadershipLost()
 
     def _facts(self, report: PassReport) -> ClusterFacts:
-        slots, node_errors = gpu_slots(self.cluster.nodes())
+        nodes = self.cluster.nodes()
+        slots, node_errors = gpu_slots(nodes)
         slots = tuple(replace(slot, device_uuid=self._devices.get(slot.id)) for slot in slots)
         documents, broken = self.cluster.profile_documents()
         report.warnings += [(problem.reason, problem.message) for problem in broken]  # left out of the pass
         return ClusterFacts(slots=slots, profiles=tuple(documents), errors=tuple(node_errors),
-                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"))
+                            pod_monitors=self.cluster.serves("monitoring.coreos.com", "v1", "podmonitors"),
+                            node_labels=node_labels(nodes))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
         """Render and push; the Lease is renewed right before each push (after a render, or a change landed again
@@ -348,6 +365,13 @@ class ClusterReconciler:
             hold = renders[-1].hold
             report.warnings.append(("PruneHeld", f"{hold.message}; fix: {hold.fix}"))
         return published, self._last.output
+
+    def _bill(self, output: PassOutput) -> None:
+        """The fleet's GPUs and their cost per hour, by product and namespace (controller.planning.bill)."""
+        now = plan_bill(output.inputs, output.plan.decisions)
+        self.metrics.fleet({p.product: p.gpus_used for p in now.products},
+                           namespace_costs(output.plan.decisions, output.slots, dict(output.inputs.prices)),
+                           {p.name: p.nodes for p in now.pools})
 
     def _count_modes(self, output: PassOutput) -> None:
         counts = Counter(d.mode for d in output.plan.decisions)
@@ -505,7 +529,10 @@ def run_cluster(args) -> int:
                                    max_prune_share=args.max_prune_share, install=install_values(args),
                                    review=review, layout=layout,
                                    argocd=Cluster(argocd_client) if argocd_client is not None else None,
-                                   rightsizing=schedule_from(args, metrics, review=propose, cluster=args.cluster))
+                                   rightsizing=schedule_from(args, metrics, review=propose, cluster=args.cluster),
+                                   consolidation=ConsolidationSchedule(args.consolidate_interval,
+                                                                       args.consolidate_max_moves, review=propose,
+                                                                       layout=layout))
     try:
         if args.once:
             return _once(reconciler)

@@ -1,4 +1,4 @@
-"""The `gpushare` command line: validate, plan, explain, reconcile, demo, rightsize, usage.
+"""The `gpushare` command line: validate, plan, explain, reconcile, demo, rightsize, usage, consolidate.
 
 Owns argument parsing and exit codes only; each subcommand calls the stage modules
 (load -> plan -> report/explain, or the reconcile loop). Exit codes, as terraform's: 0 ok, 1 the
@@ -11,11 +11,16 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import logs, report
 from controller.cli.fleet import chosen_clusters, cluster_name, distinct, passes, repository_errors
 from controller.cli.validate import validate_paths
+from controller.passes.reconcile import plan_bill
+from controller.planning.bill import capacity_doc
+from controller.planning.consolidate import consolidate, held_models
 from controller.planning.explain import ModelNotFound, explain
 from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.planning.plan import plan
@@ -69,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     from controller.rightsizing.cli import add_commands as add_rightsizing_commands
 
     add_rightsizing_commands(sub)
+    from controller.cli.consolidate import add_commands as add_consolidate_commands
+
+    add_consolidate_commands(sub)
     return parser
 
 
@@ -116,12 +124,14 @@ def _validate(args) -> int:
     total = len(inputs.errors)
     for line in report.error_lines(inputs.errors):
         print(line)
+    every = []  # every pass of every repository named
     for repo in repos:
         try:  # the pass `plan` and a reconcile run, per cluster: inputs, plan and render
             outputs = passes(repo, args.cluster)
         except ClusterNotFound as exc:
             print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
             return 2
+        every += outputs.values()
         errors = distinct([*(repository_errors(repo) if not outputs else ()),
                            *(e for output in outputs.values() for e in output.errors)])
         for line in report.error_lines(errors):
@@ -132,8 +142,10 @@ def _validate(args) -> int:
         models += len({m.key for o in outputs.values() for m in o.inputs.models if m.ref not in o.revived})
         profiles += len({(p.key, p.file) for o in outputs.values() for p in o.inputs.profiles})
         slots += sum(len(output.inputs.slots) for output in outputs.values())
-    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s), {compositions} composition(s); "
-          f"{total} error(s)")
+    pools = sum(len(o.inputs.pools) for o in every)
+    pools = f", {pools} node pool(s)" if pools else ""  # shown where there are pools
+    print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s){pools}, {compositions} "
+          f"composition(s); {total} error(s)")
     return 1 if total else 0
 
 
@@ -147,23 +159,37 @@ def _plan(args) -> int:
     if list(outputs) == [None]:
         output = outputs[None]
         inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
-        render = {"table": lambda: report.as_table(result, inputs.slots, errors, revived),
-                  "wide": lambda: report.as_table(result, inputs.slots, errors, revived, profiles=inputs.profiles),
-                  "json": lambda: report.as_json(result, errors),
-                  "yaml": lambda: report.as_yaml(result, errors)}[args.output]
+        render = {"table": lambda: report.as_table(result, output.slots, errors, revived),
+                  "wide": lambda: report.as_table(result, output.slots, errors, revived, profiles=inputs.profiles),
+                  "json": lambda: report.as_json(result, errors, _capacity(output)),
+                  "yaml": lambda: report.as_yaml(result, errors, _capacity(output))}[args.output]
     else:
         errors = distinct([*(repository_errors(args.path) if not outputs else ()),
                            *(e for output in outputs.values() for e in output.errors)])
+        capacities = {name: _capacity(output) for name, output in outputs.items()} if args.output in (
+            "json", "yaml") else {}
         render = {"table": lambda: report.clusters_table(outputs, errors),
                   "wide": lambda: report.clusters_table(outputs, errors, wide=True),
-                  "json": lambda: report.clusters_json(outputs, errors),
-                  "yaml": lambda: report.clusters_yaml(outputs, errors)}[args.output]
+                  "json": lambda: report.clusters_json(outputs, errors, capacities),
+                  "yaml": lambda: report.clusters_yaml(outputs, errors, capacities)}[args.output]
     sys.stdout.write(render())
     if errors:
         print(f"gpushare: {len(errors)} input error(s): the plan leaves those models out (or keeps their last good "
               "spec or objects); `gpushare validate` lists them with their fixes", file=sys.stderr)
         return 1
     return 2 if args.detailed_exitcode and any(o.rendered.changes for o in outputs.values()) else 0
+
+
+def _capacity(output) -> dict:
+    """`plan -o json`'s capacity: what the plan keeps and costs, and (with pools) what consolidation would."""
+    now = plan_bill(output.inputs, output.plan.decisions)
+    consolidated = None
+    if output.inputs.pools:
+        held = held_models({m.key: m for m in output.inputs.models}, {d.key: d for d in output.plan.decisions},
+                           time.time())
+        proposal = consolidate(output.inputs, output.plan, held=held)
+        consolidated = plan_bill(output.inputs, proposal.plan.decisions) if proposal.changed else None
+    return capacity_doc(now, consolidated)
 
 
 def _explain(args) -> int:
@@ -188,11 +214,16 @@ def _explain(args) -> int:
     for cluster, tree in trees.items():
         inputs, _ = tree.planned()  # exactly what `plan` and a reconcile pass plan
         try:
-            text = explain(inputs, plan(inputs, tree.last.previous), name, namespace)
+            result = plan(inputs, tree.last.previous)  # explain sees the pool nodes' GPUs the plan keeps too
+            text = explain(replace(inputs, slots=(*inputs.slots, *result.pool_slots)), result, name, namespace)
         except ModelNotFound as exc:
             missing = missing or exc
             continue
         explained.append(text if cluster is None else f"== cluster {cluster} ==\n{text}")
+    if not trees:
+        print("gpushare: [NoClusters] clusters/ holds no usable cluster folder; `gpushare validate` says why",
+              file=sys.stderr)
+        return 1
     if not explained:
         where = "" if list(trees) == [None] else f" in {'cluster ' + args.cluster if args.cluster else 'any cluster'}"
         print(f"gpushare: [{missing.reason}] {missing}{where}", file=sys.stderr)

@@ -82,7 +82,7 @@ def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
     out = out or sys.stdout
     published, output = result.published, result.output
     if output is not None and table:
-        out.write(report.as_table(output.shown_plan, output.inputs.slots, output.inputs.errors, output.revived))
+        out.write(report.as_table(output.shown_plan, output.slots, output.inputs.errors, output.revived))
         for error in output.rendered.errors:
             out.write(f"not rendered: {error.ref}: [{error.reason}] {error.message} Fix: {error.fix}\n")
     if output is not None and output.held:

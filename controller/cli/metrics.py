@@ -1,8 +1,9 @@
 """The controller's Prometheus metrics and its /metrics, /healthz and /readyz endpoints.
 
 Owns `ControllerMetrics` (one registry per controller: pass duration, models per mode,
-commits, push failures, status writes, errors by reason, leadership, the last pass, and
-the right-sizing passes: by result, failures by reason, the last one that read usage),
+commits, push failures, status writes, errors by reason, leadership, the last pass,
+the right-sizing passes: by result, failures by reason, the last one that read usage, and
+the fleet's bill: GPUs kept by product, their use and cost per hour by product and namespace, pool nodes),
 `Health` (liveness: the loop made progress lately; readiness: one loop iteration done,
 as leader or standby) and `MetricsServer`, a small threaded HTTP server on
 `--metrics-port` that serves all three. The cluster loop (controller.cli.cluster_loop) and
@@ -50,6 +51,17 @@ class ControllerMetrics:
         self.rightsizing_last_success = Gauge(
             "gpushare_rightsizing_last_success_timestamp_seconds",
             "When the last right-sizing pass that read usage ended (Unix time)", registry=r)
+        self.fleet_gpus = Gauge("gpushare_fleet_gpus", "GPUs the last plan keeps (every GPU of a fixed node and of each "
+                                "pool node it needs: a node is billed whole), by GPU product", ["product"], registry=r)
+        self.fleet_gpus_used = Gauge(
+            "gpushare_fleet_gpus_used", "The GPUs the last plan keeps, split by namespace: each GPU by the bytes its "
+            "models occupy of its usable memory (a swap group's area by need); __idle__: what no model occupies",
+            ["product", "namespace"], registry=r)
+        self.fleet_cost = Gauge(
+            "gpushare_fleet_cost_per_hour", "What those GPUs cost per hour (gpus.yaml pricePerGpuHour), split as "
+            "gpushare_fleet_gpus_used; 0 for a product without a price", ["product", "namespace"], registry=r)
+        self.pool_nodes = Gauge("gpushare_pool_nodes", "Nodes of each gpus.yaml pool the last plan needs (its "
+                                "minNodes included)", ["pool"], registry=r)
 
     def pass_done(self, duration_s: float, result: str, ended_at: float) -> None:
         self.pass_duration.labels(result).observe(duration_s)
@@ -65,6 +77,20 @@ class ControllerMetrics:
     def modes(self, counts: Mapping[str, int]) -> None:
         for mode in MODES:
             self.models.labels(mode).set(counts.get(mode, 0))
+
+    def fleet(self, gpus: Mapping[str, int], shares: Mapping[tuple[str, str], tuple[float, float]],
+              pools: Mapping[str, int]) -> None:
+        """The last plan's bill: GPUs kept per product, (GPUs, cost per hour) per (product, namespace), nodes per
+        pool; series of products, namespaces and pools the plan no longer has are dropped."""
+        for gauge in (self.fleet_gpus, self.fleet_gpus_used, self.fleet_cost, self.pool_nodes):
+            gauge.clear()
+        for product, count in gpus.items():
+            self.fleet_gpus.labels(product).set(count)
+        for (product, namespace), (share, cost) in shares.items():
+            self.fleet_gpus_used.labels(product, namespace).set(share)
+            self.fleet_cost.labels(product, namespace).set(cost)
+        for pool, nodes in pools.items():
+            self.pool_nodes.labels(pool).set(nodes)
 
     def error(self, reason: str) -> None:
         self.errors.labels(reason).inc()

@@ -22,9 +22,9 @@ WIDE = ("NAME", "MODEL", "BUDGET", "NEED", "FOOTPRINT", "MODE", "LAYERS", "TTFT(
         "TPOT(ALONE/ALL-BUSY)", "SWAP-IN", "SLO(ALL-BUSY)", "PROFILE")
 
 
-def as_json(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
+def as_json(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> str:
     """Strict JSON: a number that is not finite (a prediction that overflowed) is written as null."""
-    return json.dumps(_finite(plan_to_dict(plan, errors)), indent=2, sort_keys=True, ensure_ascii=False,
+    return json.dumps(_finite(plan_to_dict(plan, errors, capacity)), indent=2, sort_keys=True, ensure_ascii=False,
                       allow_nan=False) + "\n"
 
 
@@ -38,30 +38,41 @@ def _finite(value: object) -> object:
     return value
 
 
-def as_yaml(plan: Plan, errors: tuple[InputError, ...] = ()) -> str:
-    return yaml.safe_dump(plan_to_dict(plan, errors), sort_keys=True, allow_unicode=True)
+def as_yaml(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> str:
+    return yaml.safe_dump(plan_to_dict(plan, errors, capacity), sort_keys=True, allow_unicode=True)
 
 
-def clusters_to_dict(outputs: Mapping, errors: tuple[InputError, ...]) -> dict:
+def clusters_to_dict(outputs: Mapping, errors: tuple[InputError, ...], capacities: Mapping | None = None) -> dict:
     """The plan of several clusters (cluster -> controller.passes.reconcile.PassOutput): the single-cluster fields,
-    each decision and pending entry with its `cluster`, every error once; and `clusters`, each one's own plan."""
-    own = {name: plan_to_dict(output.shown_plan, output.errors) for name, output in outputs.items()}
+    each decision and pending entry with its `cluster`, every error once; `capacity` (with `capacities`, each
+    cluster's): every cluster's products and pools tagged with it, and the fleet's GPUs and cost per month (None
+    when a cluster's is unpriced); and `clusters`, each one's own plan."""
+    capacities = capacities or {}
+    own = {name: plan_to_dict(output.shown_plan, output.errors, capacities.get(name))
+           for name, output in outputs.items()}
     whole = plan_to_dict(Plan(), errors)
     for part in ("decisions", "pending"):
         whole[part] = [{**entry, "cluster": name} for name, plan in own.items() for entry in plan[part]]
     whole["errors"] = [error_to_dict(e) for e in errors]
+    if capacities:
+        costs = [c["costPerMonth"] for c in capacities.values()]
+        whole["capacity"] = {
+            **{part: [{**entry, "cluster": name} for name, c in capacities.items() for entry in c[part]]
+               for part in ("products", "pools")},
+            "gpusUsed": sum(c["gpusUsed"] for c in capacities.values()),
+            "costPerMonth": None if None in costs else round(sum(costs), 2)}
     whole["clusters"] = {name: {k: v for k, v in plan.items() if k not in ("apiVersion", "kind")}
                          for name, plan in own.items()}
     return whole
 
 
-def clusters_json(outputs: Mapping, errors: tuple[InputError, ...]) -> str:
-    return json.dumps(_finite(clusters_to_dict(outputs, errors)), indent=2, sort_keys=True, ensure_ascii=False,
-                      allow_nan=False) + "\n"
+def clusters_json(outputs: Mapping, errors: tuple[InputError, ...], capacities: Mapping | None = None) -> str:
+    return json.dumps(_finite(clusters_to_dict(outputs, errors, capacities)), indent=2, sort_keys=True,
+                      ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def clusters_yaml(outputs: Mapping, errors: tuple[InputError, ...]) -> str:
-    return yaml.safe_dump(clusters_to_dict(outputs, errors), sort_keys=True, allow_unicode=True)
+def clusters_yaml(outputs: Mapping, errors: tuple[InputError, ...], capacities: Mapping | None = None) -> str:
+    return yaml.safe_dump(clusters_to_dict(outputs, errors, capacities), sort_keys=True, allow_unicode=True)
 
 
 def clusters_table(outputs: Mapping, errors: tuple[InputError, ...], *, wide: bool = False) -> str:
@@ -69,7 +80,7 @@ def clusters_table(outputs: Mapping, errors: tuple[InputError, ...], *, wide: bo
     out = []
     for name, output in outputs.items():
         profiles = output.inputs.profiles if wide else None
-        table = as_table(output.shown_plan, output.inputs.slots, (), output.revived, profiles=profiles)
+        table = as_table(output.shown_plan, output.slots, (), output.revived, profiles=profiles)
         out += [f"== cluster {name} ==", table.rstrip(), ""]
     if not outputs:
         out += ["no cluster: clusters/ holds no usable cluster folder", ""]
@@ -83,7 +94,7 @@ def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, .
              revived: tuple[str, ...] = (), *, profiles: Sequence[Profile] | None = None) -> str:
     """`revived`: namespace/name planned from their last good spec (their document is broken now).
     With `profiles` (`-o wide`), more columns: footprint, TTFT, swap-in and the profile's source."""
-    sources = None if profiles is None else {(p.model, p.gpu_product): p.source for p in profiles}
+    sources = None if profiles is None else {(p.model, p.gpu_product, p.weight_dtype): p.source for p in profiles}
     columns = COLUMNS if sources is None else WIDE
 
     def table(rows: list[Decision]) -> list[str]:
@@ -106,7 +117,8 @@ def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, .
         out.append("")
     if plan.pending:
         out.append("awaiting a profile (a profiler Job measures each first):")
-        out += [f"  {p.namespace}/{p.name}: {p.model} on {p.gpu_product}" for p in plan.pending]
+        out += [f"  {p.namespace}/{p.name}: {p.model}{'' if p.weight_dtype == 'auto' else f' ({p.weight_dtype})'} "
+                f"on {p.gpu_product}" for p in plan.pending]
         out.append("")
     if errors:
         out.append(f"{len(errors)} input error(s):")
@@ -128,7 +140,7 @@ def _slot_used(rows: list[Decision]) -> int:
     return sum(d.footprint_bytes for d in rows if d.mode in ("resident", "elastic")) + swap
 
 
-def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str, str], str] | None = None
+def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str, str, str], str] | None = None
          ) -> tuple[str, ...]:
     layers = f"{d.resident_layers}/{d.total_layers}" if d.total_layers else "-"
     estimated = " (est.)" if d.estimated else ""  # predictions from an estimated profile
@@ -136,13 +148,14 @@ def _row(d: Decision, revived: tuple[str, ...] = (), sources: Mapping[tuple[str,
     slo = {True: "met", False: "MISSED", None: "-"}[d.slo_met] + (estimated if d.slo_met is not None else "")
     name = f"{d.namespace}/{d.name}" + (" (last good spec)" if f"{d.namespace}/{d.name}" in revived else "")
     need = fb(d.need_bytes) if d.need_bytes else "-"
+    model = d.model if d.weight_dtype == "auto" else f"{d.model} ({d.weight_dtype})"  # spec.weights.dtype
     if sources is None:
-        return (name, d.model, fb(d.budget_bytes), need, d.mode, layers, tpot, slo)
+        return (name, model, fb(d.budget_bytes), need, d.mode, layers, tpot, slo)
     ttft = _figures(d.predicted, "ttft") if d.predicted else "-"
     swap_in = f"{d.predicted.swap_in_ms:g}ms" if d.predicted and d.predicted.swap_in_ms is not None else "-"
     footprint = fb(d.footprint_bytes) if d.footprint_bytes else "-"
-    return (name, d.model, fb(d.budget_bytes), need, footprint, d.mode, layers, ttft, tpot, swap_in, slo,
-            sources.get((d.model, d.gpu_product), "-"))
+    return (name, model, fb(d.budget_bytes), need, footprint, d.mode, layers, ttft, tpot, swap_in, slo,
+            sources.get((d.model, d.gpu_product, d.weight_dtype), "-"))
 
 
 def _figures(predicted: Predicted, which: str) -> str:

@@ -1,8 +1,8 @@
-"""Loader and validator: YAML documents -> ElasticModels, Profiles, GpuSlots, and one InputError per problem.
+"""Loader and validator: YAML documents -> ElasticModels, Profiles, GpuSlots, Pools, and one InputError per problem.
 
 Owns turning user and controller files into the typed inputs of a reconcile
 pass. Pure: the parsers (`load_documents`, `parse_model`, `parse_profile`,
-`parse_inventory`, `combine`) take text or parsed documents, never paths. The
+`parse_gpu_inventory` (its pools through controller.inputs.pools), `combine`) take text or parsed documents, never paths. The
 one reader of a GitOps directory (controller.inputs.reader) feeds them files;
 cluster mode feeds them custom resources, ConfigMap contents and node labels.
 A bad file or document never stops the others loading.
@@ -23,15 +23,18 @@ from jsonschema import ValidationError
 from jsonschema.exceptions import relevance
 
 import schemas
+from contract.gpu_catalog import capability_of
+from contract.precision import AUTO, canonical, product_problem
 from contract.quantity import QuantityError, parse_bytes
 from contract.wire import API_VERSION
+from controller.inputs.pools import check_pools, pool_from
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.inputs.kube_rules import label_value, labels as label_problems, qualified_name
 from controller.placement import PlacementError, parse_placement
 from controller.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
-                              GpuSlot, InputError, Inputs, Profile, Source)
+                              GpuSlot, InputError, Inputs, Pool, Profile, Source)
 
 _SEPARATOR = re.compile(r"^---(?:[ \t].*)?\r?$", re.MULTILINE)
 _DNS_LABEL = schemas.load("elasticmodel")["$defs"]["dns1123Label"]
@@ -277,6 +280,14 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
                                  *_quantity_problem("spec.memoryBudget", spec["memoryBudget"]),
                                  reason="InvalidQuantity", object=ref)]
     slo = spec.get("slo")
+    product = (spec.get("gpu") or {}).get("product")
+    weights = canonical((spec.get("weights") or {}).get("dtype"))
+    cannot = product_problem(product, capability_of(product), weights) if product else None
+    if cannot:
+        return None, [InputError(source.file, source.document, "spec.weights.dtype",
+                                 f"spec.weights.dtype {weights} cannot run on spec.gpu.product {product}: "
+                                 f"{cannot[0]}", cannot[1],
+                                 reason="UnsupportedWeightDtype", object=ref)]
     try:
         rightsizing = parse_policy(spec.get("rightsizing"))
     except (PolicyError, QuantityError) as exc:
@@ -310,6 +321,7 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         source=source,
         served_names=tuple(spec.get("servedNames", ())),
         rightsizing=rightsizing,
+        weight_dtype=canonical((spec.get("weights") or {}).get("dtype")),
         placement=placement,
     ), []
 
@@ -363,6 +375,7 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
         decode_ms_per_token=float(doc["latency"]["decodeMsPerToken"]),
         prefill_ms_per_1k_tokens=float(doc["latency"]["prefillMsPer1kTokens"]),
         host_to_device_gbps=float(doc["hostToDeviceGBps"]), revision=doc.get("revision", "main"), file=file,
+        weight_dtype=w.get("dtype", AUTO),
         decode_step_ms=tuple(sorted((int(p["batch"]), float(p["ms"]))
                                     for p in doc["latency"].get("decodeStepMs", ()))),
     )
@@ -370,16 +383,26 @@ def parse_profile(doc: Any, file: str, document: int | None = 0) -> tuple[Profil
     return (None, [replace(disagrees, document=document)]) if disagrees else (profile, [])
 
 
-def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
-    """The GPU slots of a GPUInventory (gpus.yaml): one per GPU of each node. Bad nodes are reported and skipped."""
+@dataclass(frozen=True)
+class Inventory:
+    """What one GPUInventory document (gpus.yaml) gives the planner: the fixed nodes' GPU slots and the pools."""
+
+    slots: tuple[GpuSlot, ...] = ()
+    pools: tuple[Pool, ...] = ()
+
+
+def parse_gpu_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[Inventory, list[InputError]]:
+    """The GPU slots (one per GPU of each node) and the node pools of a GPUInventory document. Bad nodes and bad
+    pools are reported and skipped; the others are planned. A pure function of the one document, wherever it
+    was read from."""
     wrong = kind_error(doc, "GPUInventory", file, document)
     if wrong:
-        return (), [wrong]
+        return Inventory(), [wrong]
     errors = schema_errors(doc, "gpus", file, document, None)
-    if any(not e.path.startswith("nodes[") for e in errors):
-        return (), errors  # the document itself is broken, not just some of its nodes
-    bad_nodes = {e.path.split("]")[0] + "]" for e in errors}
-    nodes = [(f"nodes[{i}]", n) for i, n in enumerate(doc["nodes"]) if f"nodes[{i}]" not in bad_nodes]
+    if any(not e.path.startswith(("nodes[", "pools[")) for e in errors):
+        return Inventory(), errors  # the document itself is broken, not just some of its nodes or pools
+    bad = {e.path.split("]")[0] + "]" for e in errors}
+    nodes = [(f"nodes[{i}]", n) for i, n in enumerate(doc["nodes"]) if f"nodes[{i}]" not in bad]
     listed = defaultdict(list)
     for path, node in nodes:
         listed[node["name"]].append(path)
@@ -388,7 +411,31 @@ def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tupl
         found, problem = _node_slots(node, path, [p for p in listed[node["name"]] if p != path])
         slots += found
         errors += [InputError(file, document, *problem)] if problem else []
-    return tuple(slots), sorted(errors, key=lambda e: e.path)
+    found = []
+    for i, item in enumerate(doc.get("pools") or []):
+        path = f"pools[{i}]"
+        pool, problem = (None, None) if path in bad else _pool(item, path)
+        errors += [InputError(file, document, *problem)] if problem else []
+        found += [(path, pool)] if pool else []
+    pools, pool_errors = check_pools(found, file, document, (n["name"] for _, n in nodes))
+    return Inventory(tuple(slots), pools), sorted(errors + pool_errors, key=lambda e: e.path)
+
+
+def _pool(item: dict, path: str) -> tuple[Pool | None, tuple | None]:
+    """One schema-valid pool item as a Pool, or (path, message, fix, reason) of what is wrong with it."""
+    quantities = {field: _to_bytes(item[field]) for field in ("memory", "hostMemory") if field in item}
+    quantities["reserved"] = _to_bytes(item.get("reserved", "1Gi"))
+    for field, value in quantities.items():
+        if value is None or value < (0 if field == "reserved" else 1):
+            return None, (f"{path}.{field}", *_quantity_problem(f"{path}.{field}", item.get(field, "1Gi")),
+                          "InvalidQuantity")
+    return pool_from(item, path, quantities.get("memory"), quantities["reserved"], quantities.get("hostMemory"))
+
+
+def parse_inventory(doc: Any, file: str, document: int | None = 0) -> tuple[tuple[GpuSlot, ...], list[InputError]]:
+    """The GPU slots of a GPUInventory (gpus.yaml), with every error of the document (its pools' too)."""
+    inventory, errors = parse_gpu_inventory(doc, file, document)
+    return inventory.slots, errors
 
 
 def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[GpuSlot], tuple | None]:
@@ -411,14 +458,16 @@ def _node_slots(node: dict, path: str, also_listed: list[str]) -> tuple[list[Gpu
 # ---------------------------------------------------------------- cross-document checks
 
 def combine(models: Iterable[ElasticModel], profiles: Iterable[Profile], slots: Iterable[GpuSlot],
-            errors: Iterable[InputError] = ()) -> Inputs:
+            errors: Iterable[InputError] = (), pools: Iterable[Pool] = (),
+            pool_nodes: Iterable[tuple[str, int]] = (), prices: Mapping[str, float] | None = None) -> Inputs:
     """Inputs from parsed values: a duplicate model name is an error on every occurrence, and none of them
     is planned; duplicate profiles follow `_unique_profiles`."""
     errors = list(errors)
     kept_models = _unique(list(models), lambda m: m.key, _duplicate_model, errors)
     kept_profiles = _unique_profiles(list(profiles), errors)
     return Inputs(models=tuple(kept_models), profiles=tuple(kept_profiles), slots=tuple(slots),
-                  errors=tuple(errors))
+                  errors=tuple(errors), pools=tuple(pools), pool_nodes=tuple(pool_nodes),
+                  prices=tuple(sorted((prices or {}).items())))
 
 
 def _unique(items: list, key: Callable, report: Callable, errors: list[InputError]) -> list:
@@ -432,7 +481,7 @@ def _unique(items: list, key: Callable, report: Callable, errors: list[InputErro
 
 
 def _unique_profiles(profiles: list[Profile], errors: list[InputError]) -> list[Profile]:
-    """One profile per (model, GPU product). A measured profile supersedes estimated ones for its key
+    """One profile per (model, revision, GPU product, weight dtype). A measured profile supersedes estimated ones for its key
     (a profiler Job measured what the estimate only predicted): the estimates are dropped silently.
     Two measured profiles, or two estimated ones with none measured, are an error on each of them
     and none of that key is used."""
@@ -467,9 +516,10 @@ def _duplicate_model(model: ElasticModel, others: list[ElasticModel]) -> InputEr
 def _duplicate_profile(profile: Profile, others: list[Profile]) -> InputError:
     elsewhere = "; ".join(str(o.file) for o in others)
     return InputError(str(profile.file), None, "model", reason="DuplicateProfile",
-                      message=(f"a second {profile.source} profile for {profile.model} on {profile.gpu_product} is in "
+                      message=(f"a second {profile.source} profile for {profile.model} on {profile.gpu_product}"
+                               f"{'' if profile.weight_dtype == AUTO else f' in {profile.weight_dtype}'} is in "
                                f"{elsewhere}; neither is used"),
-                      fix="keep one profile per (model, gpu.product) and source (a measured one supersedes "
+                      fix="keep one profile per (model, gpu.product, weights.dtype) and source (a measured one supersedes "
                           "an estimated one): delete the stale one")
 
 

@@ -42,15 +42,15 @@ from controller.inputs.compositions import Composition, parse_composition, shipp
 from controller.inputs.kube_rules import labels as label_problems
 from controller.inputs.layout import (CLUSTERS_DIR, COMPOSITIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR,
                                       PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
-from controller.inputs.load import (DecisionRecord, load_documents, parse_inventory, parse_model, parse_prices,
-                                    parse_profile)
+from controller.inputs.load import (DecisionRecord, Inventory, load_documents, parse_gpu_inventory, parse_model,
+                                    parse_prices, parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
                                          max_state_bytes, owned_files, read_optional, read_text, read_texts, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yamlin import YamlLimits
 from controller.serialize import decision_from_dict
-from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
+from controller.types import ElasticModel, InputError, Inputs, Profile, Source
 
 LABELS_FIX = ("write Kubernetes labels: keys an optional DNS prefix and '/', then a name; values at most 63 letters, "
               "digits, '-', '_' or '.'")
@@ -112,11 +112,12 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     rightsizing = read_rightsizing(root, generated, layout)
     model_errors = [*model_errors, *placement_errors, *(catalog.errors if catalog else ()),
                     *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
+    gpus = inventory.values[0] if inventory.values else Inventory()
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
-                tuple(profiles.errors), tuple(inventory.values), tuple(inventory.errors), measured,
+                tuple(profiles.errors), gpus.slots, tuple(inventory.errors), measured,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
                 rightsizing, read_prices(root, layout), read_last_pass(root, processes, generated, committed, layout),
-                layout=layout, shared_profiles=shared, clusters=catalog.names if catalog else ())
+                gpus.pools, layout=layout, shared_profiles=shared, clusters=catalog.names if catalog else ())
 
 
 def check_cluster(catalog: Catalog | None, cluster: str | None) -> None:
@@ -426,14 +427,15 @@ def _size(root: Path, paths: list[str]) -> int:
 
 
 def read_inventory(root: Path, layout: Layout = SINGLE) -> TreeRead:
-    """gpus.yaml's GPU slots (none when it is absent), from its last good copy while it is broken; with clusters/,
-    the cluster's own clusters/<name>/gpus.yaml."""
+    """gpus.yaml's Inventory, its one value (none when the file is absent), from its last good copy while it is
+    broken; with clusters/, the cluster's own clusters/<name>/gpus.yaml."""
     if not is_file(root, layout.inventory):
         return TreeRead()
-    return read_input_file(Path(root), layout.inventory, _parse_inventory_text, layout=layout)
+    return read_input_file(Path(root), layout.inventory, parse_inventory_text, layout=layout)
 
 
-def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[InputError]]:
+def parse_inventory_text(text: str, rel: str) -> tuple[list[Inventory], list[InputError]]:
+    """The Inventory of one GPUInventory file's text (its first document); `rel` only names it in errors."""
     docs, errors = load_documents(text, rel)
     if not docs:  # an empty or truncated file is no inventory of zero GPUs: that is `nodes: []`
         return [], errors or [InputError(rel, None, "", reason="EmptyInventory",
@@ -441,8 +443,8 @@ def _parse_inventory_text(text: str, rel: str) -> tuple[list[GpuSlot], list[Inpu
                                          fix="restore its nodes; to plan onto no GPU at all, write a GPUInventory "
                                              "with `nodes: []`")]
     (first, doc), extra = docs[0], docs[1:]
-    slots, errors_here = parse_inventory(doc, rel, first)
-    return list(slots), errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
+    inventory, errors_here = parse_gpu_inventory(doc, rel, first)
+    return [inventory], errors + errors_here + [_extra_inventory(rel, index) for index, _ in extra]
 
 
 def _extra_inventory(file: str, document: int) -> InputError:

@@ -1,6 +1,6 @@
 """What the one reader returns: a GitOps tree as read (`Tree`) and what the last pass left in it (`LastPass`).
 
-Owns the two values a pass takes whole: the parsed inputs (models, profiles, slots, compositions,
+Owns the two values a pass takes whole: the parsed inputs (models, profiles, slots, pools, compositions,
 right-sizing records and prices, each file's last good copy) and the last pass's result (its decisions
 with the specs they were made from, its PLAN.md, each model's generated paths, every generated path, the
 worker objects it rendered). `Tree.combined` checks the inputs across documents (`check_inputs`); cluster
@@ -18,7 +18,7 @@ from typing import Any
 from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.load import DecisionRecord, combine, revive_last_good
 from controller.inputs.rightsizing_records import Records
-from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Profile
+from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Pool, Profile
 
 
 @dataclass(frozen=True)
@@ -55,23 +55,29 @@ class Tree:
     rightsizing: Records = field(default_factory=Records)  # decisions/rightsizing/, with the files that failed
     prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
     last: LastPass = LastPass()
+    pools: tuple[Pool, ...] = ()  # gpus.yaml pools (cluster mode plans them too)
     layout: Layout = SINGLE  # whose tree: the single-cluster layout, or one cluster's paths under clusters/
     shared_profiles: tuple[Profile, ...] = ()  # other clusters' measured profiles, for keys this one has not measured
     clusters: tuple[str, ...] = ()  # with clusters/: every cluster of the repository
 
     def combined(self, slots: Iterable[GpuSlot] | None = None, measured: Iterable[Profile] = (),
-                 replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = ()) -> Inputs:
-        """The checked inputs (`check_inputs`). Cluster mode passes the nodes' `slots` (gpus.yaml's are
-        then not used), its `measured` profiles, the git profile files they `replaced`, and its `errors`. Another
-        cluster's measured profile is used for a (model, revision, GPU product) this cluster has measured no
-        profile of (one GPU product behaves alike in every cluster: profiled once, used everywhere)."""
-        slot_errors = self.slot_errors if slots is None else ()
+                 replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = (),
+                 pools: Iterable[Pool] | None = None, pool_nodes: Iterable[tuple[str, int]] = ()) -> Inputs:
+        """The checked inputs (`check_inputs`). Cluster mode passes the nodes' `slots` (gpus.yaml's nodes are
+        then not used, and their errors not reported; its pools are), its `measured` profiles, the git profile
+        files they `replaced`, its `errors`, the `pools` it plans (gpus.yaml's, less any whose node names a Node
+        takes) and how many nodes each has (`pool_nodes`). Another cluster's measured profile is used for a
+        profile key this cluster has measured none of (one GPU product behaves alike in every cluster: profiled
+        once, used everywhere)."""
+        slot_errors = self.slot_errors if slots is None else [e for e in self.slot_errors
+                                                             if e.path.startswith("pools[")]
         own = [*(p for p in self.profiles if p.file not in replaced), *measured]
         mine = {p.key for p in own if p.source == "measured"}
         inputs = combine(self.models, [*own, *(p for p in self.shared_profiles if p.key not in mine)],
                          self.slots if slots is None else slots,
                          [*self.model_errors, *(e for e in self.profile_errors if e.file not in replaced),
-                          *slot_errors, *self.composition_errors, *errors])
+                          *slot_errors, *self.composition_errors, *errors],
+                         self.pools if pools is None else pools, pool_nodes, self.prices)
         return check_inputs(inputs, self.compositions)
 
     @cached_property

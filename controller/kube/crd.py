@@ -141,7 +141,8 @@ def status_schema() -> dict:
                 "description": "The controller's decision: the mode, where, and why in numbers.",
                 "properties": {
                     "name": {"type": "string"}, "namespace": {"type": "string"}, "model": {"type": "string"},
-                    "gpu": {"type": "object", "properties": {"product": {"type": "string"}, "slot": {"type": "string"}}},
+                    "gpu": {"type": "object", "properties": {"product": {"type": "string"}, "slot": {"type": "string"},
+                                                             "pool": {"type": "string"}}},
                     "mode": {"type": "string", "enum": ["resident", "swap", "elastic", "refused"]},
                     "residentLayers": {"type": "integer"}, "totalLayers": {"type": "integer"},
                     "needBytes": {"type": "integer", "format": "int64"},
@@ -154,6 +155,8 @@ def status_schema() -> dict:
                     "hostBytes": {"type": "integer", "format": "int64"},
                     "sloMet": {"type": "boolean"},
                     "reason": {"type": "string"}, "reasonCode": {"type": "string"}, "profile": {"type": "string"},
+                    "weightDtype": {"type": "string", "description": "spec.weights.dtype it is planned in (absent: "
+                                    "the checkpoint's own precision)"},
                 },
             },
             "rightsizing": {
@@ -238,6 +241,7 @@ def crd() -> dict:
                     _column("Synced", '.status.conditions[?(@.type=="Synced")].status'),
                     _column("Model", ".spec.model", priority=1),
                     _column("Budget", ".spec.memoryBudget", priority=1),
+                    _column("Weights", ".spec.weights.dtype", priority=1, description="spec.weights.dtype (empty: auto)"),
                     _column("Reason", '.status.conditions[?(@.type=="Ready")].reason', priority=1),
                     _column("URL", ".status.url", priority=1, description="the OpenAI base URL in the cluster"),
                     _column("Age", ".metadata.creationTimestamp", type_="date"),

@@ -62,6 +62,13 @@ def gpu_slots(nodes: list[dict]) -> tuple[tuple[GpuSlot, ...], list[InputError]]
     return tuple(slots), errors
 
 
+def node_labels(nodes: list[dict]) -> dict[str, dict[str, str]]:
+    """Each node's labels (name -> labels): cluster mode finds a pool's nodes by them
+    (controller.inputs.pools.split_pool_nodes)."""
+    return {node["metadata"]["name"]: {str(k): str(v) for k, v in (node["metadata"].get("labels") or {}).items()}
+            for node in nodes}
+
+
 def _host_memory(node: dict) -> int | None:
     """The node's host RAM for pods: status.allocatable.memory, else status.capacity.memory; None if neither
     is a quantity (host RAM is then not planned on that node)."""

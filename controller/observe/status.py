@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from contract.quantity import format_bytes
-from controller.serialize import decision_to_dict
+from controller.serialize import assigned_patch
 from controller.types import Decision, ElasticModel, InputError, Pending
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
@@ -213,6 +213,11 @@ def _live_blocker(decision: Decision, observed: Observed) -> tuple[_Cond, bool] 
     if workload is None or not workload.available:
         name = workload.name if workload else "the worker Deployment"
         detail = f": {workload.message}" if workload and workload.message else ""
+        if decision.pool is not None:  # its node may not exist yet: the pending Pod is what adds it
+            return _Cond("Ready", FALSE, "AwaitingNode",
+                         f"{name} on {decision.slot} waits for a node of pool {decision.pool}: its Pod selects the "
+                         f"pool's label and requests the GPU, so the autoscaler adds the node (if it does not, check "
+                         f"the NodePool's limits and the pool's selector in gpus.yaml){detail}"), False
         return _Cond("Ready", FALSE, "WorkloadNotAvailable", f"{name} is not available yet{detail}"), False
     if current is None:
         seen = f"it reports {verdict.mode}" if verdict else "no verdict yet"
@@ -294,7 +299,7 @@ def status_patch(model: ElasticModel, conditions: list[dict], decision: Decision
     return {"status": {
         "observedGeneration": model.generation,
         "conditions": conditions,
-        "assigned": decision_to_dict(decision) if decision is not None else None,
+        "assigned": assigned_patch(decision) if decision is not None else None,
         "url": url,
         "rightsizing": {"policy": model.rightsizing.policy, "specBudgetBytes": model.spec_budget_bytes,
                         "effectiveBudgetBytes": model.budget_bytes,

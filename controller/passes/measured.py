@@ -1,7 +1,7 @@
 """Cluster mode's facts and the profiles it commits: what the API server adds to a pass over the tree.
 
-Owns `ClusterFacts` (what the API server said before git is read: GPU slots from node labels,
-profile ConfigMaps, the problems found in them) and `measured_profiles`: profile ConfigMaps ->
+Owns `ClusterFacts` (what the API server said before git is read: GPU slots from node labels, every
+GPU node's labels (which pool it belongs to), profile ConfigMaps, the problems found in them) and `measured_profiles`: profile ConfigMaps ->
 profiles filed under `profiles/measured/` with the exact text committed there, so a decision can be
 replayed offline from git; only a ConfigMap our profiler Job writes for a model in git is used
 (`profile_requests`). Pure. Called by controller.passes.reconcile.run_pass (given facts, in cluster
@@ -10,7 +10,7 @@ mode) and controller.cli.cluster_loop (which gathers the facts).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import yaml
 
@@ -19,7 +19,7 @@ from controller.inputs.layout import MEASURED_PROFILES_DIR
 from controller.inputs.load import load_documents, parse_profile
 from controller.observe.facts import ProfileDocument
 from controller.rendering.names import profile_configmap_name
-from controller.types import ElasticModel, GpuSlot, InputError, Profile
+from controller.types import ElasticModel, GpuSlot, InputError, Pool, Profile
 
 MEASURED_DIR = f"{MEASURED_PROFILES_DIR}/"
 MEASURED_HEADER = ("# Published by a gpushare profiler Job as a ConfigMap and committed by the controller; "
@@ -33,6 +33,7 @@ class ClusterFacts:
     profiles: tuple[ProfileDocument, ...]
     errors: tuple[InputError, ...] = ()
     pod_monitors: bool = False  # the API server serves monitoring.coreos.com/v1 PodMonitor (API discovery)
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # node -> labels (its pool)
 
 
 @dataclass(frozen=True)
@@ -42,18 +43,21 @@ class ProfileRequest:
     model: str
     revision: str
     gpu_product: str
+    weight_dtype: str = "auto"
 
 
-def profile_requests(models: Sequence[ElasticModel], slots: Sequence[GpuSlot]
+def profile_requests(models: Sequence[ElasticModel], slots: Sequence[GpuSlot], pools: Sequence[Pool] = ()
                      ) -> dict[tuple[str, str], ProfileRequest]:
     """(namespace, ConfigMap name) -> the profile expected there: for each model in git, on its GPU product
-    (or each product the nodes offer), in the model's namespace under controller.rendering.names.profile_configmap_name."""
-    products = sorted({slot.product for slot in slots})
+    (or each product the nodes and the pools offer), in the model's namespace under
+    controller.rendering.names.profile_configmap_name."""
+    products = sorted({slot.product for slot in slots} | {pool.product for pool in pools})
     requests = {}
     for model in models:
         for product in [model.gpu_product] if model.gpu_product else products:
-            name = profile_configmap_name(model.model, model.revision, product)
-            requests[(model.namespace, name)] = ProfileRequest(model.model, model.revision, product)
+            name = profile_configmap_name(model.model, model.revision, product, model.weight_dtype)
+            requests[(model.namespace, name)] = ProfileRequest(model.model, model.revision, product,
+                                                               model.weight_dtype)
     return requests
 
 
@@ -73,7 +77,7 @@ def measured_path(profile: Profile, directory: str = MEASURED_PROFILES_DIR) -> s
     """profiles/measured/<gpu-product>/<model-slug>.yaml, with `@<revision>` before .yaml unless it is main,
     so two revisions of one model do not overwrite each other; with clusters/, under the cluster's own
     `directory` (profiles/measured/<cluster>/), so two clusters' controllers never commit one file."""
-    relpath = profile_relpath(profile.model, profile.gpu_product)
+    relpath = profile_relpath(profile.model, profile.gpu_product, profile.weight_dtype)
     if profile.revision == "main":
         return f"{directory}/{relpath}"
     return f"{directory}/{relpath.removesuffix('.yaml')}@{profile.revision.replace('/', '--')}.yaml"
@@ -111,11 +115,12 @@ def measured_profiles(documents: Sequence[ProfileDocument], requests: Mapping[tu
             errors += problems
             if profile is None:
                 continue
-            found = ProfileRequest(profile.model, profile.revision, profile.gpu_product)
+            found = ProfileRequest(profile.model, profile.revision, profile.gpu_product, profile.weight_dtype)
             if found != request:
                 ignored.append(("ProfileMismatch", f"{document.ref} document {index} profiles {found.model}@"
-                                f"{found.revision} on {found.gpu_product}, but that ConfigMap is where the profile "
-                                f"of {request.model}@{request.revision} on {request.gpu_product} belongs; ignored"))
+                                f"{found.revision} on {found.gpu_product} ({found.weight_dtype}), but that ConfigMap "
+                                f"is where the profile of {request.model}@{request.revision} on "
+                                f"{request.gpu_product} ({request.weight_dtype}) belongs; ignored"))
                 continue
             path = measured_path(profile, directory)
             if path in files:

@@ -22,22 +22,24 @@ from __future__ import annotations
 import json
 import os
 import posixpath
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from contract.quantity import format_bytes as fb
 from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.load import DecisionRecord, revive_last_good
+from controller.inputs.pools import split_pool_nodes
 from controller.inputs.tree import Tree
 from controller.passes.measured import ClusterFacts, measured_profiles, profile_requests
+from controller.planning.bill import Bill, bill
 from controller.planning.plan import plan
 from controller.rendering.compose import Rendered, compose, elastic_model_path
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.planmd import Change
 from controller.rendering.site import with_install_parameters
 from controller.rightsizing.planmd import section as rightsizing_section
-from controller.types import ElasticModel, InputError, Inputs, Plan
+from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Plan
 
 OWNERS_HEADER = ("# Written by the gpushare controller: the generated files of each ElasticModel after the last "
                  "pass.\n# A model that fails to render keeps these files. Do not edit by hand.\n")
@@ -71,6 +73,11 @@ class PassOutput:
         return {path: text.encode() for path, text in sorted(files.items())}
 
     @property
+    def slots(self) -> tuple[GpuSlot, ...]:
+        """Every GPU the plan keeps: the fixed nodes' and those of each pool node it keeps."""
+        return (*self.inputs.slots, *self.plan.pool_slots)
+
+    @property
     def shown_plan(self) -> Plan:
         """The plan as reported: a model whose objects could not be rendered is never shown as placed (its error
         says why)."""
@@ -97,13 +104,18 @@ def render_error(problem: ComposeError, model: ElasticModel | None, layout: Layo
                       fix=problem.fix, reason=problem.reason, object=problem.ref)
 
 
+PlanWith = Callable[[Inputs, Mapping[tuple[str, str], Decision]], Plan]
+
+
 def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[str, object] | None = None,
-             processes: int = 1) -> PassOutput:
+             processes: int = 1, plan_with: PlanWith | None = None) -> PassOutput:
     """The pass over a tree as the reader returns it (controller.inputs.reader.read_repo), with the cluster's
     `facts` in cluster mode (None offline: gpus.yaml's slots, git's profiles). Cluster mode plans on the nodes'
     slots and with the profiles its profiler Jobs published, committed under profiles/measured/ (they replace
     git's copy of the same file). `install`: the install's composition parameters (controller.rendering.site)
-    over the defaults compositions leave unset; `processes`: how many processes may render a large pass."""
+    over the defaults compositions leave unset; `processes`: how many processes may render a large pass;
+    `plan_with(inputs, previous)`: the plan to render instead of the planner's (a consolidation proposal,
+    controller.cli.consolidate), None for the normal pass."""
     if facts is not None:  # the cluster says whether it serves PodMonitors; a composition that sets podMonitor wins
         install = {"podMonitor": facts.pod_monitors, **(install or {})}
     compositions = with_install_parameters(tree.compositions, install) if install else tree.compositions
@@ -111,17 +123,22 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
     if facts is None:
         inputs, last_good = tree.inputs, dict(tree.last_good)
     else:
-        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots), tree.layout.measured)
+        fixed, pools, pool_nodes, pool_errors = split_pool_nodes(facts.slots, facts.node_labels, tree.pools)
+        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots, pools),
+                                     tree.layout.measured)
         replaced = frozenset(measured.files)
-        inputs = tree.combined(facts.slots, measured.profiles, replaced, [*facts.errors, *measured.errors])
+        inputs = tree.combined(fixed, measured.profiles, replaced, [*facts.errors, *pool_errors, *measured.errors],
+                               pools, pool_nodes)
         last_good = tree.last_good_except(replaced)
     last, layout = tree.last, tree.layout
     planned, revived = revive_last_good(inputs, last.records)
-    result = plan(planned, last.previous)
-    sources = {(p.model, p.gpu_product): p.source for p in planned.profiles}
-    rendered = compose(planned.models, result, planned.slots, last, compositions=compositions, processes=processes,
+    result = (plan_with or plan)(planned, last.previous)
+    sources = {(p.model, p.gpu_product, p.weight_dtype): p.source for p in planned.profiles}
+    slots = (*planned.slots, *result.pool_slots)  # the fixed nodes' GPUs and those of every pool node kept
+    rendered = compose(planned.models, result, slots, last, compositions=compositions, processes=processes,
                        profile_sources=sources,
-                       sections=rightsizing_section(tree.rightsizing, result.decisions, planned.slots, tree.prices),
+                       sections=rightsizing_section(tree.rightsizing, result.decisions, slots, tree.prices),
+                       bills=(plan_bill(planned, last.previous.values()), plan_bill(planned, result.decisions)),
                        layout=layout)
     quiet = quiet_changes(last.records, planned.models, result)
     now, keep = kept_owners(rendered, last.owners, layout)
@@ -164,6 +181,12 @@ def _kept_objects(models: Sequence[ElasticModel], files: Mapping[str, str], befo
             kept.add(path)
             owners[model.ref] = tuple(sorted({*owners.get(model.ref, ()), path}))
     return dict(sorted(owners.items())), frozenset(kept)
+
+
+def plan_bill(inputs: Inputs, decisions: Iterable[Decision]) -> Bill:
+    """What `decisions` keep and cost on the inputs' fixed nodes and pools (controller.planning.bill)."""
+    return bill(tuple(decisions), inputs.slots, inputs.pools, dict(inputs.prices),
+                dict(inputs.pool_nodes) if inputs.pool_nodes else None)
 
 
 def _with_profiles(message: str, rendered: Rendered, new_profiles: list[str], sources: Mapping[str, str]) -> str:

@@ -2,20 +2,24 @@
 
 Owns the wording of every decision and refusal, the predictions a slot's layout gives (link share,
 co-tenants' time, swap wait) through controller.planning.cost, and why a refused model found no
-slot. Called by controller.planning.plan.
+slot (a pool at its maxNodes included). Called by controller.planning.plan.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from contract.quantity import format_bytes as fb
 from contract.quantity import paste_quantity as paste
 from controller.planning import cost
 from controller.planning.slots import Ask, SlotState, predictions, rule_broken, shared_ms
-from controller.types import Decision, ElasticModel, GpuSlot, Predicted
+from controller.types import Decision, ElasticModel, GpuSlot, Pool, Predicted, Profile
 
 
-def decisions(states: list[SlotState], refused: list[Ask]) -> list[Decision]:
+def decisions(states: list[SlotState], refused: list[Ask],
+              at_limit: Mapping[tuple[str, str], tuple[Pool, int]] | None = None) -> list[Decision]:
+    """`at_limit`: per refused model, the pool that could have added a node for it but is at its maxNodes, and
+    how many nodes of it the plan has."""
     out = []
     for state in states:
         out.extend(_slot_decisions(state))
@@ -23,7 +27,11 @@ def decisions(states: list[SlotState], refused: list[Ask]) -> list[Decision]:
         room = _room_before_growth(states)
         for ask in refused:  # judged on the slots of the product it is reported on
             mine = [s for s in states if s.slot.product == ask.profile.gpu_product]
-            out.append(_refused(ask, *_no_room_code(ask, mine, room)))
+            hit = (at_limit or {}).get(ask.key)
+            if hit is not None:
+                out.append(refused_at_pool_limit(ask, *hit, max((room[s.position][0] for s in mine), default=0)))
+            else:
+                out.append(_refused(ask, *_no_room_code(ask, mine, room)))
     return out
 
 
@@ -135,10 +143,18 @@ def _decision(ask: Ask, slot: GpuSlot | None, mode: str, layers: int, *, nbytes:
         resident_layers=layers, total_layers=ask.profile.total_layers, need_bytes=ask.need_bytes,
         budget_bytes=ask.model.budget_bytes, footprint_bytes=nbytes, predicted=pred,
         slo_met=(not misses) if (has_targets and pred is not None) else None,
-        reason=reason, reason_code=code, profile=f"{ask.profile.model}@{ask.profile.gpu_product}",
+        reason=reason, reason_code=code, profile=profile_name(ask.profile),
         estimated=ask.profile.estimated, host_bytes=host_bytes,
-        dtype=ask.profile.dtype, terms=ask.profile.terms,
+        dtype=ask.profile.dtype, terms=ask.profile.terms, weight_dtype=ask.model.weight_dtype,
+        pool=slot.pool.name if slot is not None and slot.pool is not None else None,
     )
+
+
+def profile_name(profile: Profile) -> str:
+    """How a decision names its profile: model@product, /dtype after it for a spec.weights.dtype other than auto
+    (the folder the profile lives in under profiles/<product>/)."""
+    tail = "" if profile.weight_dtype == "auto" else f"/{profile.weight_dtype}"
+    return f"{profile.model}@{profile.gpu_product}{tail}"
 
 
 def refused_below_minimum(ask: Ask, limit: int, usable: int) -> Decision:
@@ -196,15 +212,34 @@ def _refused(ask: Ask, code: str, info: dict) -> Decision:
     return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code=code)
 
 
-def no_matching_gpu(model: ElasticModel, slots_by_product: dict[str, list[GpuSlot]]) -> Decision:
-    have = ", ".join(sorted(slots_by_product)) or "none"
+def refused_at_pool_limit(ask: Ask, pool: Pool, planned: int, free: int) -> Decision:
+    """No GPU it may run on has room, and the cheapest pool that could add a node for it has no node left: the
+    reason names the pool, its limit and the bytes missing."""
+    nbytes = ask.minimum.footprint
+    reason = (f"needs {fb(nbytes)} on a {ask.profile.gpu_product} but the most any GPU it may run on had left is "
+              f"{fb(free)}, and pool {pool.name} could add a node for it but is at its limit: maxNodes "
+              f"{pool.max_nodes} ({planned} node(s) planned). Missing: {paste(max(0, nbytes - free))}. Raise "
+              f"maxNodes of pool {pool.name} in gpus.yaml (and the autoscaler's limit for "
+              f"{pool.selector[0]}={pool.selector[1]}), make room (remove a model or lower another's memoryBudget), "
+              f"or lower slo.contextTokens/concurrency")
+    return _decision(ask, None, "refused", 0, nbytes=0, pred=None, reason=reason, code="PoolLimitReached")
+
+
+def no_matching_gpu(model: ElasticModel, products: Iterable[str]) -> Decision:
+    products = sorted(products)
+    have = ", ".join(products) or "none"
     wanted = model.gpu_product or "any"
+    reason = (f"no GPU of product {wanted} in the inventory (products: {have}); fix spec.gpu.product or add "
+              f"such a node or pool (gpus.yaml, or nvidia.com/gpu.product node labels)")
+    if model.gpu_product is None and products:
+        reason = (f"no GPU product in the inventory (products: {have}) runs spec.weights.dtype {model.weight_dtype} "
+                  "(contract.precision: bfloat16 and int4 need compute capability 8.0 or later); fix "
+                  "spec.weights.dtype (int8 runs on every GPU) or add such a node or pool")
     return Decision(
         name=model.name, namespace=model.namespace, model=model.model, gpu_product=model.gpu_product,
         slot=None, mode="refused", resident_layers=0, total_layers=0, need_bytes=0,
         budget_bytes=model.budget_bytes, footprint_bytes=0, predicted=None, slo_met=None,
-        reason=(f"no GPU of product {wanted} in the inventory (products: {have}); fix spec.gpu.product or add "
-                f"such a node (gpus.yaml, or nvidia.com/gpu.product node labels)"),
+        reason=reason, weight_dtype=model.weight_dtype,
         reason_code="NoMatchingGPU",
     )
 

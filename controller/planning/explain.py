@@ -35,7 +35,7 @@ def explain(inputs: Inputs, result: Plan, name: str, namespace: str | None = Non
     if pending is not None:
         return f"{header}\nMode: none yet ({pending.reason_code})\n{pending.reason}.\n"
     decision = next(d for d in result.decisions if d.key == model.key)
-    wanted = (model.model, model.revision, decision.gpu_product)
+    wanted = model.profile_key(decision.gpu_product)
     profile = next((p for p in inputs.profiles if p.key == wanted), None)
     if profile is None:
         return f"{header}\nMode: {decision.mode} ({decision.reason_code})\n{decision.reason}\n"
@@ -51,7 +51,8 @@ def _body(model: ElasticModel, d: Decision, profile, inputs: Inputs, result: Pla
     limit = min(model.budget_bytes, usable)
     minimum = cost.elastic_slice_at(profile, slo, 0).footprint
     lines = [
-        f"GPU: {d.gpu_product}, slot {d.slot or '-'} (usable {fb(usable)}); profile {d.profile} ({profile.source})",
+        f"GPU: {d.gpu_product}, slot {d.slot or '-'} (usable {fb(usable)}); profile {d.profile} ({profile.source}); "
+        f"decoder weights {profile.stored_dtype}, computed in {profile.dtype}",
         f"Mode: {d.mode} ({d.reason_code})",
         "",
         "need = weights + KV cache + activation peak + runtime overhead",

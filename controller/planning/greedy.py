@@ -5,7 +5,8 @@ models that must stream, then those that fit whole (resident by best fit, else a
 re-packed slot, else elastic); then repairs for refused ones (residents stream, a TPOT-bound streamer
 gives up its link); then the SLO repair (a resident that misses a target moves where it meets it). Over
 several products (greedy_fleet), each model's product first, then the next product for one refused.
-bench/plan_quality.py measures its gap to the exact solver. Called by
+bench/plan_quality.py measures its gap to the exact solver. `place` places one model (the opening stage,
+controller.planning.capacity, fills new pool nodes with it). Called by
 controller.planning.plan (instances too large to solve exactly) and by controller.planning.plan_exact
 (if the solver finds nothing).
 """
@@ -85,7 +86,7 @@ def greedy_fleet(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> t
     first = _first_choices(choices, by_product)
     refused: dict = {}
     for product, group in sorted(_by_product(first).items()):
-        refused.update((a.key, a) for a in greedy(group, by_product[product], sticky=sticky)[1])
+        refused.update((a.key, a) for a in greedy(group, by_product.get(product, []), sticky=sticky)[1])
     tried = {key: {ask.profile.gpu_product} for key, ask in ((a.key, a) for a in first)}
     while True:
         retry = {}
@@ -98,7 +99,7 @@ def greedy_fleet(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> t
             break
         for product, group in sorted(_by_product(list(retry.values())).items()):
             placed = {a.key for a in group}
-            for ask in greedy(group, by_product[product], sticky=False)[1]:
+            for ask in greedy(group, by_product.get(product, []), sticky=False)[1]:
                 placed.discard(ask.key)
                 refused.setdefault(ask.key, ask)  # a streamer that gave its place up is refused here
             for key in placed:
@@ -116,7 +117,8 @@ def _by_product(asks: list[Ask]) -> dict[str, list[Ask]]:
 def _first_choices(choices: dict, by_product: dict[str, list[SlotState]]) -> list[Ask]:
     """One ask per model: its only one, or (several products) the product where it meets its SLO alone,
     runs whole, and leaves the largest share of the product's memory free after the models bound to it."""
-    capacity = {p: sum(s.slot.usable_bytes for s in group) for p, group in by_product.items()}
+    products = {a.profile.gpu_product for options in choices.values() for a in options}
+    capacity = {p: sum(s.slot.usable_bytes for s in by_product.get(p, [])) for p in products}
     load = dict.fromkeys(capacity, 0)
     for options in choices.values():
         if len(options) == 1:
@@ -421,3 +423,16 @@ def _place_elastic(ask: Ask, states: list[SlotState], index: _FreeIndex, *, sque
                 index.mark_tight(state)
             return True
     return False
+
+
+def place(ask: Ask, states: list[SlotState], *, squeeze: bool = True) -> bool:
+    """Place one model on `states` as the greedy places a model the last plan did not: whole by best fit, else
+    into a swap group or a re-packed slot, else (`squeeze`) elastic; streaming where its budget makes it. True
+    when placed. The opening stage (controller.planning.capacity) fills the pool nodes it opens with it, never
+    streaming a model that fits whole (squeeze False): such a model gets a node where it runs whole."""
+    index = _FreeIndex(states)
+    if not ask.whole:
+        return _place_elastic(ask, states, index, squeezed=False)
+    if squeeze:
+        return _place_whole(ask, states, index, set())
+    return _place_resident(ask, index) or _join_swap(ask, states, index) or _repack(ask, states, index, set())

@@ -69,7 +69,7 @@ def slo_alternatives(inputs: Inputs, result: Plan, d: Decision, model) -> list[s
     profiles = {p.key: p for p in inputs.profiles}
     lines = []
     for slot in sorted(inputs.slots, key=lambda s: s.id):
-        profile = profiles.get((model.model, model.revision, slot.product))
+        profile = profiles.get(model.profile_key(slot.product))
         if slot.id == d.slot or profile is None or model.gpu_product not in (None, slot.product):
             continue
         there = [o for o in placed if o.slot == slot.id and o.key != d.key]
@@ -100,8 +100,7 @@ def slo_alternatives(inputs: Inputs, result: Plan, d: Decision, model) -> list[s
 def _step(o: Decision, inputs: Inputs) -> float:
     """A placed neighbour's decode step at its concurrency (0 without its model or profile)."""
     model = next((m for m in inputs.models if m.key == o.key), None)
-    profile = next((p for p in inputs.profiles if model is not None and p.key == (model.model, model.revision,
-                                                                                  o.gpu_product)), None)
+    profile = next((p for p in inputs.profiles if model is not None and p.key == model.profile_key(o.gpu_product)), None)
     return 0.0 if model is None or profile is None else cost.decode_step_ms(profile, model.slo.concurrency)
 
 
@@ -126,8 +125,7 @@ def _resources(d: Decision, profile: Profile, slots: list[GpuSlot], placed: list
 def _minimum(o: Decision, inputs: Inputs) -> int:
     """An elastic neighbour's elastic minimum (its footprint when nothing is left to grow into)."""
     model = next((m for m in inputs.models if m.key == o.key), None)
-    profile = next((p for p in inputs.profiles if model is not None and p.key == (model.model, model.revision,
-                                                                                  o.gpu_product)), None)
+    profile = next((p for p in inputs.profiles if model is not None and p.key == model.profile_key(o.gpu_product)), None)
     if model is None or profile is None:
         return o.footprint_bytes
     return cost.elastic_slice_at(profile, model.slo, 0).footprint

@@ -43,9 +43,13 @@ The rules (docs/planner.md; docs/architecture.md has the design):
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
-from controller.planning import cost
+from contract.gpu_catalog import capability_of
+from contract.precision import AUTO, product_problem
+from controller.planning import capacity, cost
+from controller.planning.capacity import PoolRoom, existing_slots, kept_pool_slots, pool_rooms
 from controller.planning.decisions import decisions, no_matching_gpu, refused_below_minimum
 from controller.planning.greedy import greedy_fleet
 from controller.planning.slots import Ask, NodeState, SlotState, grow
@@ -60,32 +64,39 @@ _PLACEMENT_FREE_REFUSALS = ("BudgetBelowElasticMinimum", "NoMatchingGPU")  # no 
 
 
 def plan(inputs: Inputs, previous: Mapping[tuple[str, str], Decision] | None = None, *,
-         method: str = "auto") -> Plan:
+         method: str = "auto", drain: frozenset[str] | None = None) -> Plan:
     """method: "auto" (exact where small, else greedy), "exact" or "greedy" (the bench compares them), or
     "slo-first" (exact, with SLO targets missed ranked right after refused: the bench's reference).
+    `drain`: pool nodes this plan gives back, opening none (consolidation's trials, controller.planning.consolidate).
 
     A first plan (no previous decisions) that refused a model for lack of room is settled: re-planned
     with its own decisions until that changes nothing (at most SETTLE_PASSES more plans), because the sticky
     repairs can admit a model the first greedy left out. So re-planning a plan's own decisions is a fixed
     point, and the next pass does not move models the first could have placed better."""
-    result = _plan_once(inputs, previous or {}, method)
+    result = _plan_once(inputs, previous or {}, method, drain)
     if previous or not any(d.mode == "refused" and d.reason_code not in _PLACEMENT_FREE_REFUSALS
                            for d in result.decisions):
         return result
     for _ in range(SETTLE_PASSES):
-        again = _plan_once(inputs, {d.key: d for d in result.decisions}, method)
+        again = _plan_once(inputs, {d.key: d for d in result.decisions}, method, drain)
         if again == result:
             break
         result = again
     return result
 
 
-def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], method: str) -> Plan:
+def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], method: str,
+               drain: frozenset[str] | None = None) -> Plan:
+    rooms = pool_rooms(inputs.pools, dict(inputs.pool_nodes), previous.values(), dict(inputs.prices), drain)
     slots_by_product: dict[str, list[GpuSlot]] = {}
-    for slot in sorted(inputs.slots, key=lambda s: (s.product, s.node, s.index)):
+    for slot in sorted([*inputs.slots, *existing_slots(rooms)], key=lambda s: (s.product, s.node, s.index)):
         slots_by_product.setdefault(slot.product, []).append(slot)
     profiles = {p.key: p for p in inputs.profiles}
     largest_usable = {p: max(s.usable_bytes for s in slots) for p, slots in slots_by_product.items()}
+    for room in rooms.values():  # a pool's GPUs count whether or not a node of it exists yet
+        if room.open or room.free:
+            usable = room.pool.slots(0)[0].usable_bytes
+            largest_usable[room.pool.product] = max(largest_usable.get(room.pool.product, 0), usable)
 
     decisions: list[Decision] = []
     pending: list[Pending] = []
@@ -94,38 +105,41 @@ def _plan_once(inputs: Inputs, previous: Mapping[tuple[str, str], Decision], met
     for model in sorted(inputs.models, key=lambda m: m.key):
         product = _choose_product(model, largest_usable, profiles)
         if product is None:
-            decisions.append(no_matching_gpu(model, slots_by_product))
+            decisions.append(no_matching_gpu(model, largest_usable))
             continue
         # the product is chosen with the slot: every product it has a profile on (its own, when it names one)
         candidates = [p for p in ([model.gpu_product] if model.gpu_product else sorted(largest_usable))
-                      if (model.model, model.revision, p) in profiles]
+                      if model.profile_key(p) in profiles and runs_on(model, p)]
         if not candidates:
             pending.append(Pending(
                 name=model.name, namespace=model.namespace, model=model.model, gpu_product=product,
-                revision=model.revision,
-                reason=f"no profile of {model.model}{_at_revision(model.revision)} on {product} yet: "
-                       "a profiler Job measures it first",
+                revision=model.revision, weight_dtype=model.weight_dtype,
+                reason=f"no profile of {model.model}{_at_revision(model.revision)}{_in_dtype(model.weight_dtype)} "
+                       f"on {product} yet: a profiler Job measures it first",
+                pool_selector=_profiling_pool(product, inputs.slots, rooms),
             ))
             continue
         mine = []
         for p in [product] + [c for c in candidates if c != product]:
-            ask = _resolve(model, profiles[(model.model, model.revision, p)], largest_usable[p],
+            ask = _resolve(model, profiles[model.profile_key(p)], largest_usable[p],
                            previous.get(model.key))
             ask.slice_cache = slice_cache
             if ask.minimum.footprint <= min(model.budget_bytes, largest_usable[p]):
                 mine.append(ask)
         if not mine:
-            decisions.append(refused_below_minimum(_resolve(model, profiles[(model.model, model.revision, product)],
+            decisions.append(refused_below_minimum(_resolve(model, profiles[model.profile_key(product)],
                                                             largest_usable[product], None),
                                                    min(model.budget_bytes, largest_usable[product]),
                                                    largest_usable[product]))
         asks.extend(mine)
 
     for group, products in _components(asks):
-        decisions.extend(plan_product(group, [s for p in products for s in slots_by_product[p]], method))
+        mine = {name: room for name, room in rooms.items() if room.pool.product in products}
+        decisions.extend(plan_product(group, [s for p in products for s in slots_by_product.get(p, [])], method,
+                                      mine))
     decisions.sort(key=lambda d: d.key)
     pending.sort(key=lambda p: p.key)
-    return Plan(decisions=tuple(decisions), pending=tuple(pending))
+    return Plan(decisions=tuple(decisions), pending=tuple(pending), pool_slots=kept_pool_slots(decisions, inputs.pools))
 
 
 def _components(asks: list[Ask]) -> list[tuple[list[Ask], list[str]]]:
@@ -151,32 +165,46 @@ def _components(asks: list[Ask]) -> list[tuple[list[Ask], list[str]]]:
     return [(group, sorted(products)) for _, (group, products) in sorted(groups.items())]
 
 
-def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto") -> list[Decision]:
-    """Decisions for the models of one group of GPU products over their slots. A model may come with an ask
-    per product it can run on (its preferred first); it takes at most one of them."""
+def plan_product(asks: list[Ask], slots: list[GpuSlot], method: str = "auto",
+                 rooms: Mapping[str, PoolRoom] | None = None) -> list[Decision]:
+    """Decisions for the models of one group of GPU products over their slots (the fixed nodes' and the pool
+    nodes' the plan starts from), opening pool nodes (`rooms`, the group's pools) for models none of them can
+    take. A model may come with an ask per product it can run on (its preferred first); it takes at most one."""
+    rooms = rooms or {}
     models = len({a.key for a in asks})
+    new_nodes = capacity.candidates(asks, rooms)
     per_product: dict[str, int] = {}
-    for slot in slots:
+    for slot in [*slots, *(s for room, _ in new_nodes for s in room.pool.slots(0))]:
         per_product[slot.product] = per_product.get(slot.product, 0) + 1
     pairs = sum(per_product.get(a.profile.gpu_product, 0) for a in asks)
     exact = method in ("exact", "slo-first") or (method == "auto" and models <= EXACT_MAX_MODELS
                                                    and pairs <= EXACT_MAX_PAIRS)
+    choices: dict[tuple[str, str], list[Ask]] = {}
+    for ask in asks:
+        choices.setdefault(ask.key, []).append(ask)
     if exact:
         from controller.planning import plan_exact  # OR-Tools loads only when a small instance needs it
-        states, refused = plan_exact.solve(asks, _states(slots), slo_first=method == "slo-first")
+        states, refused = plan_exact.solve(asks, _states(slots), slo_first=method == "slo-first", rooms=rooms,
+                                           new_nodes=new_nodes)
     else:
-        states, refused = greedy_fleet(asks, _states(slots), sticky=True)
-        if refused and any(a.previous for a in asks):
-            fresh_states, fresh_refused = greedy_fleet(asks, _states(slots), sticky=False)
-            if _refusals(fresh_refused) < _refusals(refused):
-                states, refused = fresh_states, fresh_refused
+        states, refused, rooms = _greedy(asks, slots, choices, rooms, sticky=True)
+        if refused and any(a.previous for a in asks):  # the stability rule yields only to a refusal it causes
+            fresh = _greedy(asks, slots, choices, rooms, sticky=False)
+            if capacity.refusals(fresh[1]) < capacity.refusals(refused):
+                states, refused, rooms = fresh
     grow(states)
-    return decisions(states, refused)
+    hits = capacity.limit_hits(refused, choices, states, rooms) if rooms else {}
+    return decisions(states, refused, {key: (hit.pool, hit.planned) for key, hit in hits.items()})
 
 
-def _refusals(refused: list[Ask]) -> tuple[int, int]:
-    """Refusals as the objective counts them: models the last plan placed first, then all."""
-    return (sum(1 for a in refused if a.placed_before), len(refused))
+def _greedy(asks: list[Ask], slots: list[GpuSlot], choices: Mapping[tuple[str, str], list[Ask]],
+            rooms: Mapping[str, PoolRoom], *, sticky: bool) -> tuple[list[SlotState], list[Ask], dict[str, PoolRoom]]:
+    """The greedy over `slots`, then new pool nodes for the models it refused (on a copy of `rooms`)."""
+    rooms = {name: replace(room, free=list(room.free)) for name, room in rooms.items()}
+    states, refused = greedy_fleet(asks, _states(slots), sticky=sticky)
+    if refused and rooms:
+        refused = capacity.open_nodes(refused, choices, states, rooms)
+    return states, refused, rooms
 
 
 def _states(slots: list[GpuSlot]) -> list[SlotState]:
@@ -187,19 +215,30 @@ def _states(slots: list[GpuSlot]) -> list[SlotState]:
 
 
 def _choose_product(model: ElasticModel, largest_usable: dict[str, int],
-                    profiles: dict[tuple[str, str, str], Profile]) -> str | None:
+                    profiles: dict[tuple[str, str, str, str], Profile]) -> str | None:
     if model.gpu_product is not None:
         return model.gpu_product if model.gpu_product in largest_usable else None
-    if not largest_usable:
+    runnable = [p for p in largest_usable if runs_on(model, p)]
+    if not runnable:
         return None
 
     def preference(product: str) -> tuple:
         usable = largest_usable[product]
-        profile = profiles.get((model.model, model.revision, product))
+        profile = profiles.get(model.profile_key(product))
         fits = profile is not None and cost.need(profile, model.slo).total <= min(model.budget_bytes, usable)
         return (profile is None, not fits, -usable, product)
 
-    return min(largest_usable, key=preference)
+    return min(runnable, key=preference)
+
+
+def runs_on(model: ElasticModel, product: str) -> bool:
+    """Whether `product` can run the model's spec.weights.dtype (contract.precision, by the GPU catalog's compute
+    capability; a product the catalog does not know is not ruled out: its profiler Job finds out)."""
+    return product_problem(product, capability_of(product), model.weight_dtype) is None
+
+
+def _in_dtype(weight_dtype: str) -> str:
+    return "" if weight_dtype == AUTO else f" in {weight_dtype}"
 
 
 def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: Decision | None) -> Ask:
@@ -213,6 +252,16 @@ def _resolve(model: ElasticModel, profile: Profile, largest_usable: int, prev: D
                placed_before=prev is not None and prev.mode != "refused" and prev.slot is not None,
                last_slot=prev.slot if prev is not None and prev.mode != "refused" else None)
 
+
+
+def _profiling_pool(product: str, slots: tuple[GpuSlot, ...], rooms: Mapping[str, PoolRoom]) -> tuple[str, str] | None:
+    """The label a profiler Job for `product` selects when no fixed node has that product: the cheapest pool's
+    that has it (its pending Job makes the autoscaler add a node, which leaves again once the Job is done)."""
+    if any(s.product == product for s in slots):
+        return None
+    mine = sorted((room for room in rooms.values() if room.pool.product == product and room.pool.max_nodes),
+                  key=PoolRoom.rank)
+    return mine[0].pool.selector if mine else None
 
 
 def _at_revision(revision: str) -> str:

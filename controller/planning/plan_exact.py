@@ -10,8 +10,9 @@ Variables: x[a, s, o] = model a takes option o on slot s (of a product it has a 
 chosen with the slot); options are resident, swap, elastic with at most c streaming models on the link (its
 start slice at that share), and for a model whose inputs did not change, its previous placement kept as it was.
 Objective, lexicographic in two solves: first models the last plan placed that are refused; refused; moved (an
-unchanged model not kept as it was, or a model the last plan placed now refused); elastic; swap; predicted SLO
-targets missed. Then, with those fixed at their optimum: the predicted latency against the SLO targets (the sum of
+unchanged model not kept as it was, or a model the last plan placed now refused); the cost of the pool nodes
+it opens (controller.planning.capacity: a model is offered a new node's GPU only where it keeps no place); elastic;
+swap; predicted SLO targets missed. Then, with those fixed at their optimum: the predicted latency against the SLO targets (the sum of
 predicted ÷ target); the predicted TPOT of every model; the smaller models resident; a canonical tie-break (by name, earlier slots first;
 refusing later names first). Predictions are those of controller.planning.slots.predictions (co-tenants all
 decoding), except that an elastic co-tenant counts a bound on the part of its step its pass overlaps (the
@@ -21,11 +22,13 @@ swap wait, _ttft_bounds; the link share, _tpot_bounds), the slot holds.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from controller.planning import cost
+from controller.planning.capacity import PoolRoom, cost_units, node_states, open_nodes
 from controller.planning.greedy import greedy_fleet
 from controller.planning.slots import Ask, SlotState, apply, check, is_tight, rule_broken
 
@@ -49,16 +52,33 @@ class _Option:
     stream_us: int = 0             # elastic: streaming its slice at the share its cap gives, per token
 
 
-def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) -> tuple[list[SlotState], list[Ask]]:
+def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False,
+          rooms: Mapping[str, PoolRoom] | None = None,
+          new_nodes: Sequence[tuple[PoolRoom, int]] = ()) -> tuple[list[SlotState], list[Ask]]:
     """slo_first: SLO targets missed rank right after refused (before moves, elastic and swap): the reference
-    bench/plan_quality.py measures the planner's SLO share against (the best plan with the same refusals)."""
+    bench/plan_quality.py measures the planner's SLO share against (the best plan with the same refusals).
+    `new_nodes`: the pool nodes it may open (controller.planning.capacity.candidates), each at the cost of its
+    node, ranked right after moves: only where that refuses fewer, never for a model that keeps its place, and
+    never streaming a model that fits whole there (it runs whole on a new node, or shares it in a swap group).
+    The states returned are `states` and the new nodes' GPUs it opened; their ordinals leave `rooms`' free."""
+    base = list(states)
     asks = sorted(asks, key=lambda a: a.key)  # stable: each model's asks stay in its order of preference
     first: dict = {}
     for a in asks:
         first.setdefault(a.key, a)
     keys = sorted(first)
     n = len(keys)
-    options = [o for a in asks for s in states if s.slot.product == a.profile.gpu_product for o in _options(a, s, n)]
+    opening = []
+    for room, k in new_nodes:
+        fresh = node_states(room.pool, k, len(states))
+        states = [*states, *fresh]
+        opening.append((room, k, fresh))
+    existing = {s.slot.id for s in base}
+    fresh_at = {s.position for _, _, fresh in opening for s in fresh}
+    options = [o for a in asks for s in states if s.slot.product == a.profile.gpu_product
+               and not (s.position in fresh_at and a.previous is not None and a.previous.slot in existing)
+               for o in _options(a, s, n)
+               if not (s.position in fresh_at and a.whole and o.mode == "elastic")]  # a new node: whole models whole
     model = cp_model.CpModel()
     x = [model.NewBoolVar(f"x{i}") for i in range(len(options))]
     by_key: dict = {k: [] for k in keys}
@@ -95,6 +115,20 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) 
         if node.host_bytes is not None:
             model.Add(sum(_host(o) * v for v, o in here if _host(o)) <= node.host_bytes)
 
+    units = cost_units(rooms.values()) if rooms else {}
+    node_open = []
+    for room, k, _ in opening:
+        var = model.NewBoolVar(f"open_{room.pool.name}_{k}")
+        if node_open and node_open[-1][0] is room:  # interchangeable nodes: the lower ordinal opens first
+            model.Add(node_open[-1][1] >= var)
+        node_open.append((room, var, units[room.pool.name]))
+    node_at = {s.position: node_open[i][1] for i, (_, _, fresh) in enumerate(opening) for s in fresh}
+    for v, o in zip(x, options):
+        if o.state.position in node_at:
+            model.AddImplication(v, node_at[o.state.position])
+    opened_cost = sum(cost * var for _, var, cost in node_open)
+    cost_max = sum(cost for _, _, cost in node_open)
+
     refused = {k: 1 - placed[k] for k in keys}
     # a move: an unchanged model not kept as it was, or a model the last plan placed now refused
     kept_before = {a.key for a in asks if a.previous is not None}
@@ -102,13 +136,15 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) 
     moved += [refused[k] for k in keys if k not in kept_before and first[k].placed_before]
     lost = [refused[k] for k in keys if first[k].placed_before]
     misses, ratios, tpots = _slo_terms(model, by_key, keys, times)
-    w_miss = 1 if not slo_first else (len(moved) + 1) * (n + 1) ** 2
     w_swap = 2 * n + 1 if not slo_first else 1
     w_elastic = w_swap * (n + 1)
-    w_moved = w_elastic * (n + 1)
+    w_cost = w_elastic * (n + 1)  # new pool nodes, in cost units: above elastic and swap, below moves
+    w_moved = w_cost * (cost_max + 1)
+    w_miss = 1 if not slo_first else (len(moved) + 1) * w_moved
     w_refused = max(w_moved * (len(moved) + 1), w_miss * (2 * n + 1))
     w_lost = w_refused * (n + 1)  # a model the last plan placed is never refused to admit others
     primary = (w_lost * sum(lost) + w_refused * sum(refused.values()) + w_moved * sum(moved)
+               + w_cost * opened_cost
                + w_elastic * sum(v for v, o in zip(x, options) if o.mode == "elastic")
                + w_swap * sum(v for v, o in zip(x, options) if o.mode == "swap") + w_miss * sum(misses))
     # Canonical last tie-break, lexicographic by name: each model's slot position (refused: after the last), so
@@ -129,16 +165,37 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False) 
     model.Minimize(primary)
     status = solver.Solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return greedy_fleet(asks, states, sticky=True)
+        return _greedy(asks, base, rooms)
     model.Add(primary <= round(solver.ObjectiveValue()))
     for var in x:
         model.AddHint(var, solver.Value(var))
     model.Minimize(secondary)
     status = solver.Solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # pragma: no cover - the first solution is feasible
-        return greedy_fleet(asks, states, sticky=True)
+        return _greedy(asks, base, rooms)
     chosen = {opt.ask.key: opt for var, opt in zip(x, options) if solver.Value(var)}
-    return _build(states, chosen, [first[k] for k in keys if k not in chosen])
+    states, refused = _build(states, chosen, [first[k] for k in keys if k not in chosen])
+    used = {o.state.position for o in chosen.values()}
+    kept = list(base)
+    for room, k, fresh in opening:
+        if any(s.position in used for s in fresh):
+            room.free.remove(k)
+            kept.extend(fresh)
+    for i, state in enumerate(kept):  # the decisions index the states by position
+        state.position = i
+    return kept, refused
+
+
+def _greedy(asks: list[Ask], states: list[SlotState], rooms: Mapping[str, PoolRoom] | None
+            ) -> tuple[list[SlotState], list[Ask]]:
+    """The greedy regime, where the solver finds no solution: placement on the existing GPUs, then new nodes."""
+    states, refused = greedy_fleet(asks, states, sticky=True)
+    if refused and rooms:
+        choices: dict = {}
+        for ask in asks:
+            choices.setdefault(ask.key, []).append(ask)
+        refused = open_nodes(refused, choices, states, rooms)
+    return states, refused
 
 
 def _solver() -> cp_model.CpSolver:

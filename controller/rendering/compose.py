@@ -34,7 +34,8 @@ from controller.inputs.compositions import Composition, shipped_compositions
 from controller.inputs.tree import LastPass
 from controller.rendering.compose_errors import (RULE_ERRORS, ComposeError, HostPathOutsideRoot, InvalidName,
                                                  ManifestInvalid, MixedCompositions, NameCollision, OutputConflict,
-                                                 RenderFailed, ServedNameTaken, UnknownComposition, UnknownSlot)
+                                                 PoolWorkerWithoutGpu, RenderFailed, ServedNameTaken,
+                                                 UnknownComposition, UnknownSlot)
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
 from controller.inputs.kube_rules import Problem, is_dns_label, is_label_value, object_problems
@@ -42,6 +43,7 @@ from controller.inputs.layout import SINGLE, Layout
 from controller.rendering.names import (dns_label, profile_configmap_name, profiler_job_name, service_name,
                                         worker_name)
 from controller.rendering.profiling_place import Beside, profiling_place
+from controller.planning.bill import Bill
 from controller.rendering.planmd import Change, created_jobs, decision_changes, last_change_lines, plan_markdown
 from controller.rendering.rollouts import Rollouts, worker_rollouts
 from controller.rendering.render import RenderError, compiled, render_documents
@@ -57,6 +59,10 @@ MIB = 1 << 20
 STARTUP_BASE_S = 120  # python and torch start until /healthz answers (models are fetched and load after)
 STARTUP_PROBE_PERIOD_S = 10  # templates/worker-deployment.yaml.j2 startupProbe.periodSeconds
 STARTUP_FAILURE_THRESHOLD = math.ceil(STARTUP_BASE_S / STARTUP_PROBE_PERIOD_S)
+# a pool node's worker may wait for the autoscaler to add its node (a GPU node, its driver, the worker image):
+# its Deployment reports ProgressDeadlineExceeded (Argo CD: Degraded) only after this long, not the default 10 min
+POOL_PROGRESS_DEADLINE_S = 1800
+GPU_RESOURCE = "nvidia.com/gpu"
 _PATH_PART = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -154,15 +160,16 @@ def warm_up() -> None:
 
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot], last: LastPass = LastPass(), *,
             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
-            profile_sources: Mapping[tuple[str, str], str] | None = None, sections: Sequence[str] = (),
-            layout: Layout = SINGLE) -> Rendered:
+            profile_sources: Mapping[tuple[str, str, str], str] | None = None, sections: Sequence[str] = (),
+            bills: tuple[Bill, Bill] | None = None, layout: Layout = SINGLE) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process. `last`: the last
     pass's result (controller.inputs.tree.LastPass): its decisions, which the changes are counted from; its
     PLAN.md, whose summary a quiet pass keeps; its paths, which tell the profiler Jobs this tree creates; its
     worker Deployments and ConfigMaps, which tell the workers this tree restarts from those it reconfigures in
-    place. `sections`: further PLAN.md lines (the open right-sizing recommendations), placed before the changes.
-    `layout`: whose paths (one cluster's, with clusters/): that cluster's tree, its ElasticModels in it."""
+    place. `sections`: further PLAN.md lines (the open right-sizing recommendations), placed before the changes;
+    `bills`: the last decisions' and this plan's GPUs and cost (controller.planning.bill), for PLAN.md. `layout`:
+    whose paths (one cluster's, with clusters/): that cluster's tree, its ElasticModels in it."""
     compositions = shipped_compositions() if compositions is None else compositions
     if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
@@ -178,7 +185,8 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
     tree.files[layout.plan_md] = plan_markdown(models, plan, slots, changes, errors, last_change_lines(last.plan_md),
                                                profile_sources, jobs_created=None if last.paths is None
                                                else len(created_jobs(last.paths, tree.files, layout.rendered)),
-                                               rollouts=rollouts, sections=sections, cluster=layout.cluster)
+                                               rollouts=rollouts, sections=sections, bills=bills,
+                                               cluster=layout.cluster)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
@@ -332,7 +340,7 @@ def _profiling_step(pending: Sequence[Pending], by_key: Mapping, compositions: M
     """Each model awaiting a profile: its composition's profiling objects, on a free GPU or beside the workers.
     The models of one namespace that await the same profile share one Job, measured at the largest
     concurrency and context among them (decode time grows with both)."""
-    runs: dict[tuple[str, str, str, str], _ProfileRun] = {}
+    runs: dict[tuple[str, str, str, str, str], _ProfileRun] = {}
     for item in pending:
         model = by_key.get(item.key)
         if model is not None:
@@ -405,7 +413,10 @@ def _serving_step(workers: Mapping[tuple[GpuSlot, str], list[_Served]],
                     continue
                 context = _worker_context(slot, composition, members, named)
                 services = _services(members, composition, context, errors)
-            tree.add(_render(composition, composition.per_worker, context, members[0].model.ref), list(services))
+            unit = _render(composition, composition.per_worker, context, members[0].model.ref)
+            if slot.pool is not None:
+                _require_gpu_request(unit, slot, composition, members[0].model.ref)
+            tree.add(unit, list(services))
             tree.verdict_sources.add((context["worker"]["namespace"], context["worker"]["verdicts"]))
         except ComposeError as exc:
             errors.extend(exc.for_ref(m.model.ref) for m in members)
@@ -417,6 +428,22 @@ def _serving_step(workers: Mapping[tuple[GpuSlot, str], list[_Served]],
                 if f"{RENDERED}/{model.namespace}/service-{model.name}.yaml" in tree.objects:
                     tree.urls[model.ref] = model_url(model, int(composition.parameters["servicePort"]))
     return served
+
+
+def _require_gpu_request(unit: Sequence[_File], slot: GpuSlot, composition: Composition, ref: str) -> None:
+    """A pool node's worker must request nvidia.com/gpu: an autoscaler adds a GPU node only for a pending Pod
+    that asks for one (the KAI composition shares GPUs by annotation and asks for none)."""
+    for f in unit:
+        if f.object is None or f.object.kind != "Deployment":
+            continue
+        containers = ((f.document.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        if not any(GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
+                   for c in containers for kind in ("limits", "requests")):
+            raise PoolWorkerWithoutGpu(ref, f"the worker of {slot.id} (pool {slot.pool.name}) renders Deployment "
+                                       f"{f.object.name} without a {GPU_RESOURCE} request (composition "
+                                       f"{composition.name!r}), so no autoscaler would add the node it waits for",
+                                       f"use a composition whose worker requests {GPU_RESOURCE} (default, hami) for "
+                                       f"models on pools, or give the model a spec.gpu.product a fixed node has")
 
 
 def _services(members: Sequence[_Served], composition: Composition, context: dict,
@@ -481,27 +508,31 @@ class _ProfileRun:
         return _ProfileRun(max(self.concurrency, concurrency), max(self.context_tokens, context_tokens))
 
 
-def _profile_key(item: Pending) -> tuple[str, str, str, str]:
-    return (item.namespace, item.model, item.revision, item.gpu_product)
+def _profile_key(item: Pending) -> tuple[str, str, str, str, str]:
+    return (item.namespace, item.model, item.revision, item.gpu_product, item.weight_dtype)
 
 
 def _profiling(model: ElasticModel, pending: Pending, composition: Composition,
                beside: Beside | None, run: _ProfileRun) -> list[_File]:
     _require_label_values(model.ref, {"GPU product": pending.gpu_product})
-    configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product)
+    configmap = profile_configmap_name(pending.model, pending.revision, pending.gpu_product, pending.weight_dtype)
+    pool = None if beside or pending.pool_selector is None else pending.pool_selector
+    where = f"@{beside.slot.id}" if beside else f"@{pool[0]}={pool[1]}" if pool else ""
     context = {
         "params": composition.parameters,
         "model": _model_context(model) | {"model": pending.model, "revision": pending.revision},
         "job": {
             "name": profiler_job_name(pending.model, pending.revision, pending.gpu_product,  # where it runs is in
                                       str(composition.parameters["image"])  # its name: a Job is immutable
-                                      + (f"@{beside.slot.id}" if beside else ""), run.concurrency, run.context_tokens),
+                                      + where, run.concurrency, run.context_tokens, pending.weight_dtype),
             "product": pending.gpu_product,
+            "weightDtype": pending.weight_dtype,
             "concurrency": run.concurrency,
             "contextTokens": run.context_tokens,
             "configmap": configmap,
             "out": f"configmap:{model.namespace}/{configmap}",
             "beside": beside.context() if beside else None,
+            "pool": {"key": pool[0], "value": pool[1]} if pool else None,  # the node label it selects instead
         },
     }
     return _render(composition, composition.profiling, context, model.ref)
@@ -550,6 +581,10 @@ def _worker_context(slot: GpuSlot, composition: Composition, members: list[_Serv
             "startup_failure_threshold": STARTUP_FAILURE_THRESHOLD,
             "verdicts": verdicts,
             "namespaces": sorted({m.model.namespace for m in members}),  # whose pods the NetworkPolicy admits
+            # a pool node's GPU: the label its worker selects (and node is the plan's name for it), else None
+            "pool": None if slot.pool is None else {"name": slot.pool.name, "key": slot.pool.selector[0],
+                                                    "value": slot.pool.selector[1]},
+            "progress_deadline_s": POOL_PROGRESS_DEADLINE_S,
         },
     }
 

@@ -51,6 +51,13 @@ class MixedCompositions(ComposeError):
     reason = "MixedCompositions"
 
 
+class PoolWorkerWithoutGpu(ComposeError):
+    """A worker on a pool node's GPU whose Deployment requests no nvidia.com/gpu: no autoscaler would add the
+    node for it."""
+
+    reason = "PoolWorkerWithoutGpu"
+
+
 class RenderFailed(ComposeError):
     reason = "RenderFailed"
 

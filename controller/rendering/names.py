@@ -58,20 +58,25 @@ def service_name(namespace: str, name: str) -> str:
     return keyed_label((namespace, name), key=(namespace, name), letter_first=True)
 
 
-def profile_configmap_name(model: str, revision: str, gpu_product: str) -> str:
-    """The ConfigMap a profiler Job writes the profile of (model, revision, product) into."""
-    return keyed_label(("profile", _tail(model), gpu_product), key=(model, revision, gpu_product))
+def profile_configmap_name(model: str, revision: str, gpu_product: str, weight_dtype: str = "auto") -> str:
+    """The ConfigMap a profiler Job writes the profile of (model, revision, product, weight dtype) into (the
+    dtype joins the name and its hash only when it is not auto, so the names of earlier profiles stay)."""
+    dtype = () if weight_dtype == "auto" else (weight_dtype,)
+    return keyed_label(("profile", _tail(model), gpu_product, *dtype), key=(model, revision, gpu_product, *dtype))
 
 
 def profiler_job_name(model: str, revision: str, gpu_product: str, profiler_version: str, concurrency: int,
-                      context_tokens: int) -> str:
-    """A Job name unique per (model, revision, GPU product, profiler version, measured concurrency and context).
+                      context_tokens: int, weight_dtype: str = "auto") -> str:
+    """A Job name unique per (model, revision, GPU product, profiler version, measured concurrency and context,
+    weight dtype when not auto).
 
-    Jobs are immutable: a new profiler image or another `--concurrency` or `--context-tokens`
+    Jobs are immutable: a new profiler image or another `--concurrency`, `--context-tokens` or `--weights`
     gets a new name instead of a patch that the API server would refuse.
     """
-    return keyed_label(("profile", _tail(model), gpu_product),
-                       key=(model, revision, gpu_product, profiler_version, str(concurrency), str(context_tokens)))
+    dtype = () if weight_dtype == "auto" else (weight_dtype,)
+    return keyed_label(("profile", _tail(model), gpu_product, *dtype),
+                       key=(model, revision, gpu_product, profiler_version, str(concurrency), str(context_tokens),
+                            *dtype))
 
 
 def _tail(model: str) -> str:

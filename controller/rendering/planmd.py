@@ -3,7 +3,8 @@
 Owns the text of PLAN.md (a terraform-style summary line that counts the models a change
 affects; per GPU slot: models, mode, bytes, layers, predicted TTFT and TPOT alone and with
 all co-tenants busy, the SLO verdict on the all-busy figures, bytes used out of capacity as
-a bar; then models awaiting a profile, refusals, objects not rendered, and the
+a bar; the GPUs kept and their cost per month, before → after; then models awaiting a profile, refusals,
+objects not rendered, and the
 changes since the last decision, each before → after, neighbours included),
 `decision_changes`, which the commit message also uses, `created_jobs` (the profiler Jobs a tree adds to the last one)
 and `last_change_lines` (what a quiet pass carries from the last PLAN.md). Called
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.rollouts import LINE_PREFIX as WORKERS_PREFIX
 from controller.rendering.rollouts import Rollouts
+from controller.planning.bill import Bill, change_line, money
 from controller.planning.occupancy import device_bytes
 from contract.quantity import format_bytes
 from controller.inputs.layout import PLAN_MD, RENDERED_DIR
@@ -102,6 +104,7 @@ def decision_changes(previous: Mapping[tuple[str, str], Decision], plan: Plan) -
 
 CHANGES_HEADING = "## Latest decision changes"
 SUMMARY_PREFIX = "**Plan:** "
+CAPACITY_PREFIX = "**GPUs and cost:** "
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class LastPlan:
     summary: str | None = None
     changes: tuple[str, ...] = ()
     workers: str | None = None  # its workers line (which workers restart, which reconfigure in place)
+    capacity: str | None = None  # its GPUs and cost line, before → after
 
 
 def last_change_lines(plan_md: str | None) -> LastPlan:
@@ -122,8 +126,9 @@ def last_change_lines(plan_md: str | None) -> LastPlan:
     head = plan_md.split("\n## ", 1)[0].splitlines()
     summary = next((line for line in head if line.startswith(SUMMARY_PREFIX)), None)
     workers = next((line for line in head if line.startswith(WORKERS_PREFIX)), None)
+    capacity = next((line for line in head if line.startswith(CAPACITY_PREFIX)), None)
     section = plan_md.split(CHANGES_HEADING, 1)[1].split("\n## ", 1)[0] if CHANGES_HEADING in plan_md else ""
-    return LastPlan(summary, tuple(line for line in section.splitlines() if line.startswith("- ")), workers)
+    return LastPlan(summary, tuple(line for line in section.splitlines() if line.startswith("- ")), workers, capacity)
 
 
 def created_jobs(previous: Collection[str] | None, current: Iterable[str], rendered: str = RENDERED_DIR
@@ -152,7 +157,9 @@ def review_summary(plan_md: str, commit: str, base: str, plan_path: str = PLAN_M
     """The pull request body: PLAN.md's summary line, its workers line (which restart, and the models down
     meanwhile), its latest changes, and where the whole plan is (`plan_path`: a cluster's own PLAN.md)."""
     plan = last_change_lines(plan_md)
-    body = [plan.summary or "", *(["", plan.workers] if plan.workers else []), "", CHANGES_HEADING.removeprefix("## ") + ":", "", *(plan.changes or ["None."]), "",
+    body = [plan.summary or "", *(["", plan.capacity] if plan.capacity else []),
+            *(["", plan.workers] if plan.workers else []), "", CHANGES_HEADING.removeprefix("## ") + ":", "",
+            *(plan.changes or ["None."]), "",
             f"The whole plan: `{plan_path}` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
             "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
             "counts)."]
@@ -161,15 +168,18 @@ def review_summary(plan_md: str, commit: str, base: str, plan_path: str = PLAN_M
 
 def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],
                   changes: Sequence[Change], errors: Sequence[ComposeError],
-                  last: LastPlan | None = None, sources: Mapping[tuple[str, str], str] | None = None, *,
+                  last: LastPlan | None = None, sources: Mapping[tuple[str, str, str], str] | None = None, *,
                   jobs_created: int | None = None, rollouts: Rollouts | None = None,
-                  sections: Sequence[str] = (), cluster: str | None = None) -> str:
-    """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product)'s profile source
+                  sections: Sequence[str] = (), bills: tuple[Bill, Bill] | None = None,
+                  cluster: str | None = None) -> str:
+    """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product, weight dtype)'s profile source
     (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
     None when the previous tree is not known: then every profiler Job the plan runs counts; `rollouts`: which
     workers this tree restarts and which reconfigure in place (None when the previous tree is not known);
-    `sections`: further lines (the open right-sizing recommendations), placed before the changes; `cluster`: the
-    cluster it plans, named in the title (with clusters/)."""
+    `sections`: further lines (the open right-sizing recommendations), placed before the changes; `bills`: what
+    the last decisions and this plan keep and cost (controller.planning.bill), shown before → after whenever the
+    summary is (a quiet pass carries the last line) and this plan's per product and pool; `cluster`: the cluster
+    it plans, named in the title (with clusters/)."""
     by_key = {m.key: m for m in models}
     last = last or LastPlan()
     sources = sources or {}
@@ -188,10 +198,13 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
     views = [_SlotView.of(slot, on_slot.get(slot.id, [])) for slot in ordered]
     jobs = _jobs(plan) if jobs_created is None else jobs_created
     quiet = not changes and not jobs_created and not (rollouts and rollouts.any) and last.summary
-    if quiet:  # nothing the summary counts changed: the last summary and workers line, as they were written
-        head = [last.summary] + (["", last.workers] if last.workers else [])
+    if quiet:  # nothing the summary counts changed: the last summary, cost and workers lines, as they were written
+        head = ([last.summary] + (["", last.capacity] if last.capacity else [])
+                + (["", last.workers] if last.workers else []))
     else:
-        head = [summary_line(changes, jobs, rollouts)] + (["", rollouts.line] if rollouts and rollouts.any else [])
+        head = ([summary_line(changes, jobs, rollouts)]
+                + (["", CAPACITY_PREFIX + change_line(*bills)] if bills else [])
+                + (["", rollouts.line] if rollouts and rollouts.any else []))
     lines = [
         "# gpushare plan" + (f": cluster {cluster}" if cluster else ""),
         "",
@@ -209,6 +222,7 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
         *_gpu_lines(views),
         "```",
     ]
+    lines += _bill_section(bills[1]) if bills else []
     for view in views:
         lines += _slot_section(view, by_key, sources, pinned.get(view.slot.node, 0))
     lines += _section("Awaiting a profile", ("model", "model id", "GPU product", "reason"),
@@ -314,7 +328,7 @@ def _bar(view: _SlotView) -> str:
     return "".join(p.mark * n for p, n in zip(view.parts, counts))[:BAR_WIDTH].ljust(BAR_WIDTH, ".")
 
 
-def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str], str],
+def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, str, str], str],
                   node_pinned: int) -> list[str]:
     slot = view.slot
     header = ("bar", "model", "mode", "budget", "need", "GPU footprint", "layers", "profile",
@@ -326,7 +340,8 @@ def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, 
         footprint = "in the swap area" if d.mode == "swap" else area[ref]
         rows.append((view.marks[d.key], ref, d.mode, format_bytes(d.budget_bytes), format_bytes(d.need_bytes),
                      footprint, f"{d.resident_layers}/{d.total_layers}",
-                     sources.get((d.model, d.gpu_product or ""), "-"),
+                     sources.get((d.model, d.gpu_product or "", d.weight_dtype), "-")
+                     + ("" if d.weight_dtype == "auto" else f" ({d.weight_dtype})"),
                      _figures(d, "ttft"), _figures(d, "tpot"), _slo(by_key.get(d.key), d)))
     rows += [(p.mark, p.label, "", "", "", p.gib, "", "", "", "", "") for p in view.parts
              if p.mark == "~" or p.mark == "."]
@@ -347,6 +362,20 @@ def _slot_section(view: _SlotView, by_key: Mapping, sources: Mapping[tuple[str, 
         *chart,
         "```",
     ] if view.decisions else ["", f"## {slot.id} · {slot.product}", "", "No models."]
+
+
+def _bill_section(now: Bill) -> list[str]:
+    """The GPUs this plan keeps and their cost per month (GPUs × pricePerGpuHour × 730), per product and pool."""
+    rows = [(p.product, str(p.gpus_used), str(p.gpus_idle), "-" if p.price is None else f"{p.price:g}",
+             money(p.cost_per_month)) for p in now.products]
+    pools = [(p.name, p.product, f"{p.nodes} (min {p.min_nodes}, max {p.max_nodes})", str(p.gpus),
+              money(p.cost_per_month)) for p in now.pools]  # not the nodes the cluster has: git holds the plan
+    cost = (f", {money(now.cost_per_month)} per month" if now.cost_per_month is not None else
+            "; their cost is not known until gpus.yaml gives pricePerGpuHour for each product")
+    return (["", "## GPUs and cost", "", f"{now.gpus} GPU{'s' * (now.gpus != 1)} kept{cost} (a node is billed whole; idle: kept, no model "
+             "on it)."]
+            + _table(("GPU product", "GPUs kept", "idle", "price per GPU-hour", "per month"), rows)
+            + (_table(("pool", "GPU product", "nodes needed", "GPUs", "per month"), pools) if pools else []))
 
 
 def _section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:

@@ -40,7 +40,7 @@ def profiling_place(product: str, slots: Sequence[GpuSlot], decisions: Sequence[
     for decision in decisions:
         if decision.slot is not None and decision.mode != "refused":
             on_slot[decision.slot].append(decision)
-    candidates = [s for s in slots if s.product == product]
+    candidates = [s for s in slots if s.product == product and s.pool is None]  # a pool node has no fixed name
     if not candidates or any(s.id not in on_slot for s in candidates):
         return None
 

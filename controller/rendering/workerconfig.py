@@ -36,6 +36,8 @@ def model_entry(model: ElasticModel, decision: Decision) -> dict:
         entry["servedNames"] = list(model.served_names)
     if decision.dtype is not None:
         entry["dtype"] = decision.dtype
+    if model.weight_dtype != "auto":
+        entry["weightDtype"] = model.weight_dtype
     if decision.terms is not None:
         entry["footprint"] = terms_document(decision.terms)
     slo = {key: value for key, value in (("ttftMs", model.slo.ttft_ms), ("tpotMs", model.slo.tpot_ms))

@@ -29,6 +29,7 @@ from typing import Callable
 
 from controller.inputs.layout import Layout
 from controller.inputs.reader import read_repo
+from controller.planning.capacity import kept_pool_slots
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
 
@@ -84,8 +85,10 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
         pending = _records_at(copy, heads[review], layout)
         records, problems = {**records, **pending}, [*problems, *pending.problems]
     bad = {p.key: f"{p.path}: {p.message}" for p in problems if p.key is not None and p.key not in records}
-    result = _homed(step(inputs.models, tuple(tree.last.previous.values()), inputs.slots, records, usage, now,
-                         tree.prices, inputs.profiles, held, bad), layout)
+    previous = tuple(tree.last.previous.values())
+    slots = (*inputs.slots, *kept_pool_slots(previous, inputs.pools))  # the pool nodes' GPUs the last plan keeps
+    result = _homed(step(inputs.models, previous, slots, records, usage, now, tree.prices, inputs.profiles, held,
+                         bad), layout)
     if cluster is not None:
         result = _largest(result, _other_records(copy, heads[copy.branch], cluster, tree.clusters), cluster)
     result = _editable(root, result)

@@ -192,7 +192,7 @@ def planned_fits(models: Sequence[ElasticModel], budgets: Mapping[tuple[str, str
         product = new.gpu_product
         if new.mode == "refused" or new.slot is None:
             model = next(m for m in fleet if m.key == key)
-            profile = by_profile.get((model.model, model.revision, product))
+            profile = by_profile.get(model.profile_key(product))
             missing = shortfall(model, profile, planned.values(), slots) if profile is not None else 0
             fits[key] = Fit("NeedsCapacity", None, missing, product,
                             f"the next plan refuses it at {format_bytes(budget)}: {new.reason}")
@@ -218,13 +218,13 @@ def shortfall(model: ElasticModel, profile: Profile, planned: Iterable[Decision]
 
 
 def profile_of(model: ElasticModel, decision: Decision | None,
-             profiles: Mapping[tuple[str, str, str], Profile]) -> Profile | None:
+             profiles: Mapping[tuple[str, str, str, str], Profile]) -> Profile | None:
     """The model's profile on the GPU product it is placed on (or asks for)."""
     product = decision.gpu_product if decision is not None else model.gpu_product
-    return profiles.get((model.model, model.revision, product)) if product else None
+    return profiles.get(model.profile_key(product)) if product else None
 
 
-def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str], Profile],
+def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str, str], Profile],
         loop: Recommender) -> KvReservation | None:
     """The KV reservation to recommend from the loop's KV in use, sized by the model's profile on its GPU."""
     profile = profile_of(model, decision, profiles)

@@ -12,7 +12,8 @@ projection (Qwen3 adds its q and k norms). q, k and v (and gate and up) are one 
 the residency packs each layer's parameters side by side (engine/residency `pack_order`): the
 merged weight is a view of the packed bytes, no copy; unpacked weights are concatenated per call.
 Weights are the checkpoint's own, read from the transformers modules at call time (elastic points
-them at streaming buffers between `enter_layer` and `leave_layer`); rotary embeddings come from
+them at streaming buffers between `enter_layer` and `leave_layer`), or int8/int4 (engine/quantize.py: one
+weight-only kernel per projection); rotary embeddings come from
 the model's rotary module, so rope scaling variants stay the checkpoint's.
 
 Attention reads the static KV slots (kv.py) over the used length, never the configured context:
@@ -31,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..quantize import QuantizedLinear
 from ..residency import Residency
 from ..transfer import upload
 from .fused import add_rms_norm, kv_write, rms_norm, rotary, silu_mul
@@ -215,7 +217,11 @@ class _Merged:
         return merged
 
     def linear(self, x: torch.Tensor, modules: list[nn.Linear]) -> torch.Tensor:
-        """x through `modules` as one merged projection (their outputs side by side)."""
+        """x through `modules` as one merged projection (their outputs side by side). Weight-only quantized
+        linears (engine/quantize.py) run one kernel each, their outputs joined."""
+        if isinstance(modules[0], QuantizedLinear):
+            outs = [m(x) for m in modules]
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
         weight = self([m.weight for m in modules])
         if modules[0].bias is None:
             return x @ weight.t()

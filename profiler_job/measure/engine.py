@@ -7,7 +7,8 @@ prefills prompts the way the worker does (chunked), runs one decode step of ever
 running sequence, and frees its KV cache on `close`. `worker_engine` opens one; it
 is the only place the profiler reaches the engine (lazily, in the Job's process), so
 that a profile predicts what the worker will do. Tests and benches pass another
-`EngineFactory` through profiler_job.run.Adapters. Called by measure.latency.
+`EngineFactory` through profiler_job.run.Adapters. Called by measure.latency. (The profiler's one other
+use of the engine is its quantizer, in profiler_job.precision.)
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def cpu_identity(product: str) -> GpuIdentity:
                        source=f"--gpu-product (CPU run); memory and bandwidth from the {spec.datasheet}")
 
 
-def estimate_for_cpu_run(model: Any, model_id: str, dtype: str, gpu: GpuIdentity) -> CpuEstimate:
+def estimate_for_cpu_run(model: Any, model_id: str, dtype: str, gpu: GpuIdentity, weights: str = "auto") -> CpuEstimate:
     from contract.estimate import UnsupportedArchitectureError, architecture_from_config, estimate_profile
     from contract.gpu_catalog import gpu_spec
 
@@ -50,7 +50,7 @@ def estimate_for_cpu_run(model: Any, model_id: str, dtype: str, gpu: GpuIdentity
         architecture = architecture_from_config(model.config.to_dict())
     except UnsupportedArchitectureError as exc:
         raise UnsupportedArchitecture(f"a CPU run estimates activations from the architecture: {exc}") from exc
-    doc = estimate_profile(architecture, model_id, gpu_spec(gpu.product), dtype)
+    doc = estimate_profile(architecture, model_id, gpu_spec(gpu.product), dtype, weights_dtype=weights)
     why = doc["derivation"]
     return CpuEstimate(
         prefill=ActivationPeak(doc["activation"]["prefillBytesPerToken"], False,
