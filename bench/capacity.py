@@ -91,7 +91,7 @@ def one_per_gpu(inputs: Inputs) -> tuple[int, float]:
     for model in inputs.models:
         fits = []
         for p in inputs.pools:
-            profile = profiles.get((model.model, model.revision, p.product))
+            profile = profiles.get(model.profile_key(p.product))
             if profile is None or (model.gpu_product and model.gpu_product != p.product):
                 continue
             usable = p.memory_bytes - p.reserved_bytes
