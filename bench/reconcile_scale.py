@@ -266,14 +266,14 @@ def print_lines(n_models: int, n_slots: int, big: dict, small: dict) -> None:
 def print_table(n_models: int, n_slots: int, rows: list[tuple[str, dict]], versions: int) -> None:
     print(f"\n| {n_models:,} models, {n_slots:,} slots | version | full pass | of which the pass | git | "
           "re-render, fresh process and directory | of which the pass | git | re-render, same directory | "
-          "files checked out | load average at start |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU: full pass, re-render same directory, re-render fresh | files checked out | load average at start |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for index, (version, run) in enumerate(rows, 1):
         full, fresh = run["full"], run["rerender"]
         print(f"| run {(index - 1) // versions + 1} | {version} | {full['s']:.2f} s | {full['pass_s']:.2f} s | "
               f"{full['s'] - full['pass_s']:.2f} s | {fresh['s']:.2f} s | {fresh['pass_s']:.2f} s | "
-              f"{fresh['s'] - fresh['pass_s']:.2f} s | {full['same_s']:.2f} s | {fresh['checked_out']:,} | "
-              f"{run['load']:.1f} |")
+              f"{fresh['s'] - fresh['pass_s']:.2f} s | {full['same_s']:.2f} s | {full['cpu_s']:.2f}, "
+              f"{full['same_cpu_s']:.2f}, {fresh['cpu_s']:.2f} s | {fresh['checked_out']:,} | {run['load']:.1f} |")
 
 
 def checkout_of(revision: str, base: Path) -> tuple[Path, str]:
