@@ -203,7 +203,7 @@ def servable_elsewhere(inputs: Inputs, result) -> list[tuple[str, str]]:
         if model.gpu_product is not None or refused.mode != "refused":
             continue
         for product in sorted(products - {refused.gpu_product}):
-            if not any((p.model, p.gpu_product) == (model.model, product) for p in inputs.profiles):
+            if not any(p.key == model.profile_key(product) for p in inputs.profiles):
                 continue
             pinned = replace(model, gpu_product=product)
             again = plan(replace(inputs, models=tuple(pinned if m.key == model.key else m for m in inputs.models)),

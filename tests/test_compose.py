@@ -518,7 +518,7 @@ def test_decision_file_is_status_assigned(tree):
     doc = load(tree, "decisions/research/big-70b.yaml")
     assert (doc["kind"], doc["metadata"]) == ("ElasticModel", {"name": "big-70b", "namespace": "research"})
     assert doc["status"]["assigned"]["mode"] == "elastic"
-    assert doc["status"]["assigned"]["gpu"] == {"product": "NVIDIA-L4", "slot": "node-b/gpu0", "pool": None}
+    assert doc["status"]["assigned"]["gpu"] == {"product": "NVIDIA-L4", "slot": "node-b/gpu0"}  # no pool: a fixed node
     assert BIG.key == ("research", "big-70b")
 
 
