@@ -270,6 +270,11 @@ class Git:
             with _running_lock:
                 _running[where] -= 1
         stderr = self.redact(stderr_bytes.decode("utf-8", errors="replace")) if stderr_bytes else ""
+        if proc.returncode < 0:  # a signal: the OOM killer's SIGKILL, most often
+            raise GitCommandFailed(f"git {self.redact(shown(args))} was killed by signal {-proc.returncode} "
+                                   f"({signal.Signals(-proc.returncode).name}){': ' + git_text(stderr) if stderr else ''}",
+                                   "if it was the OOM killer, raise the controller's memory limit; the next pass "
+                                   "removes what it left in the work directory and tries again")
         if proc.returncode not in ok_codes:
             raise classify(self.redact(shown(args)), stderr)
         return Result(proc.returncode, stdout, stderr)

@@ -9,7 +9,9 @@ $KILL_GIT_AT ("SUBCOMMAND:N:MODE"), SIGKILLs its parent (the controller) and:
   leaves exactly those: the lock files and temporary objects of `HELD` (with partial content), nothing else
   changed. (Killing the real git at the right instant is a race; this is its outcome, made deterministic.)
 - `after`: runs the real command to its end first (a push has reached the remote, a commit object is written),
-  then kills: the controller dies before it learns the outcome.
+  then kills: the controller dies before it learns the outcome;
+- `alone`: as `during`, but only git is killed (the OOM killer's choice): the controller lives on and sees
+  its git die, as a polling controller does.
 
 Every other invocation runs the real git. Used by tests/test_controller_killed.py.
 """
@@ -59,7 +61,8 @@ if plan[2] == "after":
     code = subprocess.call([REAL, *args])
     os.kill(os.getppid(), signal.SIGKILL)
     sys.exit(code)
-os.kill(os.getppid(), signal.SIGKILL)
+if plan[2] != "alone":
+    os.kill(os.getppid(), signal.SIGKILL)
 branch = next((m.group(1) for a in args for m in [re.search(r"refs/(?:remotes/origin|heads)/([^:]+)$", a)] if m),
               "main")
 for name in HELD.get(command, []):

@@ -10,13 +10,15 @@ on the remote are exactly those of a pass from a fresh work directory, the user'
 remote head (history only grew), the user's files are the user's, no lock is left, and each stale lock
 removed is logged. Before issue 34 the next pass failed (`[GitCommandFailed] git reset failed: are terminated
 then try again`) and so did every pass after it. Then the same as a property over every invocation of a
-pass's trace (hypothesis), and a work directory that cannot be trusted is cloned again."""
+pass's trace (hypothesis); and a polling controller whose git alone is killed (the OOM killer's choice)
+recovers in its next pass, in the same process."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,14 +55,21 @@ class Scene:
             shutil.rmtree(live, ignore_errors=True)
             shutil.copytree(saved, live, symlinks=True)
 
-    def reconcile(self, *, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    def env(self, kill_at: str | None) -> dict[str, str]:
+        """The controller's environment: the killing git first on PATH, set to kill at `kill_at` (or never)."""
         env = {**os.environ, "PATH": f"{self.wrapper}{os.pathsep}{os.environ['PATH']}",
                "KILL_GIT_LOG": str(self.saved / f"trace-{os.getpid()}-{kill_at}")}
         Path(env["KILL_GIT_LOG"]).unlink(missing_ok=True)
         if kill_at is not None:
             env["KILL_GIT_AT"] = kill_at
-        return subprocess.run([str(GPUSHARE), "reconcile", "--offline", "--once", "--repo", self.url,
-                               "--workdir", str(self.work)], env=env, capture_output=True, text=True, timeout=180)
+        return env
+
+    def command(self, *flags: str) -> list[str]:
+        return [str(GPUSHARE), "reconcile", "--offline", *flags, "--repo", self.url, "--workdir", str(self.work)]
+
+    def reconcile(self, *, kill_at: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(self.command("--once"), env=self.env(kill_at), capture_output=True, text=True,
+                              timeout=180)
 
 
 def _owned(files: dict[str, bytes]) -> dict[str, bytes]:
@@ -165,3 +174,21 @@ def test_any_one_crash_at_any_git_call_of_a_pass_is_recovered(scene, capsys, at,
     command = scene.trace[index]
     n = scene.trace[:index + 1].count(command)
     _killed_then_recovered(scene, f"{command}:{n}:{mode}", capsys)
+
+
+def test_a_polling_controller_whose_git_is_killed_recovers_at_its_next_pass(scene):
+    scene.restore()
+    loop = subprocess.Popen(scene.command("--interval", "1"), env=scene.env("reset:1:alone"), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while _owned(scene.server.files("fleet")) != scene.expected:
+            assert loop.poll() is None, loop.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the loop never rendered the user's change"
+            time.sleep(0.5)
+    finally:
+        loop.terminate()
+        _, log = loop.communicate(timeout=60)
+    assert "git reset -q --hard" in log and "was killed by signal 9 (SIGKILL)" in log  # the first pass, named
+    assert "removed .git/index.lock from the work directory" in log  # the next one, recovered
+    assert scene.server.is_ancestor("fleet", scene.user_head, scene.server.head("fleet"))
