@@ -1,4 +1,4 @@
-"""How much native stack the grammar library needs to compile a schema, by its depth: what sizes the compile lane.
+"""What a schema's shape costs the grammar library: native stack by depth (what sizes the compile lane), time by width.
 
 The grammar library (llguidance) compiles a JSON schema by recursion on the native stack of the thread that
 builds the matcher; a thread that runs out is a SIGSEGV of the whole worker. For schema shapes that nest by
@@ -9,9 +9,10 @@ builds the matcher; a thread that runs out is a SIGSEGV of the whole worker. For
 - the same shape's depth that the lane's stack (worker/compilelane.py STACK_BYTES) would hold, unbounded;
 - whether the depth bound alone would do on a thread of the smallest usual default stacks (musl's 128 KiB,
   a 1 MiB thread) and whether the lane's stack alone would do for the 1,000-definition chain of issue 34
-  (without the bound): both are needed.
+  (without the bound): both are needed;
+- the time one compile takes for an object of 1,024 optional properties (the width bound) and of 10,000.
 
-Run: .venv/bin/python bench/grammar_stack.py [--shapes prop anyof ...]
+Run: .venv/bin/python bench/grammar_stack.py [--shapes prop anyof ...] [--widths 1024 10000]
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -123,6 +125,7 @@ def deepest_within(tokenizer, shape: str, stack_bytes: int, start: int, most: in
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--widths", nargs="*", type=int, default=[1024, 10_000])
     args = parser.parse_args()
     tokenizer = llguidance.hf.from_tokenizer(byte_tokenizer(), n_vocab=258, eos_token=256)
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python "
@@ -145,6 +148,13 @@ def main() -> None:
     print(f"\nissue 34's chain (1,000 definitions, each an object whose property refers to the next): depth "
           f"{depth(issue)}; a thread of the lane's stack: {compiles(tokenizer, issue, STACK_BYTES)}; of 8 MiB "
           f"(glibc's usual default): {compiles(tokenizer, issue, 8 << 20)}")
+    for width in args.widths:
+        schema = {"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(width)}}
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=JSON_LAYOUT)
+        started = time.perf_counter()
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        print(f"an object of {width} optional properties: compiled in {time.perf_counter() - started:.2f} s"
+              f"{' (refused: ' + matcher.get_error()[:80] + ')' if matcher.is_error() else ''}", flush=True)
 
 
 if __name__ == "__main__":
