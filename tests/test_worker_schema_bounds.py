@@ -247,3 +247,14 @@ def test_a_compile_past_the_deadline_is_refused_then_kept_for_the_next_request()
         assert time.monotonic() < deadline, "the compile never finished"
         time.sleep(0.05)
     assert len(_ask(grammars, slow, metrics)) == 1 and metrics.kept == 1
+
+
+def test_an_idle_lane_thread_ends_and_the_next_job_starts_one(monkeypatch):
+    monkeypatch.setattr("worker.compilelane.IDLE_S", 0.1)
+    lane = CompileLane("idle", threads=1)
+    assert lane.submit(lambda: 1).result(5) == 1
+    deadline = time.monotonic() + 5
+    while any(t.name == "idle-0" for t in threading.enumerate()):  # a removed model's lane leaves nothing behind
+        assert time.monotonic() < deadline, "the idle thread never ended"
+        time.sleep(0.05)
+    assert lane.submit(lambda: 2).result(5) == 2

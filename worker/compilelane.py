@@ -28,12 +28,13 @@ from .errors import ModelUnavailable, QueueFull, SchemaRefused
 
 T = TypeVar("T")
 STACK_BYTES = 64 << 20
+IDLE_S = 60.0  # a lane thread with nothing to compile for this long ends
 _STACK_LOCK = threading.Lock()  # threading.stack_size is process-wide: set, start, restore under one lock
 
 
 class CompileLane:
-    """`threads` compile threads of STACK_BYTES of stack, started on first use, fed from one queue of at most
-    `queued` jobs."""
+    """`threads` compile threads of STACK_BYTES of stack, started when there is work (each ends after IDLE_S
+    without any), fed from one queue of at most `queued` jobs."""
 
     def __init__(self, name: str, *, threads: int = 2, queued: int = 8, stack_bytes: int = STACK_BYTES):
         self.name, self._threads, self._queued, self._stack_bytes = name, threads, queued, stack_bytes
@@ -70,8 +71,13 @@ class CompileLane:
     def _run(self) -> None:
         while True:
             with self._ready:
+                idle_until = time.monotonic() + IDLE_S
                 while not self._jobs:
-                    self._ready.wait()
+                    left = idle_until - time.monotonic()
+                    if left <= 0:  # idle: the thread ends (a removed model's lane goes with it); the next
+                        self._started -= 1  # submit starts one again
+                        return
+                    self._ready.wait(left)
                 future, job = self._jobs.popleft()
             if not future.set_running_or_notify_cancel():
                 continue  # its request gave up while it waited
