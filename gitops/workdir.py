@@ -82,7 +82,7 @@ class Workdir:
         for directory, subdirectories, files in os.walk(self.git_dir):
             here = Path(directory)
             if here == objects:
-                subdirectories[:] = [d for d in subdirectories if d == "pack" or len(d) == 2]
+                subdirectories[:] = [d for d in subdirectories if d in ("pack", "info") or len(d) == 2]
             inside_objects = here == objects or here.parent == objects
             for name in files:
                 if name.endswith(".lock") or (inside_objects and name.startswith(_TEMPORARY)):
