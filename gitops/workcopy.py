@@ -161,13 +161,12 @@ class WorkingCopy:
 
     def _untrusted(self) -> str | None:
         """Why the existing directory cannot be trusted, or None."""
-        try:
-            found = self.git.text("rev-parse", "--absolute-git-dir")
-            url = self.git.run("config", "--get", "remote.origin.url", ok_codes=(0, 1)).stdout.decode().strip()
+        try:  # --local: only the repository's own config, and an error where there is no repository (git looks
+            # in the work directory alone: gitops.git sets the ceiling)
+            url = self.git.run("config", "--local", "--get", "remote.origin.url",
+                               ok_codes=(0, 1)).stdout.decode().strip()
         except GitError as error:
             return f"is no readable git repository ({error.message})"
-        if Path(found) != self.root / ".git":
-            return f"is no git repository of its own (git finds {found})"
         if url != self.url:
             return f"tracks {redact(url) or 'no remote'}, not {redact(self.url)}"
         return None
