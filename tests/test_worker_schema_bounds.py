@@ -172,7 +172,7 @@ def test_the_deadline_answers_503_for_a_compile_still_queued_and_400_for_one_com
     queued = lane.submit(lambda: "never")
 
     async def wait(future):
-        return await lane.wait(future, 0.2, "response_format", "response_format")
+        return await lane.wait(future, 0.2, "response_format")
 
     with pytest.raises(ModelUnavailable) as busy:
         asyncio.run(wait(queued))

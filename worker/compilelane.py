@@ -87,7 +87,7 @@ class CompileLane:
             except BaseException as exc:  # noqa: BLE001 - the request's error, raised where it waits
                 future.set_exception(exc)
 
-    async def wait(self, future: Future, deadline_s: float, what: str, param: str) -> object:
+    async def wait(self, future: Future, deadline_s: float, param: str) -> object:
         """`future`'s result, waiting at most `deadline_s` of its compile (module docstring)."""
         waited = asyncio.wrap_future(future)  # shielded: a wait that ends leaves the compile to finish
         try:
@@ -105,7 +105,7 @@ class CompileLane:
                 return await asyncio.wait_for(asyncio.shield(waited), left)
             except TimeoutError:
                 pass
-        raise SchemaRefused("deadline", f"compiling the grammar of {what} took longer than {deadline_s:g} s, the "
+        raise SchemaRefused("deadline", f"compiling the grammar of {param} took longer than {deadline_s:g} s, the "
                             "worker's deadline; simplify the schema (fewer optional properties, alternatives or "
                             "nested objects); its compile finishes in the background, and the same schema is "
                             "answered from its result", param=param)

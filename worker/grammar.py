@@ -75,7 +75,7 @@ class Grammars:
         entry = self._lookup(key, metrics)
         if entry is None:
             param = "response_format" if structure.schema is not None else "tools"
-            entry = await self._lane.wait(self._compile(structure, key, metrics), self.deadline_s, param, param)
+            entry = await self._lane.wait(self._compile(structure, key, metrics), self.deadline_s, param)
         return entry.constraints(n)
 
     def constraints(self, structure: Structure, n: int) -> list["Constraint"]:

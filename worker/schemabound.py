@@ -45,11 +45,9 @@ _LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")  # items: a list in
 _MAPS = ("properties", "patternProperties", "dependentSchemas", "dependencies")
 # $defs and definitions are no edges: a definition is compiled where a $ref uses it, and only then (the grammar
 # library leaves the others alone, a 5,000-deep chain among them included)
-_ONE_SCHEMA, _LIST, _MAP = 1, 2, 4
-_KIND: dict[str, int] = {}
-for _keys, _kind in ((_ONE, _ONE_SCHEMA), (_LISTS, _LIST), (_MAPS, _MAP)):
-    for _key in _keys:
-        _KIND[_key] = _KIND.get(_key, 0) | _kind
+_ONE_SCHEMA, _LIST, _MAP = 1, 2, 4  # what a keyword's value may hold (items: one schema or a list)
+_KIND = {key: sum(kind for keys, kind in ((_ONE, _ONE_SCHEMA), (_LISTS, _LIST), (_MAPS, _MAP)) if key in keys)
+         for key in (*_ONE, *_LISTS, *_MAPS)}
 _SHOWN_STEPS = 4
 
 
@@ -70,7 +68,7 @@ def check_schema(schema: object, param: str, *, expanded_budget: int = MAX_EXPAN
         raise SchemaRefused("depth", f"the JSON schema in {param} nests {depth} levels deep once its $refs are "
                             f"followed (at most {MAX_DEPTH}): {_path(path)}; flatten it (a chain of definitions "
                             "that each refer to the next, or a recursion through many definitions), so that "
-                            f"fewer than {MAX_DEPTH} subschemas lie on any one path", param=param)
+                            f"no more than {MAX_DEPTH} subschemas lie on any one path", param=param)
     expanded = graph.expanded(expanded_budget)
     if expanded > expanded_budget:
         raise SchemaRefused("expanded", f"the JSON schema in {param} holds more than {expanded_budget} "
