@@ -17,7 +17,7 @@ contains a decision commit.
 
 The directory is the controller's own (gitops.workdir holds it for the process). Before
 each pass (`in_pass`: publish and `sync` run in it) the copy recovers it: what a killed
-git process left (stale locks, temporary objects) is removed and logged when no git
+git process left (stale locks, temporary packs) is removed and logged when no git
 process runs there, and then the repository's objects are checked (`git fsck
 --connectivity-only`); a directory that cannot be trusted (not a repository any more,
 another remote, objects missing, an index or object git cannot read, at opening or
@@ -201,7 +201,7 @@ class WorkingCopy:
             self.reclone(untrusted)
 
     def _clear_leftovers(self) -> bool:
-        """Remove the stale locks and temporary objects of killed git processes; whether there were any."""
+        """Remove the stale locks and temporary packs of killed git processes; whether there were any."""
         if running_in(self.root):
             return False  # this process's own git runs here: its locks are live
         leftovers = self._workdir.leftovers()

@@ -12,8 +12,9 @@ Owns:
   the directory; only a marked directory is ever emptied (`empty`) to be cloned again;
 - the leftovers of a git process killed mid-command: every `*.lock` file under `.git` (index.lock, HEAD.lock,
   ORIG_HEAD.lock, config.lock, packed-refs.lock, shallow.lock, refs/**/NAME.lock, the scratch index's lock)
-  and temporary objects (objects/pack/tmp_*, objects/??/tmp_obj_*). git writes a file by writing its lock
-  (or a temporary) and renaming it, so the files themselves are whole: a leftover is only in the way;
+  and temporary packs (objects/pack/tmp_*), and with them temporary loose objects (objects/??/tmp_obj_*).
+  git writes a file by writing its lock (or a temporary) and renaming it, so the files themselves are whole:
+  a leftover is only in the way;
 - who else runs git in the directory (`others`): from /proc, a git process whose working directory lies in
   it or that holds one of its files open. A lock is stale only when nobody runs git there: none of this
   controller's (gitops.git counts its running commands) and none of anyone else's.
@@ -76,17 +77,21 @@ class Workdir:
     # ------------------------------------------------------------------ leftovers
 
     def leftovers(self) -> list[Path]:
-        """The lock files and temporary objects under .git, sorted."""
+        """The lock files and temporary packs under .git, sorted; when there are any (a git was killed), the
+        temporary loose objects too. Those alone (a killed `commit-tree`: a few bytes, in the way of nothing)
+        are left to git: finding them means listing every loose object, which a pass should not pay for."""
         found: list[Path] = []
         objects = self.git_dir / "objects"
         for directory, subdirectories, files in os.walk(self.git_dir):
             here = Path(directory)
             if here == objects:
-                subdirectories[:] = [d for d in subdirectories if d in ("pack", "info") or len(d) == 2]
-            inside_objects = here == objects or here.parent == objects
-            for name in files:
-                if name.endswith(".lock") or (inside_objects and name.startswith(_TEMPORARY)):
-                    found.append(here / name)
+                subdirectories[:] = [d for d in subdirectories if d in ("pack", "info")]
+            found += [here / name for name in files if name.endswith(".lock")
+                      or (objects in (here, here.parent) and name.startswith(_TEMPORARY))]
+        if found and objects.is_dir():
+            for fan_out in os.scandir(objects):
+                if len(fan_out.name) == 2 and fan_out.is_dir():
+                    found += [Path(e.path) for e in os.scandir(fan_out.path) if e.name.startswith(_TEMPORARY)]
         return sorted(found)
 
     def others(self) -> list[tuple[int, str]]:
