@@ -4,11 +4,11 @@ Owns how gitops runs git: a clean environment (no user or system config, no
 inherited GIT_* variables such as GIT_TRACE_CURL that could log a token, no
 terminal prompts, C locale so messages parse), the commit identity, a timeout
 that kills git's whole process group, which git commands of this process are
-running where (`running_in`: gitops.workdir removes no lock while one runs), and
-the mapping of git's failure text to typed errors whose message names the command,
-keeps git's whole text (bounded at MAX_GIT_TEXT characters, both ends kept) and
-gives the fix. Also parses `git push --porcelain`. Called by gitops.workcopy and
-gitops.workdir only.
+running where (`running_in`: no lock is removed from a work directory while one
+runs there), and the mapping of git's failure text to typed errors whose message
+names the command, keeps git's whole text (bounded at MAX_GIT_TEXT characters,
+both ends kept) and gives the fix. Also parses `git push --porcelain`. Called by
+gitops.workcopy only.
 """
 from __future__ import annotations
 
