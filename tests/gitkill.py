@@ -61,15 +61,15 @@ if plan[2] == "after":
     code = subprocess.call([REAL, *args])
     os.kill(os.getppid(), signal.SIGKILL)
     sys.exit(code)
-if plan[2] != "alone":
-    os.kill(os.getppid(), signal.SIGKILL)
 branch = next((m.group(1) for a in args for m in [re.search(r"refs/(?:remotes/origin|heads)/([^:]+)$", a)] if m),
               "main")
-for name in HELD.get(command, []):
+for name in HELD.get(command, []):  # what git holds by now, written before anything dies
     path = os.path.join(cwd, ".git", name.format(branch=branch))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as partial:
         partial.write(b"written in part by a git that was killed")
+if plan[2] != "alone":
+    os.kill(os.getppid(), signal.SIGKILL)
 os.kill(os.getpid(), signal.SIGKILL)
 '''
 

@@ -38,7 +38,7 @@ GENERATED = ("rendered/", "decisions/")
 GPUSHARE = Path(sys.executable).parent / "gpushare"
 
 
-@dataclass
+@dataclass(repr=False)  # hypothesis shows its arguments: the files would be 166 kB of them
 class Scene:
     server: GitServer
     url: str
@@ -49,6 +49,9 @@ class Scene:
     user_files: dict[str, bytes]
     expected: dict[str, bytes]  # the generated files of a pass from a fresh work directory
     trace: list[str]  # the git subcommands one pass runs, in order
+
+    def __repr__(self) -> str:
+        return f"Scene({self.url}, {self.work})"
 
     def restore(self) -> None:
         for saved, live in ((self.saved / "fleet.git", self.server.path("fleet")), (self.saved / "w", self.work)):
