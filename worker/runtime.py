@@ -35,7 +35,8 @@ from .prompts import PromptEncoder
 from .reconfigure import ConfigDiff, diff
 from engine.residency import Residency, make_residency
 from .events import Event
-from .scheduler import DEFAULT_STALL_S, Job, Scheduler
+from .job import Job
+from .scheduler import DEFAULT_STALL_S, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
 
