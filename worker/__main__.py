@@ -6,7 +6,9 @@ API with uvicorn. A bad config exits 2 with the reason; a refused model does not
 stop the worker. SIGTERM (or SIGINT) drains: new requests get 503 ShuttingDown, requests in
 flight may finish for most of `--grace-seconds`, then the rest get an error event and the
 process exits within the grace period, whatever the executors are doing. A changed config file
-is applied in place (worker/watch.py).
+is applied in place (worker/watch.py). An authorisation setting of an earlier version in the environment
+(GPUSHARE_API_KEY) refuses the start (exit 2); `--authorization none` beyond loopback warns, at start and on
+/healthz (worker/auth_checks.py).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import argparse
 import logging
 import sys
 
+from .auth_checks import RETIRED_REASON, open_api_warnings, retired_settings
 from .config import load_config
 from .errors import ConfigError
 
@@ -42,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="check the config file this often and apply changes in place (0: never)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    retired = retired_settings()
+    if retired:  # an earlier version's authorisation setting, no longer read: never serve as if it were
+        for message in retired:
+            print(f"error: {RETIRED_REASON}: {message}", file=sys.stderr)
+        return 2
+    warnings = open_api_warnings(args.authorization, args.host, args.port, args.api_key_secret)
+    for warning in warnings:  # printed whatever --log-level says, and served on /healthz
+        print(f"warning: {warning['reason']}: {warning['message']}", file=sys.stderr)
 
     try:
         config = load_config(args.config)
@@ -55,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from .serve import serve
     from .watch import ConfigWatch
 
-    app = create_app(worker)
+    app = create_app(worker, warnings)
     try:
         install_auth(app, _authorizer(args), lambda: worker.config.models)
     except Exception as exc:  # kubernetes mode without API credentials: never serve open
