@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -52,7 +52,8 @@ def error_response(error: WorkerError, headers: dict | None = None) -> JSONRespo
     return JSONResponse(error_body(error), status_code=error.status, headers=headers)
 
 
-def create_app(worker: Worker) -> FastAPI:
+def create_app(worker: Worker, warnings: Sequence[dict] = ()) -> FastAPI:
+    """The API over `worker`; `warnings` ({reason, message}: worker.auth_checks) are served on /healthz."""
     app = FastAPI(title="gpushare worker", docs_url=None, redoc_url=None, openapi_url=None)
     keepalive_s = worker.config.sse_keepalive_ms / 1000
 
@@ -82,8 +83,10 @@ def create_app(worker: Worker) -> FastAPI:
     @app.get("/healthz")
     async def healthz(request: Request) -> JSONResponse:
         live, body = worker.health()
-        return JSONResponse({"status": "ok" if live else "stalled", **visible_health(body, _access(request))},
-                            status_code=200 if live else 503)
+        answer = {"status": "ok" if live else "stalled", **visible_health(body, _access(request))}
+        if warnings:
+            answer["warnings"] = list(warnings)
+        return JSONResponse(answer, status_code=200 if live else 503)
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
