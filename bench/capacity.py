@@ -186,7 +186,7 @@ def _rightsized(inputs: Inputs, planned) -> dict:
     """The budgets Auto applies after two days of a synthetic trace: each assistant holds 8 GiB on its GPU
     (samples every minute, a ±5 % wobble), replayed by the loop's recommender within its bounds."""
     decisions = {d.key: d for d in planned.decisions}
-    profiles = {(p.model, p.gpu_product): p for p in inputs.profiles}
+    profiles = {p.key: p for p in inputs.profiles}
     rng = random.Random(29)
     out = {}
     start = 1_800_000_000.0
@@ -197,7 +197,7 @@ def _rightsized(inputs: Inputs, planned) -> dict:
         samples = [Sample(time=start + 60 * i, model=model.ref, device_bytes=int(8 * GiB * rng.uniform(0.95, 1.05)))
                    for i in range(2 * 1440)]
         limits = limits_for(model, model.rightsizing, decision, (*inputs.slots, *planned.pool_slots),
-                            profiles.get((model.model, decision.gpu_product)))
+                            profiles.get(model.profile_key(decision.gpu_product)))
         _, loop = replay(samples, model.ref, model.budget_bytes, model.rightsizing,
                          Slo(model.slo.ttft_ms, model.slo.tpot_ms), None, limits)
         out[model.key] = loop.budget

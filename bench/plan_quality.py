@@ -17,7 +17,13 @@ Three experiments (issue 11), every number printed:
 4. Churn: 200 models with previous decisions passed in, on a loaded fleet and with 10 spare GPUs: add one
    model, remove one, raise one budget; the distribution of other models moved (slot, mode or layers
    changed), and the same without previous decisions for comparison.
-Run: .venv/bin/python bench/plan_quality.py [--fleets 400 --mixed 100 --trials 40]
+5. The greedy regime's refusals against the exact search, by size (issue 33): seeded fleets of N models on M
+   GPUs of one product, from 4 models on 2 GPUs up to the exact regime's limit (10 models, 40 pairs) and the
+   issue's shape beyond it (9 models on 5 GPUs: plan() is greedy there, the exact search is forced), and
+   random fleets of the issue's own kind (five NVIDIA-L4 with 64 GiB per node; three 8B, five 32B, one 70B,
+   every model with a TPOT target). Prints, per size, the refusals of each and on how many fleets the greedy
+   refuses more or fewer, and the seconds per fleet of each.
+Run: .venv/bin/python bench/plan_quality.py [--fleets 400 --mixed 100 --trials 40 --sized 40 --issue 30]
 """
 from __future__ import annotations
 
@@ -40,7 +46,7 @@ from contract.gpu_catalog import GpuSpec  # noqa: E402
 from controller.inputs.load import parse_profile  # noqa: E402
 from controller.planning.cost import missed  # noqa: E402
 from controller.inputs.reader import load_repo  # noqa: E402
-from controller.planning.plan import plan  # noqa: E402
+from controller.planning.plan import EXACT_MAX_MODELS, EXACT_MAX_PAIRS, plan  # noqa: E402
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs  # noqa: E402
 
 FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
@@ -203,7 +209,7 @@ def servable_elsewhere(inputs: Inputs, result) -> list[tuple[str, str]]:
         if model.gpu_product is not None or refused.mode != "refused":
             continue
         for product in sorted(products - {refused.gpu_product}):
-            if not any((p.model, p.gpu_product) == (model.model, product) for p in inputs.profiles):
+            if not any(p.key == model.profile_key(product) for p in inputs.profiles):
                 continue
             pinned = replace(model, gpu_product=product)
             again = plan(replace(inputs, models=tuple(pinned if m.key == model.key else m for m in inputs.models)),
@@ -214,6 +220,78 @@ def servable_elsewhere(inputs: Inputs, result) -> list[tuple[str, str]]:
                     for k, d in decisions.items() if k != model.key):
                 out.append((model.name, product))
     return out
+
+
+SIZES = ((4, 2), (6, 3), (8, 4), (10, 4), (9, 5))  # (models, GPUs): the exact regime's sizes, then the issue's
+
+
+def sized_fleet(rng: random.Random, profiles, models: int, gpus: int) -> Inputs:
+    """`models` models pinned to one product, on `gpus` GPUs of it (one per node, host RAM random)."""
+    product = rng.choice(sorted(PRODUCTS))
+    host = rng.choice((None, 256 * GiB, 64 * GiB))
+    slots = tuple(GpuSlot(node=f"node-{i}", index=0, product=product, memory_bytes=PRODUCTS[product] * 2**20,
+                          host_memory_bytes=host) for i in range(gpus))
+    catalog = sorted({p.model for p in profiles if p.gpu_product == product})
+    out = []
+    for i in range(models):
+        model_id = rng.choice(catalog)
+        ref = next(p for p in profiles if p.model == model_id and p.gpu_product == product)
+        slo = SLO(context_tokens=rng.choice((1024, 4096, 8192)), concurrency=rng.choice((1, 2, 4)),
+                  ttft_ms=rng.choice((None, None, 1000.0, 10000.0)), tpot_ms=rng.choice((None, 50.0, 200.0, 3000.0)))
+        out.append(ElasticModel(name=f"m{i}", namespace="bench", model=ref.model, slo=slo, gpu_product=product,
+                                budget_bytes=int(rng.uniform(0.2, 1.5) * ref.weight_bytes) + GiB, has_slo=True))
+    return Inputs(models=tuple(out), profiles=profiles, slots=slots)
+
+
+ISSUE_MODELS = (("meta-llama/Llama-3.1-8B-Instruct", 3), ("Qwen/Qwen2.5-32B-Instruct", 5),
+                ("meta-llama/Llama-3.1-70B-Instruct", 1))
+
+
+def issue_fleet(rng: random.Random, profiles) -> Inputs:
+    """Issue 33's kind: five NVIDIA-L4, one per node with 64 GiB; three 8B, five 32B and one 70B, each with a TPOT
+    target (budgets, contexts, concurrency and targets drawn per model)."""
+    slots = tuple(GpuSlot(node=f"l4-{i}", index=0, product="NVIDIA-L4", memory_bytes=PRODUCTS["NVIDIA-L4"] * 2**20,
+                          host_memory_bytes=64 * GiB) for i in range(5))
+    out = []
+    for model_id, count in ISSUE_MODELS:
+        ref = next(p for p in profiles if p.model == model_id and p.gpu_product == "NVIDIA-L4")
+        for _ in range(count):
+            slo = SLO(context_tokens=rng.choice((256, 512, 1024, 4096)), concurrency=rng.choice((1, 2)),
+                      ttft_ms=rng.choice((None, None, 3000.0)),
+                      tpot_ms=rng.choice((150.0, 1000.0, 2000.0, 3000.0, 6000.0, 10000.0)))
+            budget = rng.choice((8, 12, 16, 24)) * GiB
+            out.append(ElasticModel(name=f"m{len(out)}", namespace="bench", model=model_id, slo=slo,
+                                    gpu_product="NVIDIA-L4", budget_bytes=budget, has_slo=True))
+    return Inputs(models=tuple(out), profiles=profiles, slots=slots)
+
+
+def against_exact(per_size: int, issue: int, seed: int) -> None:
+    profiles = load_repo(FLEET).profiles
+    rng = random.Random(seed)
+    kinds = [(f"{m} models on {g} GPUs", lambda m=m, g=g: sized_fleet(rng, profiles, m, g), per_size, m, g)
+             for m, g in SIZES]
+    kinds.append(("the issue's kind, 9 models on 5 L4", lambda: issue_fleet(rng, profiles), issue, 9, 5))
+    print("the greedy regime's refusals against the exact search, by size (plan() is exact up to "
+          f"{EXACT_MAX_MODELS} models and {EXACT_MAX_PAIRS} pairs per product, greedy beyond)")
+    for label, make, count, models, gpus in kinds:
+        if count <= 0:
+            continue
+        totals = {"exact": 0, "greedy": 0, "more": 0, "fewer": 0}
+        seconds = {"exact": 0.0, "greedy": 0.0}
+        for _ in range(count):
+            inputs = make()
+            refused = {}
+            for method in ("exact", "greedy"):
+                started = time.perf_counter()
+                refused[method] = sum(d.mode == "refused" for d in plan(inputs, method=method).decisions)
+                seconds[method] += time.perf_counter() - started
+                totals[method] += refused[method]
+            totals["more"] += refused["greedy"] > refused["exact"]
+            totals["fewer"] += refused["greedy"] < refused["exact"]
+        regime = "exact" if models <= EXACT_MAX_MODELS and models * gpus <= EXACT_MAX_PAIRS else "greedy"
+        print(f"  {label} (plan() is {regime} here): {count} fleets; refused: exact {totals['exact']}, greedy "
+              f"{totals['greedy']}; the greedy refuses more on {totals['more']}, fewer on {totals['fewer']}; "
+              f"{seconds['exact'] / count:.2f} s exact, {seconds['greedy'] / count:.3f} s greedy per fleet")
 
 
 def at_scale() -> None:
@@ -278,12 +356,15 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=40)
     parser.add_argument("--mixed", type=int, default=100)
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--sized", type=int, default=40, help="fleets per size against the exact search")
+    parser.add_argument("--issue", type=int, default=30, help="fleets of issue 33's kind against the exact search")
     args = parser.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     small_fleets(max(args.fleets, 2), args.seed)
     if args.mixed:
         mixed_fleets(args.mixed, args.seed)
+    against_exact(args.sized, args.issue, args.seed)
     at_scale()
     churn(args.trials, args.seed)
 

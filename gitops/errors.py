@@ -84,3 +84,24 @@ class GitCommandFailed(GitError):
     """git failed in a way none of the other classes describe."""
 
     reason = "GitCommandFailed"
+
+
+class WorkdirBusy(GitError):
+    """Another process uses the work directory: a second controller holds its lock, or a git process that is not
+    this controller's runs in it."""
+
+    reason = "WorkdirBusy"
+
+
+class GitLocked(GitError):
+    """git found a lock file in the work directory (`index.lock`, a ref's `.lock`): another git process holds
+    it, or one that was killed left it."""
+
+    reason = "GitLocked"
+
+
+class WorkdirDamaged(GitError):
+    """The work directory's repository cannot be read (a corrupt index, a missing or corrupt object, not a
+    repository any more): the controller re-clones it."""
+
+    reason = "WorkdirDamaged"

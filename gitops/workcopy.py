@@ -13,21 +13,39 @@ New trees are built in the object store alone (`entries`, `write_blobs`,
 `write_tree`: `ls-tree`, `fast-import`, a scratch index), so committing tens of
 thousands of generated files writes none of them to the work tree. Also the
 ancestry check cluster mode uses to tell whether the revision Argo CD synced
-contains a decision commit. Called by gitops.writeback and the reconcile loop.
+contains a decision commit.
+
+The directory is the controller's own (gitops.workdir holds it for the process). Before
+each pass (`in_pass`: publish and `sync` run in it) the copy recovers it: what a killed
+git process left (stale locks, temporary packs) is removed and logged when no git
+process runs there, and then the repository's objects are checked (`git fsck
+--connectivity-only`); a directory that cannot be trusted (not a repository any more,
+another remote, objects missing, an index or object git cannot read, at opening or
+during the pass) is emptied and cloned again, logged. Called by gitops.writeback and
+the reconcile loop.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 from gitops.change import TreeEdit
 from gitops.credentials import Credentials, install_askpass, redact
-from gitops.errors import BranchNotFound, InvalidWriteBack, RevisionNotFound, WorkdirInUse
-from gitops.git import DEFAULT_IDENTITY, Git, Identity, PushOutcome, classify, parse_push
+from gitops.errors import (BranchNotFound, GitError, InvalidWriteBack, RevisionNotFound, WorkdirBusy,
+                           WorkdirDamaged, WorkdirInUse)
+from gitops.git import DEFAULT_IDENTITY, Git, Identity, PushOutcome, classify, parse_push, running_in
 from gitops.paths import Prefixes
+from gitops.workdir import MARK, Workdir
+
+log = logging.getLogger("gpushare.gitops")
+T = TypeVar("T")
+BUSY_GRACE_S = 5.0  # how long a pass waits for another git process in the work directory to end
 
 _SCHEMES = ("https", "http", "ssh", "git", "file")
 _TRANSPORT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")  # <transport>::<address>
@@ -102,19 +120,103 @@ class WorkingCopy:
         self._open(identity, credentials, timeout_s)
 
     def _open(self, identity: Identity, credentials: Credentials | None, timeout_s: float) -> None:
-        git_dir = self.root / ".git"
-        if not git_dir.is_dir():
-            if self.root.exists() and any(self.root.iterdir()):
+        self._identity, self._credentials, self._timeout_s = identity, credentials, timeout_s
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise WorkdirInUse(f"{self.root} is not a directory", "point the work directory at a directory") from None
+        self._workdir = Workdir(self.root)
+        weakref.finalize(self, self._workdir.release)
+        self.git = Git(self.root, identity=identity, timeout_s=timeout_s)
+        if not (self.root / ".git").is_dir():
+            if any(self.root.iterdir()):
                 raise WorkdirInUse(f"{self.root} is not empty and is not a git checkout",
                                    "point the work directory at an empty or absent directory")
-            self.root.mkdir(parents=True, exist_ok=True)
-            Git(self.root, identity=identity).run("init", "-q", "-b", self.branch)
+            self._create()
+            return
+        self._clear_leftovers()
+        untrusted = self._untrusted()
+        if untrusted is not None:
+            if not self._workdir.marked():
+                raise WorkdirInUse(f"{self.root} {untrusted}, and it is not marked as a gpushare work directory "
+                                   f"(.git/{MARK})", "point the work directory at an empty or absent "
+                                   "directory, or delete this one if it is a controller's: the next pass clones")
+            self.reclone(untrusted)
+            return
+        self._configure()
+
+    def _create(self) -> None:
+        Git(self.root, identity=self._identity).run("init", "-q", "-b", self.branch)
+        self._configure()
+
+    def _configure(self) -> None:
+        git_dir = self.root / ".git"
+        credentials = self._credentials
         askpass = install_askpass(git_dir) if credentials and credentials.token_file else None
-        self.git = Git(self.root, identity=identity, credentials=credentials, askpass=askpass,
-                       timeout_s=timeout_s)
+        self.git = Git(self.root, identity=self._identity, credentials=credentials, askpass=askpass,
+                       timeout_s=self._timeout_s)
         self.git.run("config", "remote.origin.url", self.url)
         self._set_sparse(git_dir)
         self.object_format = self.git.text("rev-parse", "--show-object-format")
+        self._workdir.mark(self.url, self.branch)
+
+    def _untrusted(self) -> str | None:
+        """Why the existing directory cannot be trusted, or None."""
+        try:  # --local: only the repository's own config, and an error where there is no repository (git looks
+            # in the work directory alone: gitops.git sets the ceiling)
+            url = self.git.run("config", "--local", "--get", "remote.origin.url",
+                               ok_codes=(0, 1)).stdout.decode().strip()
+        except GitError as error:
+            return f"is no readable git repository ({error.message})"
+        if url != self.url:
+            return f"tracks {redact(url) or 'no remote'}, not {redact(self.url)}"
+        return None
+
+    def reclone(self, why: str) -> None:
+        """Empty the work directory and start it again from the remote (the next fetch brings everything)."""
+        log.warning("cloning the work directory %s again: it %s", self.root, why)
+        self._workdir.empty()
+        self._create()
+
+    def in_pass(self, action: Callable[[], T]) -> T:
+        """Run one pass's `action` on a recovered directory (stale locks removed, objects checked); when git
+        finds the repository damaged during it, clone again and run it once more."""
+        self.recover()
+        try:
+            return action()
+        except WorkdirDamaged as damaged:
+            self.reclone(f"cannot be read by git ({damaged.message})")
+            return action()
+
+    def recover(self) -> None:
+        """What a killed git process left is removed (when no git process runs here) and, when there was
+        something, the repository's objects are checked; an untrusted directory is cloned again."""
+        if self._clear_leftovers():
+            try:
+                self.git.run("fsck", "--connectivity-only", "--no-dangling", "--no-progress")
+            except GitError as error:
+                self.reclone(f"failed git's check after a killed git process ({error.message})")
+                return
+        untrusted = self._untrusted()
+        if untrusted is not None:
+            self.reclone(untrusted)
+
+    def _clear_leftovers(self) -> bool:
+        """Remove the stale locks and temporary packs of killed git processes; whether there were any."""
+        if running_in(self.root):
+            return False  # this process's own git runs here: its locks are live
+        leftovers = self._workdir.leftovers()
+        if not leftovers:
+            return False
+        others = self._workdir.others_after(BUSY_GRACE_S)
+        if others:
+            pid, command = others[0]
+            raise WorkdirBusy(f"a git process that is not this controller's runs in the work directory {self.root} "
+                              f"(pid {pid}: {command}) and holds {leftovers[0].relative_to(self.root)}",
+                              "let it finish or end it; the work directory is the controller's own: run nothing "
+                              "else in it (the next pass retries)")
+        self._workdir.remove(leftovers)
+        return True
 
     def _set_sparse(self, git_dir: Path) -> None:
         """Git's sparse checkout with `self.sparse`, applied by the next `checkout`. Non-cone patterns, because
@@ -171,10 +273,13 @@ class WorkingCopy:
         self._checked_out = commit
 
     def sync(self, *also: str) -> dict[str, str | None]:
-        """fetch, then check out the remote tracked branch; the remote heads."""
-        heads = self.fetch(*also)
-        self.checkout(heads[self.branch])
-        return heads
+        """A pass's start (`in_pass`): fetch, then check out the remote tracked branch; the remote heads."""
+        def fetch_and_check_out() -> dict[str, str | None]:
+            heads = self.fetch(*also)
+            self.checkout(heads[self.branch])
+            return heads
+
+        return self.in_pass(fetch_and_check_out)
 
     def entries(self, commit: str, prefixes: tuple[str, ...]) -> dict[str, tuple[str, str]]:
         """`commit`'s files, symlinks and submodules under `prefixes` and on their way: path -> (mode, id).

@@ -240,6 +240,7 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
             before_push: Callable[[], None] = lambda: None) -> PublishResult:
     """Render on top of upstream, commit if the owned tree changed, push; retry lost races.
 
+    One pass (`copy.in_pass`: the work directory recovered first, cloned again if git finds it damaged).
     `previous`: the last pass's result, to be given only when the render's inputs
     outside git did not change since; if no branch moved either, nothing is
     checked out or rendered (a pass with nothing new costs one fetch); if only the
@@ -252,6 +253,12 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
     if target.review == copy.branch:
         raise InvalidWriteBack(f"review branch {target.review!r} is the tracked branch",
                                "use --write-back direct, or name a different review branch")
+    return copy.in_pass(lambda: _publish(copy, render, owned, target, previous, max_attempts, backoff_s, sleep))
+
+
+def _publish(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
+             previous: PublishResult | None, max_attempts: int, backoff_s: float,
+             sleep: Callable[[float], None]) -> PublishResult:
     also = () if target.review is None else (target.review,)
     heads = copy.fetch(*also)
     if previous is not None and heads == dict(previous.heads):

@@ -1,6 +1,8 @@
 """Fuzzing the worker's API from its own OpenAPI description (schemathesis) against a real CPU worker: no 500,
 no hang, every error in OpenAI's error shape with a PascalCase code, and what the description says is
 invalid is refused with a 4xx. Requests name the served model most of the time, so generation runs too.
+Then the described chat bodies carry hostile JSON schemas (tests/hostile_schemas.py) in response_format, so
+the fuzzing reaches the grammar path: each is answered 200 or 400 and the worker lives on (issue 34).
 
 Bounded for CI: a fixed, deterministic number of examples per operation, a short context (every
 generation ends within it) and a timeout per request. GPUSHARE_FUZZ_EXAMPLES raises the count."""
@@ -15,6 +17,7 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis.checks import max_response_time, not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.generation import GenerationMode
@@ -27,6 +30,7 @@ from worker.protocol import _CHAT_FIELDS, _COMPLETION_FIELDS
 
 from worker_support import ServerThread, config_document, model_entry, single_threaded_torch, started_worker  # noqa: F401
 from worker_support import tiny_models  # noqa: F401
+from hostile_schemas import schemas as hostile_schemas
 
 EXAMPLES = int(os.environ.get("GPUSHARE_FUZZ_EXAMPLES", "30"))
 DERANDOMIZE = "GPUSHARE_FUZZ_EXAMPLES" not in os.environ  # CI: a fixed sample; set, random seeds explore further
@@ -107,3 +111,47 @@ def test_the_worker_api_from_its_openapi_description(api_schema, mode):
             case.call_and_validate(timeout=REQUEST_TIMEOUT_S, checks=checks, additional_checks=[openai_error_shape])
 
         call()
+
+
+# The described fields a chat body keeps when it carries a hostile schema: those the description bounds fully,
+# so that the body reaches the grammar path (the rest is fuzzed above)
+_SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty", "stream", "stop", "user")
+
+
+def _carrying_hostile_schema(body, schema: dict):
+    """A described chat body for the served model, one message, one choice, `schema` in response_format (tools
+    carry the same schemas in tests/test_worker_hostile_schemas.py, on a model whose template takes tools)."""
+    kept = {key: value for key, value in body.items() if key in _SAMPLING} if isinstance(body, dict) else {}
+    return {**kept, "model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "hostile", "schema": schema}}}
+
+
+def test_described_chat_bodies_carrying_hostile_schemas_are_answered_and_the_worker_lives(worker_url):
+    """The described API with hostile schemas woven into its chat bodies (a schemathesis flatmap_body hook): no
+    500, no hang, each answer OpenAI's shape, /healthz answering after each; and /metrics shows that the grammar
+    path was reached and refused what passes the bounds."""
+    loaded = schemathesis.openapi.from_dict(
+        requests.get(f"{worker_url}/openapi.json", timeout=10).json(),
+        config=SchemathesisConfig.from_dict({"generation": {"mode": "positive", "max-examples": EXAMPLES,
+                                                            "deterministic": DERANDOMIZE},
+                                             "phases": {"coverage": {"enabled": False}}}))
+    loaded.config.update(base_url=worker_url)
+
+    @loaded.hook("flatmap_body")
+    def weave(context, body):
+        return st.builds(_carrying_hostile_schema, st.just(body), hostile_schemas())
+
+    operation = loaded["/v1/chat/completions"]["POST"]
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=DERANDOMIZE,
+              suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+    def call(case):
+        case.call_and_validate(timeout=REQUEST_TIMEOUT_S, checks=CHECKS, additional_checks=[openai_error_shape])
+        assert requests.get(f"{worker_url}/healthz", timeout=REQUEST_TIMEOUT_S).status_code == 200
+
+    call()
+    metrics = requests.get(f"{worker_url}/metrics", timeout=10).text
+    refused = [line for line in metrics.splitlines() if line.startswith("gpushare_worker_grammar_refusals_total{")
+               and 'limit="library"' not in line and not line.endswith(" 0.0")]
+    assert refused, "no hostile schema reached the grammar path's bounds"

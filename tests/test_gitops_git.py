@@ -7,10 +7,15 @@ import shlex
 import pytest
 
 from gitops.credentials import Credentials, redact
-from gitops.errors import (BranchNotFound, GitAuthFailed, GitCommandFailed, GitUnreachable,
-                           RepoNotFound)
-from gitops.git import Identity, PushOutcome, classify, clean_env, parse_push
+from gitops.errors import (BranchNotFound, GitAuthFailed, GitCommandFailed, GitLocked, GitUnreachable,
+                           RepoNotFound, WorkdirDamaged)
+from gitops.git import MAX_GIT_TEXT, Identity, PushOutcome, classify, clean_env, git_text, parse_push
 
+# git 2.39's text for a lock file that exists (index.lock, a ref's lock, HEAD.lock, ...)
+_LOCKED = ("fatal: Unable to create '{path}': File exists.\n\nAnother git process seems to be running in this "
+           "repository, e.g.\nan editor opened by 'git commit'. Please make sure all processes\nare terminated then "
+           "try again. If it still fails, a git process\nmay have crashed in this repository earlier:\nremove the "
+           "file manually to continue.\n")
 _READ_REMOTE = ("fatal: Could not read from remote repository.\n\n"
                 "Please make sure you have the correct access rights\nand the repository exists.\n")
 
@@ -42,7 +47,18 @@ _READ_REMOTE = ("fatal: Could not read from remote repository.\n\n"
     pytest.param("remote: Repository not found.\nfatal: repository 'https://h/o/r.git/' not found\n",
                  RepoNotFound, id="https-unknown-repo"),
     pytest.param("fatal: couldn't find remote ref refs/heads/main\n", BranchNotFound, id="missing-branch"),
-    pytest.param("fatal: bad object HEAD\n", GitCommandFailed, id="anything-else"),
+    pytest.param("fatal: ambiguous argument 'x': unknown revision or path not in the working tree.\n",
+                 GitCommandFailed, id="anything-else"),
+    pytest.param("fatal: bad object HEAD\n", WorkdirDamaged, id="bad-object"),
+    pytest.param("error: bad signature 0x00000000\nfatal: index file corrupt\n", WorkdirDamaged, id="corrupt-index"),
+    pytest.param("error: object file .git/objects/4b/825dc642 is empty\nfatal: loose object 4b825dc642 (stored in "
+                 ".git/objects/4b/825dc642) is corrupt\n", WorkdirDamaged, id="empty-object"),
+    pytest.param("fatal: not a git repository (or any of the parent directories): .git\n", WorkdirDamaged,
+                 id="not-a-repository-any-more"),
+    pytest.param("error: missing blob 5716ca5987cbf97d6bb54920bea6adde242d87e6\n", WorkdirDamaged, id="missing-blob"),
+    pytest.param(_LOCKED.format(path="/w/.git/index.lock"), GitLocked, id="index-lock"),
+    pytest.param("error: cannot lock ref 'refs/remotes/origin/main': " + _LOCKED.format(
+        path="/w/.git/refs/remotes/origin/main.lock"), GitLocked, id="ref-lock"),
 ])
 def test_failures_are_classified(stderr, error):
     raised = classify("fetch", stderr)
@@ -50,6 +66,38 @@ def test_failures_are_classified(stderr, error):
     assert raised.reason == error.__name__
     assert raised.message.startswith("git fetch failed: ")
     assert raised.fix
+
+
+@pytest.mark.parametrize("command,path", [
+    ("reset -q --hard 8eb7680", "/w/.git/index.lock"),
+    ("fetch -q origin +refs/heads/main:refs/remotes/origin/main", "/w/.git/refs/remotes/origin/main.lock"),
+    ("update-ref -d refs/remotes/origin/x", "/w/.git/packed-refs.lock"),
+])
+def test_a_lock_error_names_the_command_the_file_and_the_fix_in_full(command, path):
+    """Issue 34: the message was the tail of git's text ("are terminated then try again..."), never the file."""
+    raised = classify(command, _LOCKED.format(path=path))
+    assert type(raised) is GitLocked and raised.reason == "GitLocked"
+    assert raised.message.startswith(f"git {command} failed: fatal: Unable to create '{path}': File exists.")
+    assert "Another git process seems to be running in this repository, e.g. an editor opened by 'git commit'. " \
+           "Please make sure all processes are terminated then try again." in raised.message  # one paragraph
+    assert "remove the file manually to continue" in raised.message
+    assert path in raised.fix and "/w" in raised.fix and "next pass" in raised.fix
+
+
+@pytest.mark.parametrize("case,stderr", [
+    ("many-lines", "".join(f"error: line {i} of git's text\n" for i in range(2000))),
+    ("one-long-line", "fatal: " + "x" * 50_000 + " the end\n"),
+])
+def test_git_text_is_bounded_and_keeps_both_ends(case, stderr):
+    text = git_text(stderr)
+    assert len(text) <= MAX_GIT_TEXT + 60, case
+    assert text.startswith(stderr.splitlines()[0].strip()[:100]), case  # the cause
+    assert text.endswith(stderr.splitlines()[-1].strip()[-20:]), case  # git's last word
+    assert "characters left out" in text, case
+
+
+def test_git_text_escapes_control_characters_a_remote_may_send():
+    assert git_text("remote: \x1b[31mred\x1b[0m\n") == "remote: \\x1b[31mred\\x1b[0m"
 
 
 def test_error_message_keeps_git_lines_but_not_hints():

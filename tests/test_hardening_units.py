@@ -135,6 +135,9 @@ class _FakeCopy:
 
     branch, root, object_format = "main", Path("/nonexistent"), "sha1"
 
+    def in_pass(self, action):
+        return action()
+
     def fetch(self, *also):
         return {"main": "1" * 40}
 

@@ -204,14 +204,16 @@ class KubeApiThread:
 
 class WorkerProcess:
     """`python -m worker` on a free port in its own session, with `args` added to its command line and `env` to
-    its environment (OMP_NUM_THREADS=1 unless `env` sets it; a value None removes the variable); `with` waits until each of `ready` (default: every model of `document`) serves, and kills
-    what is left on the way out."""
+    its environment (OMP_NUM_THREADS=1 unless `env` sets it; a value None removes the variable); `with` waits
+    until each of `ready` (default: every model of `document`) serves, and kills what is left on the way out. With
+    `stderr` (a path), its standard error goes to that file."""
 
-    def __init__(self, tmp_path: Path, document: dict, *, args=(), env: dict | None = None, ready=None):
+    def __init__(self, tmp_path: Path, document: dict, *, args=(), env: dict | None = None, ready=None,
+                 stderr: Path | None = None):
         self.config = tmp_path / "worker.yaml"
         self.write(document)
         self.ready = list(ready) if ready is not None else [m["name"] for m in document["models"]]
-        self.args, self.env = list(args), env or {}
+        self.args, self.env, self.stderr = list(args), env or {}, stderr
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -225,7 +227,12 @@ class WorkerProcess:
         env = {k: v for k, v in {**os.environ, "OMP_NUM_THREADS": "1", **self.env}.items() if v is not None}
         command = [sys.executable, "-m", "worker", "--config", str(self.config), "--port", str(self.port),
                    "--log-level", "error", *self.args]
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True)
+        errors = self.stderr.open("wb") if self.stderr is not None else None
+        try:
+            self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, start_new_session=True, stderr=errors)
+        finally:
+            if errors is not None:
+                errors.close()
         deadline = time.monotonic() + 90
         while True:
             assert self.process.poll() is None, f"the worker exited with {self.process.returncode}"

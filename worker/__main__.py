@@ -8,6 +8,8 @@ flight may finish for most of `--grace-seconds`, then the rest get an error even
 process exits within the grace period, whatever the executors are doing. A changed config file
 is applied in place (worker/watch.py). torch's intra-op threads are set once, before any model loads
 (worker/threads.py: --intra-op-threads, server.intraOpThreads, OMP_NUM_THREADS, else the usable CPUs but one).
+An authorisation setting of an earlier version in the environment (GPUSHARE_API_KEY) refuses the start (exit 2);
+`--authorization none` beyond loopback warns, at start and on /healthz (worker/auth_checks.py).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import argparse
 import logging
 import sys
 
+from .auth_checks import RETIRED_REASON, open_api_warnings, retired_settings
 from .config import load_config
 from .errors import ConfigError
 
@@ -46,6 +49,14 @@ def main(argv: list[str] | None = None) -> int:
                              "one per usable CPU but one: the cgroup quota and affinity bound them; docs/worker.md)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    retired = retired_settings()
+    if retired:  # an earlier version's authorisation setting, no longer read: never serve as if it were
+        for message in retired:
+            print(f"error: {RETIRED_REASON}: {message}", file=sys.stderr)
+        return 2
+    warnings = open_api_warnings(args.authorization, args.host, args.port, args.api_key_secret)
+    for warning in warnings:  # printed whatever --log-level says, and served on /healthz
+        print(f"warning: {warning['reason']}: {warning['message']}", file=sys.stderr)
 
     try:
         config = load_config(args.config)
@@ -60,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from .serve import serve
     from .watch import ConfigWatch
 
-    app = create_app(worker)
+    app = create_app(worker, warnings)
     try:
         install_auth(app, _authorizer(args), lambda: worker.config.models)
     except Exception as exc:  # kubernetes mode without API credentials: never serve open

@@ -4,7 +4,7 @@ health, readiness, status, Prometheus metrics, and its OpenAPI description
 
 Thin shell over worker.runtime.Worker: bound the body (BodyLimit), decode JSON and
 tokenise in a worker thread (never on the event loop), parse (protocol.py), compile a
-response_format or tools grammar in a worker thread too (grammar.py), submit one Job per
+response_format or tools grammar on the model's compile lane (grammar.py), submit one Job per
 requested choice (`n`), relay their events, and shape them as OpenAI objects
 (responses.py; tools.py when tool calls may come back). Every error leaves in OpenAI's
 shape {"error": {message, type, param, code}} where `code` is the worker's PascalCase
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -28,7 +28,7 @@ import schemas
 
 from .auth import access_of as _access
 from .auth import require_all, visible_health, visible_readiness, visible_status
-from .errors import InvalidRequest, RequestTooLarge, WorkerError
+from .errors import InvalidRequest, RequestTooLarge, SchemaRefused, WorkerError
 from .protocol import COMPLETION_DEFAULT_MAX_TOKENS, Sampling, parse_chat, parse_completion
 from .responses import ChatShape, CompletionShape
 from .tools import ToolCallShape
@@ -52,7 +52,8 @@ def error_response(error: WorkerError, headers: dict | None = None) -> JSONRespo
     return JSONResponse(error_body(error), status_code=error.status, headers=headers)
 
 
-def create_app(worker: Worker) -> FastAPI:
+def create_app(worker: Worker, warnings: Sequence[dict] = ()) -> FastAPI:
+    """The API over `worker`; `warnings` ({reason, message}: worker.auth_checks) are served on /healthz."""
     app = FastAPI(title="gpushare worker", docs_url=None, redoc_url=None, openapi_url=None)
     keepalive_s = worker.config.sse_keepalive_ms / 1000
 
@@ -60,6 +61,8 @@ def create_app(worker: Worker) -> FastAPI:
     async def _worker_error(request: Request, error: WorkerError) -> JSONResponse:
         model = getattr(request.state, "model", "")
         worker.metrics.reject(model, error.status, error.reason)
+        if isinstance(error, SchemaRefused):
+            worker.metrics.grammar_refused(model, error.limit)
         return error_response(error)
 
     @app.exception_handler(HTTPException)
@@ -80,8 +83,10 @@ def create_app(worker: Worker) -> FastAPI:
     @app.get("/healthz")
     async def healthz(request: Request) -> JSONResponse:
         live, body = worker.health()
-        return JSONResponse({"status": "ok" if live else "stalled", **visible_health(body, _access(request))},
-                            status_code=200 if live else 503)
+        answer = {"status": "ok" if live else "stalled", **visible_health(body, _access(request))}
+        if warnings:
+            answer["warnings"] = list(warnings)
+        return JSONResponse(answer, status_code=200 if live else 503)
 
     @app.get("/readyz")
     async def readyz(request: Request) -> JSONResponse:
@@ -149,7 +154,7 @@ def create_app(worker: Worker) -> FastAPI:
         _check_fanout(worker, served, parsed.n, parsed.sampling)
         prompt_ids = await asyncio.to_thread(served.prompts.chat, parsed.messages, parsed.tools)
         structure = parsed.structure
-        constraints = (await asyncio.to_thread(served.grammars.constraints, structure, parsed.n) if structure
+        constraints = (await served.grammars.compiled(structure, parsed.n, worker.metrics) if structure
                        else [None] * parsed.n)
         generations = [worker.generation(served, prompt_ids, max_tokens=parsed.sampling.max_tokens,
                                          default_max_tokens=None, prompt_param="messages", constraint=constraint,

@@ -17,23 +17,20 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from engine.text import TextStream
 
 from .errors import WorkerError
 from .events import ErrorEvent, Event, FinishEvent, TokenEvent
+from .job import Job
 from .metrics import WorkerMetrics
-
-if TYPE_CHECKING:
-    from .scheduler import Job
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class RowOutput:
-    job: "Job"
+    job: Job
     tokens: tuple[int, ...]  # the tokens this step added to the answer
     reported: tuple  # the sampler's Choices for them, when the request asked for logprobs
     end: Event | None = None  # the engine's FinishEvent, or an ErrorEvent
@@ -46,7 +43,7 @@ class StepOutput:
 
 
 class Emitter:
-    def __init__(self, model: str, metrics: WorkerMetrics, on_stopped: Callable[["Job"], None]):
+    def __init__(self, model: str, metrics: WorkerMetrics, on_stopped: Callable[[Job], None]):
         self.model, self.on_stopped = model, on_stopped
         self._ttft, self._tpot = metrics.ttft_seconds.labels(model), metrics.tpot_seconds.labels(model)
         self._completion_tokens = metrics.tokens.labels(model, "completion")
@@ -98,7 +95,7 @@ class Emitter:
             events.append(row.end)
         return events
 
-    def _observe(self, job: "Job", at: float) -> None:
+    def _observe(self, job: Job, at: float) -> None:
         if job.first_token_at is None:
             job.first_token_at = at
             self._ttft.observe(at - job.submitted_at)
@@ -108,7 +105,7 @@ class Emitter:
         self._completion_tokens.inc()
 
 
-def deliver(post: Callable[[Callable[[], None]], None] | None, items: list[tuple["Job", list[Event]]]) -> None:
+def deliver(post: Callable[[Callable[[], None]], None] | None, items: list[tuple[Job, list[Event]]]) -> None:
     """Hand each job its events, on its consumer's thread through `post` (None: here); a consumer that is
     gone (its event loop closed) cancels its jobs."""
     def run() -> None:

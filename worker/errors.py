@@ -76,3 +76,13 @@ class Unauthenticated(WorkerError):
 
     status = 401
     error_type = "authentication_error"
+
+
+class SchemaRefused(InvalidRequest):
+    """A response_format or tools schema beyond one of the bounds worker/schemabound.py (or the grammar library)
+    sets: 400 UnsupportedSchema; `limit` names the bound (depth, expanded, width, ref, tools, library, deadline),
+    the label of gpushare_worker_grammar_refusals_total."""
+
+    def __init__(self, limit: str, message: str, *, param: str | None = None):
+        super().__init__("UnsupportedSchema", message, param=param)
+        self.limit = limit

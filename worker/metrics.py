@@ -145,6 +145,16 @@ class WorkerMetrics:
         self.slo_seconds = Gauge(PREFIX + "slo_seconds", "The model's latency SLO from its ElasticModel (kind: ttft, "
                                  "tpot), beside the measured ttft_seconds and tpot_seconds.", ["model", "kind"],
                                  registry=r)
+        self.grammar_refusals = Counter(PREFIX + "grammar_refusals", "response_format and tools schemas refused "
+                                        "(400 UnsupportedSchema), by the bound they passed: depth, expanded, width, "
+                                        "ref, tools, library, deadline (docs/limits.md).", ["model", "limit"],
+                                        registry=r)
+        self.grammar_compile_seconds = Histogram(PREFIX + "grammar_compile_seconds", "Time to check and compile "
+                                                 "one grammar on its model's compile lane.", ["model"],
+                                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.grammar_lookups = Counter(PREFIX + "grammar_lookups", "Structured-output requests by whether their "
+                                       "grammar was kept from an earlier request (kept) or had to be compiled "
+                                       "(compiled).", ["model", "result"], registry=r)
         if nvml is not None:
             r.register(_NvmlCollector(nvml))
 
@@ -165,6 +175,18 @@ class WorkerMetrics:
             self.rejected.labels(model, str(status), reason).inc()
         else:
             self.unknown_model.inc()
+
+    def grammar_refused(self, model: str, limit: str) -> None:
+        """A schema refused with 400 UnsupportedSchema (worker.errors.SchemaRefused), labelled as `reject`."""
+        if model in self.known or not model:
+            self.grammar_refusals.labels(model, limit).inc()
+
+    # updates from the grammars (worker.grammar.GrammarMetrics)
+    def grammar_lookup(self, model: str, kept: bool) -> None:
+        self.grammar_lookups.labels(model, "kept" if kept else "compiled").inc()
+
+    def grammar_compiled(self, model: str, seconds: float) -> None:
+        self.grammar_compile_seconds.labels(model).observe(seconds)
 
     # updates from the executor
     def busy(self, model: str, device_type: str):

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import InvalidRequest
+from .schemabound import check_tool_list
 
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # as OpenAI's legacy completions endpoint
 MAX_LOGPROBS = 20  # top alternatives per token, as OpenAI's top_logprobs
@@ -251,6 +252,7 @@ def _tools(body: dict) -> tuple[list[dict] | None, str]:
                              "{type: function, function: {name}}", param="tool_choice")
     if choice == "none" or not tools:
         return None, "auto"
+    check_tool_list(tools)  # before the chat template renders them
     return tools, choice or "auto"
 
 

@@ -36,7 +36,8 @@ from .reconfigure import ConfigDiff, diff
 from engine.quantize import device_capability
 from engine.residency import Residency, make_residency
 from .events import Event
-from .scheduler import DEFAULT_STALL_S, Job, Scheduler
+from .job import Job
+from .scheduler import DEFAULT_STALL_S, Scheduler
 from .shape import ModelShape, read_shape
 from .verdicts import Publisher, PublishLoop
 

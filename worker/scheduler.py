@@ -29,42 +29,15 @@ from typing import Callable
 import torch
 
 from engine.batch import Generation, ModelEngine
-from engine.text import TextStream
 from .emitter import Emitter, RowOutput, StepOutput, deliver
 from .errors import ModelUnavailable, QueueFull, WorkerError
 from .events import ErrorEvent, Event, FinishEvent
+from .job import Job
 from .metrics import WorkerMetrics
 from .policy import Idle, QueuePolicy, SwapIn
 
 log = logging.getLogger(__name__)
 DEFAULT_STALL_S = 60.0
-
-
-@dataclass(eq=False)
-class Job:
-    model: str
-    generation: Generation
-    sink: Callable[[Event], None]
-    submitted_at: float
-    post: Callable[[Callable[[], None]], None] | None = None  # runs a callable on the sink's thread (None: any)
-    started_at: float | None = None  # when it joined its model's batch (the queue wait ends)
-    first_token_at: float | None = None
-    last_token_at: float | None = None
-    text: TextStream | None = None  # the answer's text so far (the emitter's)
-    stopped: bool = False  # a stop string ended it: its slot is freed at the next step
-    _cancelled: bool = False
-    _on_cancel: Callable[["Job"], None] = field(default=lambda job: None, repr=False)
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    @cancelled.setter
-    def cancelled(self, value: bool) -> None:
-        """Setting it (the client went away) withdraws the job from its queue or frees its slot."""
-        if value and not self._cancelled:
-            self._cancelled = True
-            self._on_cancel(self)
 
 
 @dataclass

@@ -8,7 +8,8 @@ escapes or a clipped `|` block) is read line by line with string operations and 
 new line; a short line already read (`kind: ElasticModel`, `    mode: resident` recur in every record) costs
 one dictionary lookup. The grammar is defined here, and only here: this module imports nothing from the writer,
 whose plain scalars (`PLAIN`, `RESERVED`) and the quote filter's escapes (`QUOTED_INSIDE`, `decode_escapes`)
-controller.rendering.yamlout and controller.rendering.shapes take from it.
+controller.rendering.yamlout and controller.rendering.shapes take from it, nor from the reader that calls it
+(controller.inputs.yamlin): the `limits` both take are controller.inputs.yaml_limits'.
 
 It answers only where it is certain of PyYAML's (CSafeLoader's) answer, and returns None at the first line
 that strays in any way from that layout: a comment, `---`, a flow collection other than `{}`/`[]`, an anchor,
@@ -23,10 +24,8 @@ from __future__ import annotations
 import math
 import re
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from controller.inputs.yamlin import YamlLimits
+from controller.inputs.yaml_limits import YamlLimits
 
 # The layout's own grammar, which the writer (controller.rendering.yamlout) and the shapes of template output
 # (controller.rendering.shapes) use too. A plain scalar: starts with a letter, '_', '/' or one or two '-' and a

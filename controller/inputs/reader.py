@@ -48,7 +48,7 @@ from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileEr
                                          max_state_bytes, owned_files, read_optional, read_text, read_texts, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
-from controller.inputs.yamlin import YamlLimits
+from controller.inputs.yaml_limits import YamlLimits
 from controller.serialize import decision_from_dict
 from controller.types import ElasticModel, InputError, Inputs, Profile, Source
 

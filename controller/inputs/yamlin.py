@@ -25,7 +25,7 @@ ways, one result:
 Called by controller.rendering.render (template output) and controller.inputs.load (user files, with
 `unique_keys=True`: a key repeated in one mapping is an error, not a silent override).
 
-User documents are read with `limits` (`YamlLimits`): before a document is built its node
+User documents are read with `limits` (`YamlLimits`, controller.inputs.yaml_limits): before a document is built its node
 graph is checked, in time linear in the graph, for alias expansion (a few hundred bytes of
 nested anchors that would expand to billions of nodes), nesting depth, recursive aliases,
 mapping keys that are not strings and tags beyond YAML's core types. Any of these raises `YamlLimitExceeded` (a
@@ -33,12 +33,10 @@ mapping keys that are not strings and tags beyond YAML's core types. Any of thes
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-
 import yaml
 
 from controller.inputs.canonical import from_canonical
+from controller.inputs.yaml_limits import YamlLimits
 
 _STR_TAG = "tag:yaml.org,2002:str"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -52,30 +50,6 @@ _ALLOWED_TAGS = {
     "mapping": {_YAML + "map"},
 }
 _SHOWN_CHARS = 40
-
-
-@dataclass(frozen=True)
-class YamlLimits:
-    """Bounds on one user document (see docs/limits.md); each has an environment setting."""
-
-    max_nodes: int = 200_000  # nodes once every alias is expanded
-    max_aliases: int = 10_000  # alias references (`*name`)
-    max_depth: int = 64  # nesting of mappings and sequences
-
-    @classmethod
-    def from_env(cls, environ=os.environ) -> YamlLimits:
-        """GPUSHARE_YAML_MAX_NODES, GPUSHARE_YAML_MAX_ALIASES, GPUSHARE_YAML_MAX_DEPTH override the defaults."""
-        def setting(name: str, default: int) -> int:
-            text = environ.get(name, "").strip()
-            return int(text) if text.isdigit() and int(text) > 0 else default
-
-        return cls(setting("GPUSHARE_YAML_MAX_NODES", cls.max_nodes),
-                   setting("GPUSHARE_YAML_MAX_ALIASES", cls.max_aliases),
-                   setting("GPUSHARE_YAML_MAX_DEPTH", cls.max_depth))
-
-    def scaled(self, factor: int) -> YamlLimits:
-        """These limits with `factor` times the nodes: for a file the controller wrote, which grows with the fleet."""
-        return YamlLimits(self.max_nodes * factor, self.max_aliases, self.max_depth)
 
 
 class YamlLimitExceeded(yaml.MarkedYAMLError):

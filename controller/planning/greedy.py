@@ -16,6 +16,7 @@ import bisect
 import itertools
 
 from controller.planning import cost
+from controller.planning.readmit import readmit
 from controller.planning.slots import (Ask, Layout, SlotState, alone_misses, apply, check, elastic_entries, is_tight,
                                       link_slack_ms, predictions, slo_fits)
 
@@ -168,11 +169,33 @@ def greedy(asks: list[Ask], states: list[SlotState], *, sticky: bool) -> tuple[l
     refused = [a for a in refused if a.minimum.footprint <= most or not _stream_residents_to_admit(a, states, index,
                                                                                                    kept)]
     refused = _trade_streamers(refused, states, index, kept)
+    if refused:  # models placed this pass make room: a swap group, a streaming neighbour... (controller.planning.readmit)
+        left = readmit(refused, states, kept, lambda group, nearby: _place_each(group, nearby, kept), sticky=sticky)
+        if len(left) < len(refused):
+            index = _indexed(states)
+        refused = left
     _slo_repair(states, index, kept)
     for state in states:  # a swap group of one (kept members whose partners left) is simply resident
         if len(state.swap) == 1:
             apply(state, check(state, state.resident + state.swap, [], elastic_entries(state)))
     return states, refused
+
+
+def _place_each(asks: list[Ask], states: list[SlotState], kept: set) -> bool:
+    """Each of `asks` in order on `states` by the rules above (whole: resident, swap, re-pack, else elastic);
+    False at the first that no slot takes."""
+    index = _indexed(states)
+    return all(_place_whole(a, states, index, kept) if a.whole else _place_elastic(a, states, index, squeezed=False)
+               for a in asks)
+
+
+def _indexed(states: list[SlotState]) -> _FreeIndex:
+    """A fresh index of `states`, the slots with a streaming model its TPOT target bounds marked as such."""
+    index = _FreeIndex(states)
+    for state in states:
+        if any(is_tight(a, a.model.budget_bytes) for a, _, _ in state.elastic.values()):
+            index.mark_tight(state)
+    return index
 
 
 def _whole_order(ask: Ask) -> tuple:

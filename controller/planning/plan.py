@@ -17,7 +17,8 @@ The rules (docs/planner.md; docs/architecture.md has the design):
    elastic model starts at the fewest resident layers that meet its TPOT target at its
    share of the host->device link (the elastic minimum without one); budget below the
    elastic minimum -> refused (BudgetBelowElasticMinimum). Slices grow into the room
-   left only after every model has a place: a budget is a cap, never a reservation.
+   left only after every model has a place, a layer each in turn by name
+   (controller.planning.growth): a budget is a cap, never a reservation.
 3. Limits of a slot: bytes (resident needs + the swap area, the largest member's need, +
    elastic slices) within its usable memory; pinned host copies (swap members' weights,
    elastic models' streamed layers) on all GPUs of a node within the node's host RAM; the
@@ -37,7 +38,8 @@ The rules (docs/planner.md; docs/architecture.md has the design):
 5. The greedy (controller.planning.greedy): unchanged models keep their slot, mode and
    slice first. Then the models that must stream, then those that fit whole: resident by best
    fit; else into a swap group; else a slot re-packs its re-placeable residents into a swap
-   group; else elastic where the link and bytes allow; then repairs for the refused ones. If
+   group; else elastic where the link and bytes allow; then repairs for the refused ones
+   (the last, controller.planning.readmit: models placed this pass make way). If
    that refuses a model that a plan without stickiness would place, the plan without
    stickiness wins and every moved model's reason says so.
 """
@@ -52,7 +54,8 @@ from controller.planning import capacity, cost
 from controller.planning.capacity import PoolRoom, existing_slots, kept_pool_slots, pool_rooms
 from controller.planning.decisions import decisions, no_matching_gpu, refused_below_minimum
 from controller.planning.greedy import greedy_fleet
-from controller.planning.slots import Ask, NodeState, SlotState, grow
+from controller.planning.growth import grow
+from controller.planning.slots import Ask, NodeState, SlotState
 from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Pending, Plan, Profile
 
 EXACT_MAX_MODELS = 10   # per GPU product; beyond this the greedy plans (bench/plan_quality.py measures its gap)

@@ -2,9 +2,10 @@
 
 Owns Ask (a model resolved against its profile), SlotState and NodeState (what a slot and its node
 hold while a plan is built), `check` (bytes, the node's host RAM, the swap group's TTFT bound, the
-link share of every streaming model) and `grow` (elastic slices into the room left). Used by the
-greedy (controller.planning.greedy), the exact solver (controller.planning.plan_exact) and
-controller.planning.plan; the rules are in docs/planner.md.
+link share of every streaming model) and `pin_less` (slices keep more layers, in turn, where host RAM is
+short). Used by the greedy (controller.planning.greedy), the exact solver (controller.planning.plan_exact),
+the growth of slices (controller.planning.growth) and controller.planning.plan; the rules are in
+docs/planner.md.
 """
 from __future__ import annotations
 
@@ -193,20 +194,14 @@ def check(state: SlotState, resident: list[Ask], swap: list[Ask], elastic: list[
     if used > state.slot.usable_bytes:
         return None
     host = sum(a.profile.weight_bytes for a in swap) + sum(p.streamed_bytes for _, p, _ in pieces)
-    while not state.node.fits(host - state.host_used):
-        # host RAM is short: keep more layers of a re-sliced elastic model on the GPU (it then pins less)
-        growable = [i for i, (a, p, fixed) in enumerate(pieces) if not fixed and p.resident_layers + 1 <
-                    a.profile.total_layers and a.slices[p.resident_layers + 1].footprint <= a.limit(state.slot)]
-        if not growable:
+    if not state.node.fits(host - state.host_used):
+        # host RAM is short: the re-sliced elastic models keep more layers on the GPU (they then pin less)
+        turn = [[a, p, fixed] for a, p, fixed in pieces]
+        used = pin_less(turn, state.slot, used, state.node.used + host - state.host_used - state.node.host_bytes)
+        if used is None:
             return None
-        i = max(growable, key=lambda j: (pieces[j][1].streamed_bytes, pieces[j][0].key))
-        ask, piece, fixed = pieces[i]
-        bigger = ask.slices[piece.resident_layers + 1]
-        used += bigger.footprint - piece.footprint
-        host -= piece.streamed_bytes - bigger.streamed_bytes
-        if used > state.slot.usable_bytes:
-            return None
-        pieces[i] = (ask, bigger, fixed)
+        pieces = [(a, p, fixed) for a, p, fixed in turn]
+        host = sum(a.profile.weight_bytes for a in swap) + sum(p.streamed_bytes for _, p, _ in pieces)
     if rule_broken(resident + swap + [a for a, _, _ in pieces]) is not None:
         return None
     if not slo_limits_hold(state.slot, resident, swap, [(a, p) for a, p, _ in pieces]):
@@ -385,34 +380,27 @@ def is_tight(ask: Ask, limit: int) -> bool:
     return ask.slo.tpot_ms is not None and ask.meets_alone(limit)
 
 
-def grow(states: list[SlotState]) -> None:
-    """Elastic slices placed this pass grow one layer at a time, in turn by name, into the room left. A slice
-    that streams less passes sooner, so its step takes more of a co-tenant's: where a co-tenant is bound by
-    an SLO limit, a layer is taken only while the limits still hold."""
-    for state in states:
-        growing = sorted((e for e in state.elastic.values() if not e[2]), key=lambda e: e[0].key)
-        free = state.free
-        # a shorter pass lengthens a swap member's wait or another bound streaming model's TPOT, never its own
-        bound = len(state.swap) > 1 or len(state.elastic) > 1 and any(
-            is_tight(a, a.limit(state.slot)) for a, _, _ in state.elastic.values())
-        while growing:
-            still = []
-            for entry in growing:
-                ask, piece, _ = entry
-                k = piece.resident_layers + 1
-                if k >= ask.profile.total_layers:
-                    continue
-                bigger = ask.slices[k]
-                if bigger.footprint - piece.footprint <= free and bigger.footprint <= ask.limit(state.slot):
-                    entry[1] = bigger
-                    if bound and not slo_limits_hold(state.slot, state.resident, state.swap,
-                                                     [(a, p) for a, p, _ in state.elastic.values()]):
-                        entry[1] = piece
-                        continue
-                    free -= bigger.footprint - piece.footprint
-                    state.used += bigger.footprint - piece.footprint
-                    state.elastic_bytes += bigger.footprint - piece.footprint
-                    state.node.used -= piece.streamed_bytes - bigger.streamed_bytes
-                    state.host_used -= piece.streamed_bytes - bigger.streamed_bytes
-                    still.append(entry)
-            growing = still
+def pin_less(pieces: list[list], slot: GpuSlot, used: int, over: int) -> int | None:
+    """Host RAM short by `over` bytes: the slices of `pieces` ([ask, slice, fixed] each) that are not fixed keep one
+    more decoder layer on the GPU each, in turn by name, until they pin `over` bytes less (docs/planner.md: the
+    turn the slices grow in). `pieces` changes in place; returns the GPU bytes then in use (`used` before), or
+    None where the slices run out of layers, budget or the slot's bytes first."""
+    turn = sorted((e for e in pieces if not e[2]), key=lambda e: e[0].key)
+    while over > 0:
+        moved = False
+        for entry in turn:
+            ask, piece, _ = entry
+            if piece.resident_layers + 1 >= ask.profile.total_layers:
+                continue
+            bigger = ask.slices[piece.resident_layers + 1]
+            if bigger.footprint > ask.limit(slot) or used + bigger.footprint - piece.footprint > slot.usable_bytes:
+                continue
+            used += bigger.footprint - piece.footprint
+            over -= piece.streamed_bytes - bigger.streamed_bytes
+            entry[1] = bigger
+            moved = True
+            if over <= 0:
+                break
+        if not moved:
+            return None
+    return used

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..transfer import Transfer
-from . import Residency, decoder_layers, pack_order, packed_offsets, place_all, views_at
+from .base import Residency, decoder_layers, pack_order, packed_offsets, place_all, views_at
 
 
 @dataclass

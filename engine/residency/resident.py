@@ -1,7 +1,7 @@
 """Resident mode: every weight and buffer on the device, for the worker's lifetime."""
 from __future__ import annotations
 
-from . import Residency, place_all
+from .base import Residency, place_all
 
 
 class ResidentResidency(Residency):

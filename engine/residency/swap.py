@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Residency, place_all
+from .base import Residency, place_all
 
 
 class SwapResidency(Residency):
