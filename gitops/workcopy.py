@@ -175,6 +175,7 @@ class WorkingCopy:
     def reclone(self, why: str) -> None:
         """Empty the work directory and start it again from the remote (the next fetch brings everything)."""
         log.warning("cloning the work directory %s again: it %s", self.root, why)
+        self._checked_out = None  # nothing is checked out in the new one
         self._workdir.empty()
         self._create()
 
@@ -264,13 +265,17 @@ class WorkingCopy:
         took 2.6 to 4 times as long on a 2-core machine. A work tree this copy already checked out at `commit`,
         with nothing modified, untracked or ignored since, is left as it is: the reset rewrites an index of the
         whole tree (every other cluster's paths too), which a render on the same upstream does not need."""
-        if commit == self._checked_out and not self.git.run(
+        if commit == self._checked_out and self._head() == commit and not self.git.run(
                 "status", "--porcelain", "--untracked-files=all", "--ignored").stdout:
             return
         self._checked_out = None
         self.git.run("reset", "-q", "--hard", commit, config={"checkout.workers": str(len(os.sched_getaffinity(0)))})
         self.git.run("clean", "-q", "-ffdx")
         self._checked_out = commit
+
+    def _head(self) -> str | None:
+        found = self.git.run("rev-parse", "--verify", "--quiet", "HEAD", ok_codes=(0, 1))
+        return found.stdout.decode().strip() or None if found.code == 0 else None
 
     def sync(self, *also: str) -> dict[str, str | None]:
         """A pass's start (`in_pass`): fetch, then check out the remote tracked branch; the remote heads."""

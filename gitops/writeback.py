@@ -253,12 +253,13 @@ def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
     if target.review == copy.branch:
         raise InvalidWriteBack(f"review branch {target.review!r} is the tracked branch",
                                "use --write-back direct, or name a different review branch")
-    return copy.in_pass(lambda: _publish(copy, render, owned, target, previous, max_attempts, backoff_s, sleep))
+    return copy.in_pass(lambda: _publish(copy, render, owned, target, previous, max_attempts, backoff_s, sleep,
+                                         before_push))
 
 
 def _publish(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
              previous: PublishResult | None, max_attempts: int, backoff_s: float,
-             sleep: Callable[[float], None]) -> PublishResult:
+             sleep: Callable[[float], None], before_push: Callable[[], None]) -> PublishResult:
     also = () if target.review is None else (target.review,)
     heads = copy.fetch(*also)
     if previous is not None and heads == dict(previous.heads):

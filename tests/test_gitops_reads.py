@@ -127,3 +127,12 @@ def test_a_work_tree_already_at_the_commit_is_not_reset_unless_something_changed
     copy.checkout(head)
     assert "reset" in ran and (copy.root / "models" / "m.yaml").read_text() == "m: 1\n"
     assert not (copy.root / "stray.yaml").exists()
+
+
+def test_a_work_directory_cloned_again_is_checked_out_again(remote, tmp_path):
+    copy = WorkingCopy(remote.url(REPO), "main", tmp_path / "w")
+    head = copy.sync()["main"]
+    copy.reclone("is damaged (the test says so)")
+    copy.fetch()
+    copy.checkout(head)
+    assert (copy.root / "models" / "m.yaml").read_text() == "m: 1\n", "the new clone holds the commit's files"
