@@ -1,7 +1,7 @@
 """A Prometheus HTTP API double on 127.0.0.1: `/api/v1/query_range` answers the right-sizing queries.
 
 Owns `PrometheusDouble`: a real HTTP server (threaded) that knows the PromQL of each usage field
-(controller.rightsizing.prometheus.queries, on the scrape grid and the history's) and answers each with a matrix holding a constant value
+(controller.rightsizing.prometheus.queries on the scrape grid, history_queries on the slots) and answers each with a matrix holding a constant value
 per model at every grid point asked for, so a controller reads it over HTTP exactly as it reads
 Prometheus. It records every query; `stop()` closes it (a Prometheus that went down). Used by the
 reconcile loop's right-sizing tests; tests/test_rightsizing_prometheus.py runs the real Prometheus.
@@ -13,7 +13,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from controller.rightsizing.prometheus import HISTORY_STEP_S, queries
+from controller.rightsizing.prometheus import history_queries, queries
 
 
 class PrometheusDouble:
@@ -21,7 +21,7 @@ class PrometheusDouble:
 
     def __init__(self, usage: dict[str, dict[str, float]], step_s: int):
         self.usage = usage
-        fields = {promql: field for grid in (step_s, HISTORY_STEP_S) for field, promql in queries(grid).items()}
+        fields = {promql: field for field, promql in (*queries(step_s).items(), *history_queries().items())}
         self.asked: list[dict[str, str]] = []
         double = self
 
