@@ -57,8 +57,8 @@ def prometheus(samples: list[Sample]):
             return None
         if field == "deviceBytes":
             return max(s.device_bytes for s in inside)
-        kv = [min(s.kv_used_bytes or 0, s.device_bytes) for s in inside]
-        return max(kv) if field == "kvUsedBytes" else min(kv)
+        kv = [min(s.kv_used_bytes, s.device_bytes) for s in inside if s.kv_used_bytes is not None]
+        return None if not kv else max(kv) if field == "kvUsedBytes" else min(kv)
 
     def fetch(url: str, deadline_s: float) -> bytes:
         params = dict(urllib.parse.parse_qsl(url.split("?", 1)[1]))
@@ -78,7 +78,7 @@ def prometheus(samples: list[Sample]):
 @st.composite
 def traces(draw):
     """Segments of a minute grid: a level (or a steady decline), KV in use, a breach of some kind, or a gap."""
-    samples, t = [], T0
+    samples, t, kv_reported = [], T0, draw(st.booleans())
     for _ in range(draw(st.integers(2, 7))):
         minutes = draw(st.sampled_from([20, 45, 90, 240]))
         start_mib = draw(st.integers(300, 1400))
@@ -90,8 +90,9 @@ def traces(draw):
                 continue  # a run of the grid without usage (both whole minutes and whole segments)
             device = int((start_mib + (end_mib - start_mib) * i / minutes) * MiB)
             samples.append(Sample(
-                time=float(t), model="llm/chat", device_bytes=device, kv_used_bytes=device // 10 if kind != "kv"
-                else 95 * MiB, kv_reserved_bytes=100 * MiB, ooms=int(kind == "oom" and i == minutes // 2),
+                time=float(t), model="llm/chat", device_bytes=device,
+                kv_used_bytes=None if not kv_reported else device // 10 if kind != "kv" else 95 * MiB,
+                kv_reserved_bytes=100 * MiB if kv_reported else None, ooms=int(kind == "oom" and i == minutes // 2),
                 refusals=int(kind == "refusal" and i == 3), missing_bytes=200 * MiB if kind == "refusal" else None,
                 tpot_s=0.2 if kind == "tpot" else 0.01, ttft_s=2.0 if kind == "ttft" else 0.1))
     policy = Rightsizing(policy="Auto", headroom_percent=15, upsize_after_s=draw(st.sampled_from([60, 300, 900])),
@@ -193,9 +194,9 @@ def test_rightsize_refuses_a_window_it_cannot_replay_as_the_loop_would(tmp_path,
     (repo / "models").mkdir(parents=True)
     usage = tmp_path / "usage.jsonl"
     usage.write_text('{"time":1,"model":"llm/chat","deviceBytes":5}\n')
-    assert main(["rightsize", "--repo", str(repo), "--usage", str(usage), "--window", "45h10m"]) == 2
+    assert main(["rightsize", "--repo", str(repo), "--usage", str(usage), "--window", "2710m"]) == 2
     err = capsys.readouterr().err
-    assert "--window: a window of 1d21h10m is not a whole number of half hours" in err and "pass 1d21h or" in err
+    assert "--window: a window of 2710m is not a whole number of half hours" in err and "pass 45h or 45.5h" in err
 
 
 def test_the_installed_loop_refuses_a_window_it_cannot_keep_before_touching_git(tmp_path, capsys):

@@ -11,8 +11,9 @@ Owns `Limits`, computed once per model per pass from what the planner knows, pur
   (WouldBeRefused) and says which bounds cross;
 - **latency**: whether the planner's own predictions (controller.planning.cost) say more bytes
   lower the model's latency where it is placed: an elastic model keeping more layers resident
-  predicts a lower TPOT/TTFT, a swap member made resident loses its swap-in. A resident model,
-  or an elastic one whose step (not its streaming) sets its TPOT, gets nothing from memory;
+  predicts a lower TPOT/TTFT. A resident model, an elastic one whose step (not its streaming)
+  sets its TPOT, and a swap member (its budget already holds it whole: it swaps for want of room
+  beside its co-tenants, which a bigger budget only makes harder) get nothing from memory;
 - **what a budget moves** (`relief`, from the footprint arithmetic, contract.footprint): the KV
   reservation is kvBytesPerToken x contextTokens x concurrency whatever the budget, so KV pressure
   never upsizes (KvReservationFull: a larger spec.slo.concurrency or contextTokens would help); a
@@ -132,13 +133,15 @@ def latency_effect(model: ElasticModel, decision: Decision | None, profile: Prof
     """(more bytes lower the predicted latency, why) for the model as the planner placed it."""
     if decision is None or profile is None or decision.mode == "refused":
         return False, ("the planner has not placed the model with a profile, so it cannot say whether more memory "
-                       "lowers latency; memory breaches (refusals, KV, OOM) still upsize")
+                       "lowers latency. What would tell: its profile (the profiler Job measures it) and a plan that "
+                       "places it; an out-of-memory failure still upsizes")
     slo = model.slo
     if decision.mode == "swap":
         now, resident = predict_swap(profile, slo), predict_resident(profile, slo)
-        if resident.ttft_ms < now.ttft_ms:
-            return True, (f"as a swap member its predicted TTFT is {now.ttft_ms:g} ms; resident it would be "
-                          f"{resident.ttft_ms:g} ms")
+        return False, (f"as a swap member its predicted TTFT is {now.ttft_ms:g} ms (resident: {resident.ttft_ms:g} "
+                       "ms), but its budget already holds it whole: it swaps because its GPU cannot keep it beside "
+                       "its co-tenants, and a bigger budget would make that harder. What would: a GPU with room for "
+                       "it (another GPU, or fewer co-tenants)")
     if decision.mode == "elastic" and decision.resident_layers < decision.total_layers:
         now = predict_elastic(profile, slo, elastic_slice_at(profile, slo, decision.resident_layers))
         more = predict_elastic(profile, slo, elastic_slice_at(profile, slo, decision.resident_layers + 1))

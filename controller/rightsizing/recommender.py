@@ -6,9 +6,11 @@ order. A pass of the installed loop reads the older part of its window as slot p
 before `history_until`, which feed the window only) and the rest on the grid; a replay reads a file's
 samples on their grid. What carries from one pass to the next is what the records hold: the budget,
 the last change (`last_change_at`) and the changes of the last day (`recent_changes`). Everything
-else is recomputed, and a pass acts only on grid samples from `history_until` + upsizeAfter + one
-step on (`act_from`: by then a breach's clock reads what a replay's would), so `replay` over a series
-decides what the loop, pass by pass over the same samples, decides (tests/test_rightsizing_one_rule.py).
+else is recomputed, and a pass acts only on grid samples from `acts_after` (where its window ends
+being only judged against: `history_until`, or a whole window into a read on the grid) + upsizeAfter +
+one step on (`act_from`: by then a breach's clock reads what a replay's would), so `replay` over a
+series decides what the loop, pass by pass over the same samples, decides
+(tests/test_rightsizing_one_rule.py).
 
 Rules (docs/guide.md, "Right-sizing"):
 - **Breaches**, on grid samples only: KV in use at KV_NEAR_FRACTION of its reservation
@@ -21,8 +23,9 @@ Rules (docs/guide.md, "Right-sizing"):
   latency breach upsizes only where more bytes lower the predicted latency, and never past the budget
   at which every layer is resident. KV pressure against its fixed reservation, a refusal within the
   budget and latency that memory cannot move hold instead (MemoryWontHelp, with what would help).
-- **Upsize fast**: a breach held for `upsizeAfter` (a refusal or an OOM at once, unless the last
-  change is younger than `upsizeAfter`) raises the budget to the largest of budget x (1 + headroom),
+- **Upsize fast**: a breach memory relieves, held for `upsizeAfter` (a refusal or an OOM at once, unless
+  the last change is younger than `upsizeAfter`; a breach it cannot relieve never starts that clock, and
+  holds after `upsizeAfter` of its own) raises the budget to the largest of budget x (1 + headroom),
   the peak x (1 + headroom) and budget + the missing bytes a refusal reported x (1 + headroom). A
   breach in a sample whose `budgetBytes` is below the loop's budget waits for that budget to arrive.
 - **Downsize to the target, sooner the further it is**: the target is the peak over `downsizeAfter`
@@ -51,7 +54,7 @@ from typing import Iterable, Literal, Sequence
 
 from contract.quantity import format_bytes
 
-from .bounds import MIB, Limits
+from .bounds import INT64_MAX_MIB, MIB, Limits
 from controller.policy import (DEFAULT_WINDOW_S, DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, MAX_CHANGES_PER_DAY,
                                MIN_DOWNSIZE_SHARE, PERCENTILE, Rightsizing)
 from .usage import Sample, format_time
@@ -134,6 +137,9 @@ Event = Change | Hold
 
 
 def _mib_ceil(nbytes: float) -> int:
+    """Whole MiB at or above `nbytes`; the largest int64 budget for anything beyond it (an absurd headroom)."""
+    if not nbytes < INT64_MAX_MIB:
+        return INT64_MAX_MIB
     return math.ceil(nbytes / MIB) * MIB
 
 
@@ -177,32 +183,25 @@ class Recommender:
     def headroom(self) -> float:
         return 1 + self.policy.headroom_percent / 100
 
-    # what step and the benches read
     @property
     def kv_seen(self) -> bool:
         return self.window.kv_seen
-
-    @property
-    def kv_histogram(self):
-        return self.window.kv
-
-    @property
-    def histogram(self):
-        return self.window.device
 
     def observe(self, s: Sample) -> list[Event]:
         crossed = self.limits.crossed
         if crossed is not None:
             return self._hold(s.time, "WouldBeRefused", crossed)
+        if self.history_until is not None and s.time <= self.history_until:  # a slot's peaks: the window only
+            if not s.missing:
+                self.samples += 1
+                self.window.add(s.time, s.device_bytes, s.kv_used_bytes, complete=True, kv_least=s.kv_used_least_bytes)
+            return []
         if s.missing:
             if self.last_at is None and not self.in_gap:  # no usage yet at all
                 self.in_gap = True
                 return [Hold(s.time, self.model, "UsageMissing", "no usage sample")]
             return self._gap(s.time, present=False)
         self.samples += 1
-        if self.history_until is not None and s.time <= self.history_until:
-            self.window.add(s.time, s.device_bytes, s.kv_used_bytes, complete=True, kv_least=s.kv_used_least_bytes)
-            return []
         events = self._gap(s.time, present=True)
         self.last_at = s.time
         self.window.add(s.time, s.device_bytes, s.kv_used_bytes)
@@ -319,7 +318,7 @@ class Recommender:
         if was:
             return []
         return [Hold(at, self.model, "UsageMissing", f"no usage for {step:.0f}s (more than {GAP_INTERVALS:g} grid "
-                     f"steps of {self.step_s:g}s): a breach before it has ended")]
+                     f"steps of {self.step_s:g}s): no breach runs across it")]
 
     def _hold(self, at: float, reason: str, message: str, condition: str | None = None) -> list[Event]:
         if self.holding == reason:

@@ -249,7 +249,7 @@ class Replayed:
 
     @classmethod
     def of(cls, events, loop: Recommender, samples: Sequence[Sample], now: float, step_s: float | None) -> Replayed:
-        kv = (loop.kv_histogram.percentile(PERCENTILE), loop.kv_peak) if loop.kv_seen else None
+        kv = (loop.window.kv.percentile(PERCENTILE), loop.kv_peak) if loop.kv_seen else None
         return cls(tuple(events), loop.budget, tuple(loop.recent), kv, _usage_condition(loop, samples, now, step_s))
 
 

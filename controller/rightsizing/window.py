@@ -62,11 +62,14 @@ def slot_for(window_s: float, step_s: float | None = None) -> int:
 
 
 def words(seconds: float) -> str:
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = "".join(f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if n)
-    return text or f"{seconds:g}s"
+    """A duration as the duration flags take it (contract.durations): 2d, 45.5h, 90m, 15s."""
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g}d"
+    if seconds >= 3600 and seconds % 1800 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
 
 
 def slot_end(t: float, slot_s: int) -> float:
