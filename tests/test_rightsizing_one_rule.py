@@ -26,7 +26,7 @@ from controller.rightsizing.bounds import limits_for
 from controller.rightsizing.prometheus import DETAIL_S, history_queries, queries, read_usage
 from controller.rightsizing.recommender import Change, Slo, replay
 from controller.rightsizing.step import step
-from controller.rightsizing.usage import Sample, by_model
+from controller.rightsizing.usage import Sample, by_model, format_time
 from controller.rightsizing.window import SLOT_S, WindowError, slot_for
 from controller.types import Decision
 from factories import PRODUCT, toy_model, toy_profile, toy_slot
@@ -142,6 +142,24 @@ def test_a_replay_of_the_samples_gives_the_budgets_the_loop_gives_pass_by_pass(c
     for now, in_force, at in passes:
         seen = [c for c in changes if c.at <= math.floor(now / STEP) * STEP - STEP]  # what that pass could read
         assert in_force == (seen[-1].to_bytes if seen else budget), (now, [(c.at, c.to_bytes) for c in changes])
+
+
+@pytest.mark.parametrize("cooldown_s", range(3000, 3600, 60))
+def test_a_downsize_a_cooldown_times_anywhere_in_a_slot_lands_when_the_replays_does(cooldown_s):
+    """Every sample a pass acts on sees a window's worth of usage before it, as the replay does: usage steps down
+    twice in a series longer than the window, and the second downsize waits for the cooldown, whose end falls
+    anywhere in a half hour (a pass whose history began a slot later could not see the window covered there)."""
+    level = lambda i: 1200 if i < 300 else 1000 if i < 310 else 800  # noqa: E731
+    samples = [Sample(time=float(T0 + STEP * i), model="llm/chat", device_bytes=level(i) * MiB,
+                      kv_used_bytes=10 * MiB, kv_reserved_bytes=100 * MiB) for i in range(1, 560)]
+    policy = Rightsizing(policy="Auto", upsize_after_s=60, downsize_after_s=3600, cooldown_s=cooldown_s)
+    passes, model, decisions, slots = loop_pass_by_pass(samples, policy, 3600, 1300 * MiB)
+    limits = limits_for(model, policy, decisions[0], slots, PROFILE)
+    events, _ = replay(samples, model.ref, 1300 * MiB, policy, Slo(ttft_ms=500, tpot_ms=50), limits=limits,
+                       window_s=3600, step_s=STEP)
+    changes = [e for e in events if isinstance(e, Change)]
+    assert len(changes) == 2 and changes[1].at - changes[0].at == cooldown_s
+    assert sorted({at for _, _, at in passes if at}) == [format_time(c.at) for c in changes]
 
 
 def _trace_decline(days: int = 6) -> list[Sample]:

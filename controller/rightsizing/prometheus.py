@@ -189,7 +189,9 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
         grid = (acts_after - math.ceil(window / step_s) * step_s + step_s, last, step_s, queries(step_s))
         return reader.read([grid], step_s, acts_after=acts_after)
     split = math.floor((last - detail_s) / SLOT_S) * SLOT_S
-    history = (split - math.floor(window / SLOT_S) * SLOT_S + SLOT_S, split, SLOT_S, history_queries())
+    # a whole window of slots before the detail, and one more: the first slot's end is where usage counts from
+    # (Window.covered_for), so every sample the pass acts on sees a window's worth of it, as a replay does
+    history = (split - math.floor(window / SLOT_S) * SLOT_S, split, SLOT_S, history_queries())
     return reader.read([history, (split + step_s, last, step_s, queries(step_s))], step_s, split, split)
 
 
