@@ -97,9 +97,10 @@ def traces(draw):
                 tpot_s=0.2 if kind == "tpot" else 0.01, ttft_s=2.0 if kind == "ttft" else 0.1))
     policy = Rightsizing(policy="Auto", headroom_percent=15, upsize_after_s=draw(st.sampled_from([60, 300, 900])),
                          downsize_after_s=draw(st.sampled_from([600, 1800, 3600, 7200])),
-                         cooldown_s=draw(st.sampled_from([0, 900, 3600])))
+                         cooldown_s=draw(st.sampled_from([0, 900, 1300, 2500, 3600])))
     window = draw(st.sampled_from([1200, 3600, 7200, 10800]))  # per second (under half an hour), or in slots
-    return samples, policy, window, draw(st.integers(600, 1300)) * MiB
+    jitter = draw(st.lists(st.integers(-30, 30), min_size=1, max_size=8))  # the loop's ±10 % around its interval
+    return samples, policy, window, draw(st.integers(600, 1300)) * MiB, jitter
 
 
 def _decision(budget: int) -> Decision:
@@ -109,13 +110,14 @@ def _decision(budget: int) -> Decision:
                     footprint_bytes=budget, predicted=None, slo_met=None, reason="", reason_code="")
 
 
-def loop_pass_by_pass(samples, policy, window, budget):
-    """The installed loop over the trace: (pass time, budget in force after it) for every pass."""
+def loop_pass_by_pass(samples, policy, window, budget, jitter=(0,)):
+    """The installed loop over the trace: (pass time, budget in force after it, its last change) for every pass,
+    due every INTERVAL plus the next of `jitter`."""
     model = replace(toy_model("chat", budget, tpot_ms=50, ttft_ms=500), rightsizing=policy)
     fetch, records, out = prometheus(samples), {}, []
     slots, decisions = [toy_slot("node-a", 1 << 40)], [_decision(budget)]
-    end = samples[-1].time + STEP
-    for now in range(int(samples[0].time) + STEP, int(end) + 1, INTERVAL):
+    end, now, turn = samples[-1].time + STEP, int(samples[0].time) + STEP, 0
+    while now <= end:
         usage = read_usage("http://prometheus:9090", now - window, now, STEP, fetch,
                            fleet={model.ref: policy.upsize_after_s}, detail_s=INTERVAL + DETAIL_S)
         result = step([model], decisions, slots, records, by_model(usage), float(now), profiles=[PROFILE],
@@ -125,16 +127,17 @@ def loop_pass_by_pass(samples, policy, window, budget):
         records = dict(records_from({r.path: r.dump().encode() for r in result.records.values()}))
         record = records[("llm", "chat")]
         out.append((now, record.budget_bytes, record.at))
+        now, turn = now + INTERVAL + jitter[turn % len(jitter)], turn + 1
     return out, model, decisions, slots
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces())
 def test_a_replay_of_the_samples_gives_the_budgets_the_loop_gives_pass_by_pass(case):
-    samples, policy, window, budget = case
+    samples, policy, window, budget, jitter = case
     if len(samples) < 2:
         return
-    passes, model, decisions, slots = loop_pass_by_pass(samples, policy, window, budget)
+    passes, model, decisions, slots = loop_pass_by_pass(samples, policy, window, budget, jitter)
     limits = limits_for(model, policy, decisions[0], slots, PROFILE)
     events, _ = replay(samples, model.ref, budget, policy, Slo(ttft_ms=500, tpot_ms=50), limits=limits,
                        window_s=window, step_s=STEP)
