@@ -23,7 +23,7 @@ from controller.cli.commands import main
 from controller.inputs.rightsizing_records import records_from
 from controller.policy import Rightsizing
 from controller.rightsizing.bounds import limits_for
-from controller.rightsizing.prometheus import DETAIL_S, history_queries, queries, read_usage
+from controller.rightsizing.prometheus import DETAIL_S, history_queries, namespaces_query, queries, read_usage
 from controller.rightsizing.recommender import Change, Slo, replay
 from controller.rightsizing.step import step
 from controller.rightsizing.usage import Sample, by_model, format_time
@@ -62,6 +62,10 @@ def prometheus(samples: list[Sample]):
 
     def fetch(url: str, deadline_s: float) -> bytes:
         params = dict(urllib.parse.parse_qsl(url.split("?", 1)[1]))
+        if params["query"].startswith(namespaces_query(0)[:50]):  # each (model, worker)'s namespace
+            result = [{"metric": {"namespace": "llm", "model": "chat", "instance": "w:9400"},
+                       "values": [[float(params["start"]), "1"]]}]
+            return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
         slot = params["query"] in slots
         field = slots[params["query"]] if slot else fields[params["query"]]
         start, end, step_s = float(params["start"]), float(params["end"]), int(params["step"])
@@ -70,7 +74,8 @@ def prometheus(samples: list[Sample]):
             v = value(field, start + i * step_s, slot)
             if v is not None:
                 points.append([start + i * step_s, str(v)])
-        result = [{"metric": {"namespace": "llm", "model": "chat"}, "values": points}] if points else []
+        labels = {"model": "chat", "instance": "w:9400"} | ({} if slot else {"namespace": "llm"})  # as Prometheus
+        result = [{"metric": labels, "values": points}] if points else []
         return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
     return fetch
 

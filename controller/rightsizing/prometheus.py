@@ -9,7 +9,9 @@ recommender treats as missing data. A pass (`detail_s`) reads the older part of 
 one peak per slot instead (controller.rightsizing.window.SLOT_S: `max_over_time` over the slot
 (T - slot, T] at each slot end T, the peak of the grid points in it), and on the grid only the
 last `detail_s` + the fleet's longest `upsizeAfter`, so a breach's clock and a gap in it are read
-where they happen (`Usage.history_until` says where the slots end). A range longer than Prometheus
+where they happen (`Usage.history_until` says where the slots end). The slot queries group by model
+and worker and take the namespace from one query of the window's verdict series: at 10,000 models
+the namespace join at every point cost more than the rest of a slot query. A range longer than Prometheus
 answers in one query (11,000 points per series) is read in pieces of MAX_POINTS; for a large
 fleet, pieces are shorter still, so that one answer holds about ANSWER_POINTS points across its
 series (a parsed answer costs about 200 bytes a point, and QUERY_CONCURRENCY are held at once).
@@ -57,11 +59,17 @@ _NS = ("* on(model, instance) group_left(namespace) "
        "max by (model, namespace, instance) (gpushare_worker_verdict)")
 
 
-def _peak(metric: str, seconds: int, least: bool = False) -> str:
+def _slot_peak(metric: str, seconds: int, least: bool = False) -> str:
     """The peak (`least`: the least value) of a gauge over (t - seconds, t] (a range of whole milliseconds, less
-    one: a scrape at a slot's start belongs to the slot before)."""
+    one: a scrape at a slot's start belongs to the slot before), per model and worker: the namespace comes from
+    `namespaces_query` (the join costs more than the rest of the query)."""
     how = "min" if least else "max"
-    return f"{how} by (namespace, model) ({how}_over_time({metric}[{seconds * 1000 - 1}ms]) {_NS})"
+    return f"{how} by (model, instance) ({how}_over_time({metric}[{seconds * 1000 - 1}ms]))"
+
+
+def namespaces_query(seconds: int) -> str:
+    """Each (model, worker)'s namespace over the last `seconds`, from its verdict series."""
+    return f"max by (model, namespace, instance) (max_over_time(gpushare_worker_verdict[{seconds}s]))"
 
 
 _GAUGES = {"deviceBytes": "gpushare_worker_device_bytes", "kvUsedBytes": "gpushare_worker_kv_used_bytes",
@@ -71,8 +79,9 @@ _GAUGES = {"deviceBytes": "gpushare_worker_device_bytes", "kvUsedBytes": "gpusha
 
 def history_queries(slot_s: int = SLOT_S) -> dict[str, str]:
     """The PromQL of each history field over the slot ending at each point: the peaks, and the least KV in use."""
-    return {"deviceBytes": _peak(_GAUGES["deviceBytes"], slot_s), "kvUsedBytes": _peak(_GAUGES["kvUsedBytes"], slot_s),
-            "kvUsedLeastBytes": _peak(_GAUGES["kvUsedBytes"], slot_s, least=True)}
+    return {"deviceBytes": _slot_peak(_GAUGES["deviceBytes"], slot_s),
+            "kvUsedBytes": _slot_peak(_GAUGES["kvUsedBytes"], slot_s),
+            "kvUsedLeastBytes": _slot_peak(_GAUGES["kvUsedBytes"], slot_s, least=True)}
 
 
 def queries(step_s: int) -> dict[str, str]:
@@ -191,7 +200,9 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
     split = math.floor((last - detail_s) / SLOT_S) * SLOT_S
     # a whole window of slots before the detail, and one more: the first slot's end is where usage counts from
     # (Window.covered_for), so every sample the pass acts on sees a window's worth of it, as a replay does
-    history = (split - math.floor(window / SLOT_S) * SLOT_S, split, SLOT_S, history_queries())
+    first = split - math.floor(window / SLOT_S) * SLOT_S
+    reader.namespaces = reader.namespaces_at(split, split - first + SLOT_S)
+    history = (first, split, SLOT_S, history_queries())
     return reader.read([history, (split + step_s, last, step_s, queries(step_s))], step_s, split, split)
 
 
@@ -202,6 +213,17 @@ class _Reader:
         self.where, self.fetch, self.fleet, self.until, self.deadline_s = where, fetch, fleet, until, deadline_s
         self.held: dict[str, tuple[str, str]] = {}
         self.outside = 0
+        self.namespaces: dict[tuple[str, str], str] = {}  # (model, instance) -> namespace, for series without one
+
+    def namespaces_at(self, at: float, seconds: int) -> dict[tuple[str, str], str]:
+        """(model, instance) -> namespace of every verdict series in the `seconds` before `at` (one point)."""
+        found = {}
+        for series in self._query(namespaces_query(seconds), at, at, SLOT_S):
+            labels = series.get("metric") if isinstance(series, dict) else None
+            if isinstance(labels, dict) and all(isinstance(labels.get(k), str) and labels.get(k)
+                                                for k in ("model", "namespace", "instance")):
+                found[(labels["model"], labels["instance"])] = labels["namespace"]
+        return found
 
     def read(self, grids: list[tuple[float, float, int, Mapping[str, str]]], step_s: int,
              history_until: float | None = None, acts_after: float | None = None) -> Usage:
@@ -237,7 +259,7 @@ class _Reader:
         def take() -> None:
             field, answer = in_flight.popleft()
             for series in answer.result():  # in order: the first failure is the one raised
-                ref = _ref(series)
+                ref = _ref(series, self.namespaces)
                 if ref is None:
                     continue  # no model labels: nobody's usage
                 if self.fleet is not None and ref not in self.fleet:
@@ -285,11 +307,13 @@ def whole_step(step_s: float) -> int:
     return max(1, round(step_s))
 
 
-def _ref(series) -> str | None:
+def _ref(series, namespaces: Mapping[tuple[str, str], str]) -> str | None:
+    """namespace/name of a series: its namespace label, else its (model, instance)'s in `namespaces`."""
     labels = series.get("metric") if isinstance(series, dict) else None
     if not isinstance(labels, dict):
         return None
-    namespace, model = labels.get("namespace"), labels.get("model")
+    model = labels.get("model")
+    namespace = labels.get("namespace") or namespaces.get((model, labels.get("instance")))
     if not isinstance(namespace, str) or not isinstance(model, str) or not namespace or not model:
         return None
     return f"{namespace}/{model}"
@@ -320,8 +344,9 @@ def _store(series: dict, field: str, columns: dict[str, array], grid_start: floa
             return "UsageImplausible", (f"Prometheus sent {field} = {escape(str(text)[:40])}, outside [0, {limit:g}]; the "
                                         "model holds until its worker reports plausible values")
         index = round((at - grid_start) / step_s)
-        if 0 <= index < count:
-            column[index] = max(column[index], number) if not math.isnan(column[index]) else number
+        if 0 <= index < count:  # a model on two workers in a point: the peak of both (the least, of the least)
+            pick = min if field == "kvUsedLeastBytes" else max
+            column[index] = pick(column[index], number) if not math.isnan(column[index]) else number
     return None
 
 
