@@ -77,4 +77,4 @@ def test_a_ceiling_below_the_peak_plus_headroom_holds_instead_of_cutting_the_bud
     assert held.budget_bytes == 20 * GiB and held.at == record.at  # no change
     condition = next(c for c in held.conditions if c.type == "AtMaxBudget")
     assert condition.reason == "MaxBudgetBelowUsage"
-    assert "maxBudget (12.0Gi) is below the peak" in condition.message and "18.4Gi" in condition.message
+    assert "maxBudget (12.0Gi) is below the peak" in condition.message and "at least 18.5Gi" in condition.message

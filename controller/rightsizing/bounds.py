@@ -35,7 +35,7 @@ from contract.quantity import format_bytes
 from controller.planning.cost import elastic_slice_at, need, predict_elastic, predict_resident, predict_swap
 from controller.types import Decision, ElasticModel, GpuSlot, Profile
 
-from controller.policy import Rightsizing
+from controller.policy import KV_NEAR_FRACTION, Rightsizing
 
 MIB = 1 << 20
 INT64_MAX = (1 << 63) - 1
@@ -102,12 +102,12 @@ class Limits:
 
 
 def _kv_full(sample) -> str:
-    used, reserved = sample.kv_used_bytes or 0, sample.kv_reserved_bytes or 0
-    share = f"{used / reserved:.0%} of " if reserved else ""
-    return (f"KvNearReservation: the KV cache in use is {share}its reservation ({format_bytes(used)} of "
-            f"{format_bytes(reserved)}), which spec.slo fixes at contextTokens x concurrency whatever the budget, so "
-            "a bigger budget would not relieve it. What would: a larger spec.slo.concurrency (more sequences) or "
-            "spec.slo.contextTokens (longer ones): the record's kvReservation says how much")
+    """The hold's words: what they name is fixed while the pressure lasts (no record churns pass by pass)."""
+    reserved = f" ({format_bytes(sample.kv_reserved_bytes)})" if sample.kv_reserved_bytes else ""
+    return (f"KvNearReservation: the KV cache in use is at {KV_NEAR_FRACTION:.0%} or more of its reservation{reserved}, "
+            "which spec.slo fixes at contextTokens x concurrency whatever the budget, so a bigger budget would not "
+            "relieve it. What would: a larger spec.slo.concurrency (more sequences) or spec.slo.contextTokens "
+            "(longer ones): the record's kvReservation says how much")
 
 
 def limits_for(model: ElasticModel, policy: Rightsizing, decision: Decision | None, slots: Sequence[GpuSlot],

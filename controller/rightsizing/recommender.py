@@ -52,7 +52,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Literal, Sequence
 
-from contract.quantity import format_bytes
+from contract.quantity import format_bytes, paste_quantity
 
 from .bounds import INT64_MAX_MIB, MIB, Limits
 from controller.policy import (DEFAULT_WINDOW_S, DOWNSIZE_MARGIN, HALF_LIFE_S, KV_NEAR_FRACTION, MAX_CHANGES_PER_DAY,
@@ -358,10 +358,11 @@ class Recommender:
             return []
         floor = _mib_ceil(self.usage_floor)
         if target < floor:  # only the ceiling cuts below the peak plus headroom
+            least = paste_quantity(floor)  # to a tenth of a GiB: the words stay put while the peak wobbles
             return self._hold(s.time, "MaxBudgetBelowUsage", (
                 f"{self.limits.ceiling_why} ({format_bytes(self.limits.ceiling)}) is below the peak of the last "
-                f"{words(self.span_s)} plus headroom ({format_bytes(floor)}): the loop does not cut the budget below what "
-                f"the model uses; raise it to at least {format_bytes(floor)}"), "AtMaxBudget")
+                f"{words(self.span_s)} plus headroom (about {least}): the loop does not cut the budget below what the "
+                f"model uses; raise it to at least {least}"), "AtMaxBudget")
         holes = self.holes()
         if holes is not None:
             return self._hold(s.time, "UsageMissing", holes)
