@@ -26,7 +26,7 @@ from controller.rightsizing.bounds import limits_for
 from controller.rightsizing.prometheus import DETAIL_S, history_queries, namespaces_query, queries, read_usage
 from controller.rightsizing.recommender import Change, Slo, replay
 from controller.rightsizing.step import step
-from controller.rightsizing.usage import Sample, by_model, format_time
+from controller.rightsizing.usage import Sample, by_model, format_time, parse_time
 from controller.rightsizing.window import SLOT_S, WindowError, slot_for
 from controller.types import Decision
 from factories import PRODUCT, toy_model, toy_profile, toy_slot
@@ -231,3 +231,56 @@ def test_the_installed_loop_refuses_a_window_it_cannot_keep_before_touching_git(
     assert code == 2
     err = capsys.readouterr().err
     assert "[WindowInvalid]" in err and "--rightsize-window 6000s" in err and "half hours" in err
+
+
+OLD_RECORD = """\
+apiVersion: gpushare.dev/v1alpha1
+kind: RightsizingRecord
+model:
+  namespace: llm
+  name: chat
+policy: Auto
+specBudgetBytes: 38654705664
+budgetBytes: 32346082304
+direction: down
+reason: BelowTarget
+at: '2027-01-15T08:00:00Z'
+evidence:
+  percentile: 0.99
+  percentileBytes: 30065198980
+  peakBytes: 28126420992
+  windowSeconds: 172800
+  halfLifeSeconds: 86400
+  headroomPercent: 15.0
+  samples: 2880
+  breaches: []
+recentChanges:
+- '2027-01-15T08:00:00Z'
+conditions:
+- type: UsageAvailable
+  status: 'True'
+  reason: UsageRead
+  message: usage read over the window
+"""
+
+
+def test_a_record_written_before_this_rule_is_read_and_the_loop_carries_on_from_it():
+    """Records keep their format: a record of the earlier loop is read as it is, and the next pass starts from its
+    budget, its last change (the cooldown counts from it) and its changes of the day."""
+    records = records_from({"decisions/rightsizing/llm/chat.yaml": OLD_RECORD.encode()})
+    assert not records.problems
+    record = records[("llm", "chat")]
+    model = replace(toy_model("chat", 36 * GiB), rightsizing=Rightsizing(policy="Auto"))
+    last = 1_800_000_000.0  # 2027-01-15T08:00:00Z, the record's change
+    samples = [Sample(time=last - 2 * 86400 + STEP * i, model="llm/chat", device_bytes=20 * GiB)
+               for i in range(1, 2 * 86400 // STEP + 3 * 3600 // STEP)]
+    result = step([model], (), [], {record.key: record}, {"llm/chat": samples}, samples[-1].time + STEP,
+                  window_s=2 * 86400, step_s=STEP)
+    after = result.records[("llm", "chat")]
+    assert after.budget_bytes == record.budget_bytes and after.at == record.at  # within the cooldown: it waits
+    later = [Sample(time=samples[-1].time + STEP * i, model="llm/chat", device_bytes=20 * GiB) for i in range(1, 240)]
+    result = step([model], (), [], {record.key: after}, {"llm/chat": samples + later}, later[-1].time + STEP,
+                  window_s=2 * 86400, step_s=STEP)
+    moved = result.records[("llm", "chat")]
+    assert moved.budget_bytes < record.budget_bytes and moved.recent[0] == "2027-01-15T08:00:00Z"
+    assert parse_time(moved.at) - last >= Rightsizing().cooldown_s
