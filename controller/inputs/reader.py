@@ -115,7 +115,7 @@ def read_rightsizing(root: Path, generated: Iterable[str] | None = None) -> Reco
     `generated` as `read_repo` takes it."""
     listed = owned_files(root, (RIGHTSIZING_DIR + "/",)) if generated is None else generated
     paths = [rel for rel in listed if rel.startswith(RIGHTSIZING_DIR + "/") and rel.count("/") == 3]
-    return records_from({rel: read_optional(root, rel, max_state_bytes()) or "\x00" for rel in sorted(paths)})
+    return records_from(read_texts(root, sorted(paths), max_state_bytes()))
 
 
 def read_prices(root: Path) -> dict[str, float]:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from controller.inputs.layout import CLUSTER_GENERATED
 from controller.inputs.reader import read_repo
+from controller.inputs.repofiles import RepoFileError, max_state_bytes
 from controller.planning.capacity import kept_pool_slots
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
@@ -36,7 +37,8 @@ from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
-ReadUsage = Callable[[float, float, frozenset[str]], list[Sample]]  # (start, end, the fleet's namespace/name)
+ReadUsage = Callable[[float, float, Mapping[str, float]], list[Sample]]
+"""(start, end, the fleet: namespace/name -> its upsizeAfter in seconds, how far back a breach is read on the grid)"""
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,18 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     checkout = Checkout.of(copy, copy.entries(heads[copy.branch], CLUSTER_GENERATED), CLUSTER_GENERATED)
     tree = read_repo(root, generated=checkout.generated, committed=checkout.read)
     inputs = tree.inputs
-    usage_error, held = None, {}
+    usage_error, held, grid = None, {}, {}
     try:
-        read = read_usage(now - window_s, now, frozenset(m.ref for m in inputs.models if m.rightsizing.enabled))
+        read = read_usage(now - window_s, now, {m.ref: m.rightsizing.upsize_after_s for m in inputs.models
+                                                 if m.rightsizing.enabled})
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
     else:
         usage = by_model(read)
         if isinstance(read, Usage):
-            held = read.held
+            held, grid = read.held, {"step_s": read.step_s, "history_until": read.history_until,
+                                     "acts_after": read.acts_after}
             if read.outside:
                 log.info("usage: %d series of models outside the fleet were skipped", read.outside)
     problems = list(tree.rightsizing.problems)
@@ -80,7 +84,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     previous = tuple(tree.last.previous.values())
     slots = (*inputs.slots, *kept_pool_slots(previous, inputs.pools))  # the pool nodes' GPUs the last plan keeps
     result = _editable(root, step(inputs.models, previous, slots, records, usage,
-                                  now, tree.prices, inputs.profiles, held, bad))
+                                  now, tree.prices, inputs.profiles, held, bad, window_s=window_s, **grid))
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -95,10 +99,13 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
 
 def _records_at(copy: WorkingCopy, commit: str) -> Records:
     """The records `commit` holds (regular files under RECORDS_DIR), read from git without a checkout."""
-    texts = {path: copy.git.run("cat-file", "blob", object_id).stdout.decode("utf-8", errors="replace")
+    blobs = {path: copy.git.run("cat-file", "blob", object_id).stdout
              for path, (mode, object_id) in copy.entries(commit, (RECORDS_DIR + "/",)).items()
              if path.startswith(RECORDS_DIR + "/") and mode in ("100644", "100755")}
-    return records_from(texts)
+    limit = max_state_bytes()
+    return records_from({path: blob if len(blob) <= limit else RepoFileError(
+        "FileTooLarge", f"{path} has {len(blob)} bytes, more than the limit of {limit}", "delete it")
+        for path, blob in blobs.items()})  # each decoded there: one that is not UTF-8 is that model's RecordProblem
 
 
 def _editable(root: Path, result: StepResult) -> StepResult:
