@@ -18,7 +18,7 @@ from controller.cli.commands import main
 from controller.policy import Rightsizing
 from controller.rightsizing.bounds import Limits
 from controller.rightsizing.recommender import Change, Hold, Slo, replay
-from controller.rightsizing.step import step
+from controller.rightsizing.step import _missing, step
 from controller.rightsizing.usage import Sample, dump_lines
 from factories import toy_model
 from tests.gitserver import git_server  # noqa: F401  (fixture)
@@ -215,3 +215,14 @@ def test_a_pass_against_a_real_prometheus_sees_the_gap_and_upsizes_only_the_unbr
         assert record["budgetBytes"] == 800 * MiB and "direction" not in record
         reasons = {c["type"]: c["reason"] for c in record["conditions"]}
         assert (reasons.get("MemoryWontHelp") == "KvReservationFull") == sustained, record["conditions"]
+
+
+@pytest.mark.parametrize("later_s", [pytest.param(300, id="next-pass"), pytest.param(86_400, id="a-day-on")])
+def test_an_outage_reads_the_same_pass_after_pass(later_s):
+    """UsageMissing during an outage names when usage stopped, not how long ago: a record that changed on every
+    pass would be a commit on every pass while Prometheus is down."""
+    samples = [Sample(time=1_800_000_000.0 + 60 * i, model="llm/chat", device_bytes=1 << 30) for i in range(30)]
+    outage_at = samples[-1].time + 3_600
+    first = _missing(samples, outage_at, 60)
+    assert first is not None and "no usage since" in first
+    assert _missing(samples, outage_at + later_s, 60) == first
