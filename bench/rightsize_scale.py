@@ -5,7 +5,8 @@ Builds the history with Debian's `promtool tsdb create-blocks-from openmetrics` 
 device bytes, KV cache in use and reserved, and the verdict series every usage query joins for the
 namespace), starts `prometheus` on it on 127.0.0.1, then runs the pass in a fresh process, so its peak
 resident set is the pass's own: the installed loop's read (controller.rightsizing.prometheus.read_usage:
-history peaks per half hour, the last interval on the scrape grid, the fleet filter) and the pure step
+history peaks per half hour, the last interval and the longest upsizeAfter on the scrape grid, the fleet
+filter) and the pure step
 (controller.rightsizing.step) for N Auto models on a fleet of GPUs. The data (a few hundred MB for 200
 models) is cached under --data, keyed by N. Targets (issue 19): 10,000 models in at most 60 s and
 512 MiB; 200 models in at most 5 s.
@@ -97,10 +98,11 @@ def _pass(url: str, models: int) -> None:
                           slo=SLO(), gpu_product="NVIDIA-H200", rightsizing=policy) for m in range(models)]
     slots = [GpuSlot(f"node-{i}", 0, "NVIDIA-H200", 141 * GiB) for i in range(max(1, models // 4))]
     started = time.perf_counter()
-    usage = read_usage(url, END - WINDOW_S, END, STEP_S, fleet={m.ref for m in fleet}, detail_s=300 + DETAIL_S,
-                       deadline_s=600)
+    usage = read_usage(url, END - WINDOW_S, END, STEP_S, fleet={m.ref: policy.upsize_after_s for m in fleet},
+                       detail_s=300 + DETAIL_S, deadline_s=600)
     read_s = time.perf_counter() - started
-    result = step(fleet, (), slots, {}, by_model(usage), END, held=usage.held)
+    result = step(fleet, (), slots, {}, by_model(usage), END, held=usage.held, window_s=WINDOW_S,
+                  step_s=usage.step_s, history_until=usage.history_until, acts_after=usage.acts_after)
     took = time.perf_counter() - started
     changed = sum(1 for r in result.records.values() if r.open)
     print(json.dumps({"seconds": took, "read_seconds": read_s, "samples": len(usage), "records": len(result.records),

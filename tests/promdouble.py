@@ -1,7 +1,7 @@
 """A Prometheus HTTP API double on 127.0.0.1: `/api/v1/query_range` answers the right-sizing queries.
 
 Owns `PrometheusDouble`: a real HTTP server (threaded) that knows the PromQL of each usage field
-(controller.rightsizing.prometheus.queries, on the scrape grid and the history's) and answers each with a matrix holding a constant value
+(controller.rightsizing.prometheus.queries on the scrape grid, history_queries on the slots) and answers each with a matrix holding a constant value
 per model at every grid point asked for, so a controller reads it over HTTP exactly as it reads
 Prometheus. It records every query; `stop()` closes it (a Prometheus that went down). Used by the
 reconcile loop's right-sizing tests; tests/test_rightsizing_prometheus.py runs the real Prometheus.
@@ -13,7 +13,7 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from controller.rightsizing.prometheus import HISTORY_STEP_S, queries
+from controller.rightsizing.prometheus import history_queries, namespaces_query, queries
 
 
 class PrometheusDouble:
@@ -21,7 +21,7 @@ class PrometheusDouble:
 
     def __init__(self, usage: dict[str, dict[str, float]], step_s: int):
         self.usage = usage
-        fields = {promql: field for grid in (step_s, HISTORY_STEP_S) for field, promql in queries(grid).items()}
+        fields = {promql: field for field, promql in (*queries(step_s).items(), *history_queries().items())}
         self.asked: list[dict[str, str]] = []
         double = self
 
@@ -30,14 +30,15 @@ class PrometheusDouble:
                 url = urllib.parse.urlsplit(self.path)
                 params = dict(urllib.parse.parse_qsl(url.query))
                 double.asked.append(params)
-                field = fields.get(params.get("query", ""))
+                query = params.get("query", "")
+                field = fields.get(query) or ("namespaces" if query.startswith(namespaces_query(0)[:50]) else None)
                 if url.path != "/api/v1/query_range" or field is None:
                     return self._send(400, {"status": "error", "errorType": "bad_data", "error": "unknown query"})
                 start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
                 grid = [start + i * step for i in range(int((end - start) // step) + 1)]
-                result = [{"metric": {"namespace": ref.split("/")[0], "model": ref.split("/")[1]},
-                           "values": [[t, str(values[field])] for t in grid]}
-                          for ref, values in sorted(double.usage.items()) if field in values]
+                result = [{"metric": {"namespace": ref.split("/")[0], "model": ref.split("/")[1], "instance": "w:9400"},
+                           "values": [[t, str(values.get(field, 1))] for t in grid]}
+                          for ref, values in sorted(double.usage.items()) if field in values or field == "namespaces"]
                 self._send(200, {"status": "success", "data": {"resultType": "matrix", "result": result}})
 
             def _send(self, code: int, doc: dict) -> None:

@@ -77,7 +77,7 @@ def _assert_limits_agree(inputs: Inputs, decisions) -> None:
         if d.mode == "swap" and slo.ttft_ms is not None:
             assert d.predicted.ttft_ms <= slo.ttft_ms, d.reason
         if d.mode == "elastic" and slo.tpot_ms is not None:
-            profile = next(p for p in inputs.profiles if (p.model, p.gpu_product) == (d.model, d.gpu_product))
+            profile = next(p for p in inputs.profiles if p.key == models[d.key].profile_key(d.gpu_product))
             limit = min(d.budget_bytes, usable[d.slot])
             start = cost.smallest_slice_meeting(profile, slo, limit, 1)
             alone_meets = start is not None and not cost.missed(slo, cost.predict_elastic(profile, slo, start))

@@ -46,11 +46,12 @@ def test_a_sustained_decline_is_followed_down_to_the_documented_target_in_the_do
 
 
 def test_a_windowed_histogram_forgets_exactly_what_left_the_window():
-    windowed, fresh = DecayingHistogram(DAY, window_s=DAY), DecayingHistogram(DAY)
+    windowed, fresh = DecayingHistogram(DAY, windowed=True), DecayingHistogram(DAY)
     for i in range(2000):
         windowed.add((40 if i < 1000 else 10) * GiB, i * 120.0)
+        windowed.forget_through(i * 120.0 - DAY)
     for i in range(2000):
-        if i * 120.0 >= 1999 * 120.0 - DAY:
+        if i * 120.0 > 1999 * 120.0 - DAY:
             fresh.add((40 if i < 1000 else 10) * GiB, i * 120.0)
     for q in (0.5, 0.9, 0.99, 1.0):
         assert windowed.percentile(q) == fresh.percentile(q)
@@ -87,8 +88,8 @@ def test_a_records_verdict_is_what_the_next_plan_does(room, b_later, expected):
     # b_later: node-b joins after the first plan (else chat would start alone there: a quiet GPU predicts less)
     first = plan(Inputs(tuple(models), tuple(profiles), tuple(slots[:1] if b_later else slots)))
     before = {d.key: d for d in first.decisions}
-    usage = {"llm/chat": [Sample(time=60.0 * i, model="llm/chat", device_bytes=800 * MiB, refusals=int(i == 5),
-                                 missing_bytes=600 * MiB if i == 5 else None) for i in range(10)]}
+    usage = {"llm/chat": [Sample(time=60.0 * i, model="llm/chat", device_bytes=800 * MiB, ooms=int(i == 5))
+                          for i in range(10)]}
     result = step(models, first.decisions, slots, {}, usage, 600.0, profiles=profiles)
     record = result.records[("llm", "chat")]
     assert record.direction == "up" or record.fit.get("kind") == "NeedsCapacity"

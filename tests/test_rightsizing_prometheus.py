@@ -143,7 +143,7 @@ def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_p
             assert edited == MODEL_FILE.replace("memoryBudget: 1Gi ", f"memoryBudget: {proposed >> 20}Mi ")
             head = git_server.head("fleet", branch)
 
-            # the same usage as a file, replayed offline: the proposal's budget, with its timestamp
+            # the same usage as a file, replayed offline with the loop's window: the proposal's budget, timestamped
             usage = tmp_path / "usage.jsonl"
             assert main(["usage", "export", "--prometheus", prometheus.url, "--since", "30s", "--step", "1s",
                          "-o", str(usage)]) == 0
@@ -151,7 +151,7 @@ def test_prometheus_scrapes_a_real_worker_and_the_loop_commits_then_holds_when_p
             (repo / "models" / "llm").mkdir(parents=True)
             (repo / "models" / "llm" / "chat.yaml").write_text(MODEL_FILE)
             capsys.readouterr()
-            assert main(["rightsize", "--repo", str(repo), "--usage", str(usage)]) == 0
+            assert main(["rightsize", "--repo", str(repo), "--usage", str(usage), "--window", "30s"]) == 0
             replayed = capsys.readouterr().out
             assert re.search(r"\n  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ  down  1\.0Gi → ", replayed), replayed
 

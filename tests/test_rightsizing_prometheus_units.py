@@ -214,9 +214,11 @@ def test_every_query_together_stays_within_the_read_deadline():
     assert caught.value.reason == "RemoteTimeout"
 
 
-def test_a_pass_reads_the_history_as_half_hour_peaks_and_only_its_last_interval_on_the_scrape_grid():
-    """Bounded values per model per pass: a 2-day window at 60 s is 96 history peaks + the detail, not 2,880."""
-    from controller.rightsizing.prometheus import HISTORY_FIELDS, HISTORY_STEP_S
+def test_a_pass_reads_the_history_as_half_hour_peaks_and_on_the_scrape_grid_its_detail_and_longest_upsizeAfter():
+    """Bounded values per model per pass: a 2-day window at 60 s is 96 slot peaks + the detail, not 2,880. The
+    detail covers the pass's margin plus the fleet's longest upsizeAfter (a breach's clock and a gap in it are read
+    where they happen), starts at a slot end, and before it come a whole window of slots."""
+    from controller.rightsizing.prometheus import HISTORY_FIELDS, HISTORY_STEP_S, history_queries
     asked = []
 
     def fetch(url, deadline_s):
@@ -227,16 +229,22 @@ def test_a_pass_reads_the_history_as_half_hour_peaks_and_only_its_last_interval_
         return _matrix([series("chat", {int(t): value for t in range(int(start), int(end) + 1, step)})]
                        if "device_bytes" in params["query"] else [])
 
-    end = 2 * 86400 + 30
-    usage = read_usage("http://prom:9090", end - 2 * 86400, end, 60, fetch, detail_s=1200)
-    history = [s for s in usage if s.time < end - 1300]
-    detail = [s for s in usage if s.time >= end - 1300]
-    assert abs(len(history) - 2 * 86400 // HISTORY_STEP_S) <= 1 and all(s.device_bytes == 9e9 for s in history)
-    assert 19 <= len(detail) <= 21 and all(s.device_bytes == 5e8 for s in detail)
-    assert [s.time for s in usage] == sorted(s.time for s in usage)
-    coarse = {q for q, *_, step in asked if step == HISTORY_STEP_S}
-    assert len(coarse) == len(HISTORY_FIELDS)
-    assert all(f"[{2 * HISTORY_STEP_S}s]" in q for q in coarse if "max_over_time" in q)  # each point: its slots' peak
+    end = 10 * 86400 + 30
+    usage = read_usage("http://prom:9090", end - 2 * 86400, end, 60, fetch, detail_s=1200,
+                       fleet={"llm/chat": 1800, "llm/other": 60})  # the longest upsizeAfter: 30 minutes
+    history = [s for s in usage if s.time <= usage.history_until]
+    detail = [s for s in usage if s.time > usage.history_until]
+    assert usage.history_until == usage.acts_after and usage.history_until % HISTORY_STEP_S == 0
+    assert usage.history_until <= end - 60 - 1200 - 1800 - 60  # the detail reaches back past the longest upsizeAfter
+    assert len(history) == 2 * 86400 // HISTORY_STEP_S + 1 and all(s.device_bytes == 9e9 for s in history)
+    assert {s.time % HISTORY_STEP_S for s in history} == {0}  # each at its slot's end
+    assert 51 <= len(detail) <= 82 and all(s.device_bytes == 5e8 for s in detail)
+    assert [s.time for s in usage] == sorted(s.time for s in usage) and usage.step_s == 60
+    (names,) = [(start, end) for q, start, end, _ in asked if q.startswith("max by (model, namespace, instance)")]
+    assert names == (usage.history_until, usage.history_until)  # each (model, worker)'s namespace, asked once
+    coarse = {q for q, *_, step in asked if step == HISTORY_STEP_S and "gpushare_worker_verdict" not in q}
+    assert coarse == set(history_queries().values()) and len(coarse) == len(HISTORY_FIELDS)
+    assert all(f"[{HISTORY_STEP_S * 1000 - 1}ms]" in q and "group_left" not in q for q in coarse)  # (T - 30m, T]
 
 
 def test_a_model_held_by_the_reader_holds_alone_in_the_step_with_the_readers_reason():
@@ -258,3 +266,31 @@ def test_a_model_held_by_the_reader_holds_alone_in_the_step_with_the_readers_rea
     assert bad.budget_bytes == 4 << 30
     for name in ("good", "zzz"):  # before and after it in order: both act on their own usage
         assert result.records[("llm", name)].direction == "up"
+
+
+def test_history_slots_take_their_namespace_from_the_verdict_series_of_their_model_and_worker():
+    """The slot queries skip the namespace join (it cost more than the rest of each query at 10,000 models): a slot
+    series carries model and instance, and the verdict series of the window name its namespace."""
+    from controller.rightsizing.prometheus import HISTORY_STEP_S
+
+    def fetch(url, deadline_s):
+        params = dict(urllib.parse.parse_qsl(url.split("?", 1)[1]))
+        start, end, step = float(params["start"]), float(params["end"]), int(params["step"])
+        points = {int(t): 5e8 for t in range(int(start), int(end) + 1, step)}
+        query = params["query"]
+        if query.startswith("max by (model, namespace, instance)"):
+            return _matrix([{"metric": {"model": "chat", "namespace": ns, "instance": f"w-{ns}:9400"},
+                             "values": [[start, "1"]]} for ns in ("team-a", "team-b")])
+        if step == HISTORY_STEP_S and "device_bytes" in query:
+            return _matrix([{"metric": {"model": "chat", "instance": f"w-{ns}:9400"},
+                             "values": [[t, str(v)] for t, v in points.items()]} for ns in ("team-a", "team-b")]
+                           + [{"metric": {"model": "chat", "instance": "unknown:9400"}, "values": [[start, "9"]]}])
+        return _matrix([series("chat", points, namespace=ns) for ns in ("team-a", "team-b")]
+                       if "device_bytes" in query else [])
+
+    end = 10 * 86400
+    usage = read_usage("http://prom:9090", end - 86400, end, 60, fetch, detail_s=1200,
+                       fleet={"team-a/chat": 60, "team-b/chat": 60})
+    history = [s for s in usage if s.time <= usage.history_until]
+    assert {s.model for s in history} == {"team-a/chat", "team-b/chat"} and usage.outside == 0
+    assert all(s.device_bytes == 5e8 for s in history)  # a worker no verdict names is nobody's

@@ -44,9 +44,8 @@ HELPS = Limits(latency_helps=True, latency_why="more resident layers lower its p
 
 # (id, samples, policy, slo, budget, expected [(kind, direction or reason, at, to_bytes or None)])
 CASES = [
-    ("kv-near-reservation-held-for-upsizeAfter-upsizes-once",
-     steady(6, kv_used_bytes=int(0.95 * GiB)), FAST, Slo(), 4 * GiB,
-     [("up", "KvNearReservation", 60.0, mib_ceil(4 * GiB * 1.15))]),
+    ("kv-near-its-fixed-reservation-held-for-upsizeAfter-holds-once",  # contextTokens x concurrency fixes it
+     steady(6, kv_used_bytes=int(0.95 * GiB)), FAST, Slo(), 4 * GiB, [("hold", "KvReservationFull", 60.0, None)]),
     ("breach-shorter-than-upsizeAfter-changes-nothing",
      steady(3, kv_used_bytes=int(0.95 * GiB)) + steady(5, start=45), FAST, Slo(), 4 * GiB, []),
     ("refusal-upsizes-at-once-by-the-missing-bytes-plus-headroom",

@@ -3,8 +3,8 @@ the next reconcile pass does, through the real commands against a real git remot
 
 Each case seeds a GitOps repo (the Auto model chat beside two neighbours, a toy profile, gpus.yaml), lets
 `gpushare reconcile --offline --once` plan it, changes the inventory where the case needs it, runs one
-right-sizing pass (controller.rightsizing.apply.rightsize_once) with usage that breaches (refusals for
-want of memory), then one more reconcile pass, and reads both committed files from git:
+right-sizing pass (controller.rightsizing.apply.rightsize_once) with usage that breaches (an out-of-memory
+failure: a breach more memory relieves), then one more reconcile pass, and reads both committed files from git:
 decisions/<ns>/<name>.yaml (what the plan did) and decisions/rightsizing/<ns>/<name>.yaml (what the
 record said it would do). A NeedsCapacity record's bytes missing are the plan's own figure.
 """
@@ -60,9 +60,8 @@ def _gpus(*nodes: tuple) -> bytes:
 
 
 def _breaching(start: float, end: float, fleet=None) -> list[Sample]:
-    """chat at its 800 MiB budget for ten minutes, one request refused for want of 600 MiB more."""
-    return [Sample(time=t, model="llm/chat", device_bytes=800 * MiB, refusals=int(i == 5),
-                   missing_bytes=600 * MiB if i == 5 else None)
+    """chat at its 800 MiB budget for ten minutes, with an out-of-memory failure (more memory is the remedy)."""
+    return [Sample(time=t, model="llm/chat", device_bytes=800 * MiB, ooms=int(i == 5))
             for i, t in enumerate(NOW - 540 + 60 * k for k in range(10)) if start <= t <= end]
 
 

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import schemas
-from worker.auth_checks import OPEN_REASON, is_loopback, open_api_warnings, retired_settings
+from worker.auth_checks import OPEN_REASON, contradictions, is_loopback, open_api_warnings, retired_settings
 from worker_support import REPO_ROOT, WorkerProcess, config_document, model_entry  # noqa: F401
 from worker_support import tiny_models  # noqa: F401  (a fixture, used by name)
 
@@ -51,19 +51,38 @@ def test_loopback_is_127_slash_8_ipv6_loopback_and_localhost_only(host, loopback
     assert is_loopback(host) is loopback
 
 
-@pytest.mark.parametrize("authorization, host, key_secret, warned", [
-    pytest.param("none", "0.0.0.0", None, True, id="open-on-every-address"),
-    pytest.param("none", "10.1.2.3", "llm-api/key", True, id="open-with-an-ignored-key-secret"),
-    pytest.param("none", "127.0.0.1", None, False, id="open-on-loopback"),
-    pytest.param("none", "::1", None, False, id="open-on-ipv6-loopback"),
-    pytest.param("kubernetes", "0.0.0.0", None, False, id="authorised-on-every-address"),
+@pytest.mark.parametrize("authorization, host, warned", [
+    pytest.param("none", "0.0.0.0", True, id="open-on-every-address"),
+    pytest.param("none", "10.1.2.3", True, id="open-on-one-address"),
+    pytest.param("none", "127.0.0.1", False, id="open-on-loopback"),
+    pytest.param("none", "::1", False, id="open-on-ipv6-loopback"),
+    pytest.param("kubernetes", "0.0.0.0", False, id="authorised-on-every-address"),
 ])
-def test_an_open_api_beyond_loopback_warns(authorization, host, key_secret, warned):
-    warnings = open_api_warnings(authorization, host, 8000, key_secret)
+def test_an_open_api_beyond_loopback_warns(authorization, host, warned):
+    warnings = open_api_warnings(authorization, host, 8000)
     assert [w["reason"] for w in warnings] == ([OPEN_REASON] if warned else [])
     for warning in warnings:
         assert f"{host}:8000" in warning["message"] and "--authorization kubernetes" in warning["message"]
-        assert ("--api-key-secret llm-api/key is ignored" in warning["message"]) == (key_secret is not None)
+
+
+@pytest.mark.parametrize("authorization, key_secret, refused", [
+    pytest.param("none", "llm-api/key", True, id="keys-that-nothing-checks"),
+    pytest.param("kubernetes", "llm-api/key", False, id="keys-checked"),
+    pytest.param("none", None, False, id="open-on-purpose"),
+    pytest.param("none", "", False, id="empty-flag-is-no-keys"),
+])
+def test_an_api_key_secret_without_authorisation_is_a_contradiction(authorization, key_secret, refused):
+    messages = contradictions(authorization, key_secret)
+    assert len(messages) == refused
+    for message in messages:
+        assert "--api-key-secret llm-api/key" in message and "--authorization kubernetes" in message
+
+
+def test_python_m_worker_with_keys_but_no_authorisation_refuses_to_start(tmp_path):
+    done = _worker(["--authorization", "none", "--api-key-secret", "llm-api/key"], {}, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "error: KeysWithoutAuthorization: --api-key-secret llm-api/key is set with --authorization none" \
+        in done.stderr
 
 
 def _worker(arguments: list[str], env: dict, tmp_path) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ import argparse
 import logging
 import sys
 
-from .auth_checks import RETIRED_REASON, open_api_warnings, retired_settings
+from .auth_checks import CONTRADICTION_REASON, RETIRED_REASON, contradictions, open_api_warnings, retired_settings
 from .config import load_config
 from .errors import ConfigError
 
@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         for message in retired:
             print(f"error: {RETIRED_REASON}: {message}", file=sys.stderr)
         return 2
-    warnings = open_api_warnings(args.authorization, args.host, args.port, args.api_key_secret)
+    for message in contradictions(args.authorization, args.api_key_secret):  # keys nothing would check
+        print(f"error: {CONTRADICTION_REASON}: {message}", file=sys.stderr)
+        return 2
+    warnings = open_api_warnings(args.authorization, args.host, args.port)
     for warning in warnings:  # printed whatever --log-level says, and served on /healthz
         print(f"warning: {warning['reason']}: {warning['message']}", file=sys.stderr)
 

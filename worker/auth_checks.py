@@ -1,10 +1,12 @@
 """What `python -m worker` checks about authorisation before it serves: nothing opens its API without a word.
 
-Owns two start-time rules (docs/security.md, docs/operations.md "Upgrade"):
+Owns three start-time rules (docs/security.md, docs/operations.md "Upgrade"):
 - **Retired settings refuse a start.** A setting an earlier version honoured for authorisation (RETIRED: the
   environment variable GPUSHARE_API_KEY, one key for every model the worker served) is no longer read. A worker
   that still finds one in its environment would serve without what it promised, so it refuses to start and
   names the variable and what replaces it. The value is never printed.
+- **Keys without authorisation refuse a start.** `--api-key-secret` with `--authorization none` asks for keys that
+  nothing would check: the worker refuses to start (CONTRADICTION_REASON) rather than serve open.
 - **An open API on the network warns.** `--authorization none` (the default by hand) on an address other than
   loopback (127.0.0.0/8, ::1, localhost) serves every model, /status and /metrics to whoever reaches the port:
   the worker prints a warning at start and `/healthz` carries it in `warnings` until it stops. The rendered
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 
 RETIRED_REASON = "RetiredSetting"
 OPEN_REASON = "AuthorizationOff"
+CONTRADICTION_REASON = "KeysWithoutAuthorization"
 # Each setting an earlier version honoured for authorisation -> what it did and what replaces it.
 RETIRED: dict[str, tuple[str, str]] = {
     "GPUSHARE_API_KEY": (
@@ -53,13 +56,21 @@ def is_loopback(host: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def open_api_warnings(authorization: str, host: str, port: int, api_key_secret: str | None) -> list[dict]:
+def contradictions(authorization: str, api_key_secret: str | None) -> list[str]:
+    """One message when the flags ask for API keys that `--authorization none` would never check."""
+    if authorization != "none" or not api_key_secret:
+        return []
+    return [f"--api-key-secret {api_key_secret} is set with --authorization none, which checks no key: the API "
+            "would be open to everyone who reaches it. Run with --authorization kubernetes to check the keys, or "
+            "drop --api-key-secret to serve open on purpose (composition: `authorization: kubernetes`, or no "
+            "`apiKeySecret`)"]
+
+
+def open_api_warnings(authorization: str, host: str, port: int) -> list[dict]:
     """The start-time warnings `/healthz` carries: {reason, message} when the API is open beyond loopback."""
     if authorization != "none" or is_loopback(host):
         return []
-    ignored = (f" --api-key-secret {api_key_secret} is ignored without --authorization kubernetes."
-               if api_key_secret else "")
     return [{"reason": OPEN_REASON, "message": (
         f"--authorization none on {host or 'every address'}:{port}: anyone who reaches this port may call every "
-        f"model and read /status and /metrics, with no credential.{ignored} Run with --authorization kubernetes "
+        f"model and read /status and /metrics, with no credential. Run with --authorization kubernetes "
         "[--api-key-secret NAME/KEY] (what the rendered Deployments run), or listen on 127.0.0.1 only")}]

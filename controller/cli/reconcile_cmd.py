@@ -27,7 +27,7 @@ from controller.cli.common import (cluster_target, controller_copy, credentials_
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
-from controller.cli.rightsizing_loop import PrometheusUrlInvalid, prometheus_url, schedule_from
+from controller.cli.rightsizing_loop import RightsizingFlagInvalid, prometheus_url, schedule_from
 from controller.cli.rightsizing_loop import add_arguments as add_rightsizing_arguments
 from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.reader import ClusterNotFound, repository_clusters
@@ -142,8 +142,8 @@ def _reconcile(args) -> int:
         print(f"gpushare: [{exc.reason}] {exc.message}", file=sys.stderr)
         return 2
     try:
-        prometheus_url(args)  # refuse a bad --prometheus before touching git
-    except PrometheusUrlInvalid as exc:
+        prometheus_url(args)  # refuse a bad --prometheus or --rightsize-window before touching git
+    except RightsizingFlagInvalid as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 2
     warn_direct(args)

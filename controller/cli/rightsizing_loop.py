@@ -28,6 +28,7 @@ from controller.inputs.layout import Layout
 from controller.inputs.rightsizing_records import RECORDS_BRANCH
 from controller.policy import DEFAULT_WINDOW_S
 from controller.rightsizing.prometheus import DETAIL_S, READ_DEADLINE_S, read_usage
+from controller.rightsizing.window import WindowError, slot_for
 from gitops import GitError, PublishResult, Target, WorkingCopy, parse_target
 
 log = logging.getLogger("gpushare.rightsizing")
@@ -35,8 +36,8 @@ ReviewProposal = Callable[[bool, PublishResult], None]
 """Hears each Recommend proposal the pass published (new or carried): opens or updates its pull request."""
 
 DEFAULT_INTERVAL_S = 300        # a pass every 5 minutes: 20 scrapes, well inside upsizeAfter's default
-DEFAULT_STEP_S = 60             # the sample grid: 2,880 points a series over 2d (15 s would be 11,520, every
-                                # 5 minutes); peaks survive it: gauges are read as max_over_time over two steps
+DEFAULT_STEP_S = 60             # the sample grid (the detail a pass reads, breaches judged on it); peaks survive
+                                # it: gauges are read as max_over_time over the step
 
 
 class RightsizingSchedule:
@@ -144,17 +145,34 @@ def add_arguments(parser) -> None:
                        help="the usage sample grid, a multiple of the scrape interval (default: 60s)")
 
 
-class PrometheusUrlInvalid(ValueError):
+class RightsizingFlagInvalid(ValueError):
+    """A --prometheus or --rightsize-* flag the loop cannot run with; `reason` names which."""
+
+    reason = "RightsizingFlagInvalid"
+
+
+class PrometheusUrlInvalid(RightsizingFlagInvalid):
     reason = "PrometheusUrlInvalid"
 
 
+class WindowInvalid(RightsizingFlagInvalid):
+    reason = "WindowInvalid"
+
+
 def prometheus_url(args) -> str:
-    """--prometheus, checked: an http(s) URL, or "" (right-sizing off); PrometheusUrlInvalid otherwise."""
+    """--prometheus, checked: an http(s) URL, or "" (right-sizing off); PrometheusUrlInvalid otherwise. With a URL,
+    --rightsize-window and --rightsize-step must be a window the loop can keep (WindowInvalid otherwise)."""
     url = (args.prometheus or "").strip()
     if url and not url.startswith(("http://", "https://")):
         raise PrometheusUrlInvalid(f"--prometheus {url!r} is not an http(s) URL; write e.g. "
                                    "http://prometheus-operated.monitoring:9090, or leave it empty to turn "
                                    "right-sizing off")
+    if url:
+        try:
+            slot_for(args.rightsize_window, args.rightsize_step)
+        except WindowError as exc:
+            raise WindowInvalid(f"--rightsize-window {args.rightsize_window:g}s with --rightsize-step "
+                                f"{args.rightsize_step:g}s: {exc}") from None
     return url
 
 

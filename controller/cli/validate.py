@@ -13,6 +13,7 @@ from pathlib import Path
 
 from controller.inputs.load import combine, load_documents, parse_inventory, parse_model, parse_profile
 from controller.inputs.repofiles import YAML_SUFFIXES
+from controller.inputs.utf8 import NotUtf8, decode_utf8
 from controller.inputs.compositions import parse_composition
 from controller.types import ElasticModel, GpuSlot, InputError, Inputs, Profile, Source
 
@@ -54,9 +55,10 @@ def validate_paths(paths: list[Path]) -> tuple[Inputs, int]:
 def _file(path: Path, found: _Found) -> None:
     name = path.as_posix()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        found.errors.append(InputError(name, None, "", reason="UnreadableFile", message=f"cannot read the file: {exc}",
+        text = decode_utf8(path.read_bytes())
+    except (OSError, NotUtf8) as exc:
+        said = exc.strerror if isinstance(exc, OSError) else str(exc)
+        found.errors.append(InputError(name, None, "", reason="UnreadableFile", message=f"cannot read the file: {said}",
                                        fix="save it as UTF-8 text and check its permissions"))
         return
     docs, errors = load_documents(text, name)

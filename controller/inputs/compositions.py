@@ -144,6 +144,7 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
                                          message=f"{path}[{index}] names template {name!r}, which gpushare does "
                                                  "not ship",
                                          fix=f"use one of: {', '.join(sorted(available))}"))
+    errors += _authorization_problems(doc["spec"].get("parameters", {}), file, document)
     outside = host_path_problem(doc["spec"].get("parameters", {}), host_path_root())
     if outside:
         errors.append(InputError(file, document, "spec.parameters.modelCache.hostPath", reason=HOST_PATH_REASON,
@@ -160,6 +161,19 @@ def parse_composition(doc: object, file: str, document: int | None = 0) -> tuple
         source=file,
         explicit=frozenset(doc["spec"].get("parameters", {})),
     ), []
+
+
+def _authorization_problems(parameters: Mapping[str, object], file: str, document: int | None) -> list[InputError]:
+    """API keys with `authorization: none`: keys the worker would never check (it refuses such a start too,
+    worker.auth_checks), so the composition is refused rather than rendered into an open API."""
+    authorization = _with_defaults(parameters)["authorization"]
+    if not parameters.get("apiKeySecret") or authorization != "none":
+        return []
+    return [InputError(file, document, "spec.parameters.apiKeySecret", reason="KeysWithoutAuthorization",
+                       message="spec.parameters.apiKeySecret is set with authorization: none, which checks no key: "
+                               "the workers would serve every model to whoever reaches them",
+                       fix="set authorization: kubernetes to check the keys (and ServiceAccount tokens), or remove "
+                           "apiKeySecret to serve open on purpose")]
 
 
 def _with_defaults(given: Mapping[str, object]) -> dict[str, object]:

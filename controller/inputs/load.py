@@ -289,11 +289,14 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
                                  f"{cannot[0]}", cannot[1],
                                  reason="UnsupportedWeightDtype", object=ref)]
     try:
-        rightsizing = parse_policy(spec.get("rightsizing"))
-    except (PolicyError, QuantityError) as exc:
+        rightsizing = parse_policy(spec.get("rightsizing"), budget)
+    except PolicyError as exc:
+        return None, [InputError(source.file, source.document, exc.path, str(exc), exc.fix,
+                                 reason="InvalidRightsizing", object=ref)]
+    except QuantityError as exc:
         return None, [InputError(source.file, source.document, "spec.rightsizing", str(exc),
-                                 "set minBudget at most maxBudget, as Kubernetes quantities", reason="InvalidRightsizing",
-                                 object=ref)]
+                                 "write minBudget and maxBudget as Kubernetes quantities (12Gi)",
+                                 reason="InvalidRightsizing", object=ref)]
     try:
         placement = parse_placement(spec.get("placement"))
     except PlacementError as exc:

@@ -201,8 +201,7 @@ def read_rightsizing(root: Path, generated: Iterable[str] | None = None, layout:
     under = layout.rightsizing + "/"
     listed = owned_files(root, (under,)) if generated is None else generated
     paths = [rel for rel in listed if rel.startswith(under) and rel[len(under):].count("/") == 1]
-    return records_from({rel: read_optional(root, rel, max_state_bytes()) or "\x00" for rel in sorted(paths)},
-                        directory=layout.rightsizing)
+    return records_from(read_texts(root, sorted(paths), max_state_bytes()), directory=layout.rightsizing)
 
 
 def read_prices(root: Path, layout: Layout = SINGLE) -> dict[str, float]:

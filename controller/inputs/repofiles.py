@@ -16,6 +16,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from controller.inputs.utf8 import NotUtf8, decode_utf8
+
 YAML_SUFFIXES = (".yaml", ".yml")
 DEFAULT_MAX_FILE_BYTES = 4 << 20
 
@@ -154,10 +156,9 @@ def _read_real(root_real: str, rel: str, real: str, limit: int | None) -> str:
         raise RepoFileError("FileTooLarge", f"{rel} has more than {limit} bytes",
                             "split it into several files, or raise GPUSHARE_MAX_INPUT_BYTES")
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RepoFileError("UnreadableFile", f"{rel} is not UTF-8 text (byte {exc.start})",
-                            "save it as UTF-8") from None
+        return decode_utf8(data)
+    except NotUtf8 as exc:
+        raise RepoFileError("UnreadableFile", f"{rel} is {exc}", "save it as UTF-8") from None
 
 
 def read_optional(root: Path, rel: str, limit: int | None = None) -> str | None:

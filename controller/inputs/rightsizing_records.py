@@ -25,6 +25,8 @@ from jsonschema.exceptions import best_match
 
 from contract.wire import API_VERSION
 from controller.inputs.layout import RIGHTSIZING_DIR as RECORDS_DIR
+from controller.inputs.repofiles import RepoFileError
+from controller.inputs.utf8 import NotUtf8, decode_utf8
 from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.types import ElasticModel, InputError
 from schemas import validator
@@ -158,16 +160,16 @@ def parse_record(doc) -> Record | None:
         return None
 
 
-def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None, *,
+def records_from(texts: Mapping[str, str | bytes | RepoFileError], limits: YamlLimits | None = None, *,
                  directory: str = RECORDS_DIR) -> Records:
-    """Records from their files' texts (repository path -> text), each parsed within the YAML limits and checked
-    against the record schema; a file that is not one valid record at its own path
-    (`<directory>/<namespace>/<name>.yaml`; `directory` a cluster's decisions/<cluster>/rightsizing with
-    clusters/) is a RecordProblem instead."""
+    """Records from their files (repository path -> the text, the bytes read from git, or why the file could not
+    be read), each decoded as UTF-8, parsed within the YAML limits and checked against the record schema; a file
+    that is not one valid record at its own path (`<directory>/<namespace>/<name>.yaml`; `directory` a cluster's
+    decisions/<cluster>/rightsizing with clusters/) is a RecordProblem instead, whatever its bytes."""
     limits = limits or YamlLimits.from_env()
     records, problems = {}, []
     for rel, text in sorted(texts.items()):
-        record_or_problem = parse_record_text(rel, text, limits, directory)
+        record_or_problem = _parse_file(rel, text, limits, directory)
         if isinstance(record_or_problem, RecordProblem):
             problems.append(record_or_problem)
         else:
@@ -175,10 +177,27 @@ def records_from(texts: Mapping[str, str], limits: YamlLimits | None = None, *,
     return Records(records, problems)
 
 
+def _parse_file(rel: str, data: str | bytes | RepoFileError, limits: YamlLimits, directory: str
+                ) -> Record | RecordProblem:
+    if isinstance(data, RepoFileError):
+        return RecordProblem(rel, _key_of(rel, directory), f"{data.message}: {data.fix}")
+    if isinstance(data, bytes):
+        try:
+            data = decode_utf8(data)
+        except NotUtf8 as exc:
+            return RecordProblem(rel, _key_of(rel, directory), f"{exc}; a record is UTF-8 YAML")
+    return parse_record_text(rel, data, limits, directory)
+
+
+def _key_of(rel: str, directory: str) -> tuple[str, str] | None:
+    """(namespace, name) of a record's path, when it has the shape <directory>/<namespace>/<name>.yaml."""
+    parts = rel.removeprefix(directory + "/").removesuffix(".yaml").split("/")
+    return (parts[0], parts[1]) if len(parts) == 2 and rel.endswith(".yaml") else None
+
+
 def parse_record_text(rel: str, text: str, limits: YamlLimits, directory: str = RECORDS_DIR) -> Record | RecordProblem:
     """One record file, pure: its Record, or what is wrong with it."""
-    parts = rel.removeprefix(directory + "/").removesuffix(".yaml").split("/")
-    key = (parts[0], parts[1]) if len(parts) == 2 and rel.endswith(".yaml") else None
+    key = _key_of(rel, directory)
     try:
         docs = parse_documents(text, unique_keys=True, limits=limits)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
@@ -193,8 +212,8 @@ def parse_record_text(rel: str, text: str, limits: YamlLimits, directory: str = 
     record = parse_record(docs[0])
     record = None if record is None else replace(record, directory=directory)
     if record is None or rel != record.path:
-        return RecordProblem(rel, key, "the record's model does not match its path "
-                                       "(decisions/rightsizing/<namespace>/<name>.yaml)")
+        return RecordProblem(rel, key, f"the record's model does not match its path "
+                                       f"({directory}/<namespace>/<name>.yaml)")
     return record
 
 

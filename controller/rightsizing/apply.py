@@ -25,10 +25,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from controller.inputs.layout import Layout
 from controller.inputs.reader import read_repo
+from controller.inputs.repofiles import RepoFileError, max_state_bytes
 from controller.planning.capacity import kept_pool_slots
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
@@ -40,7 +41,8 @@ from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
 log = logging.getLogger("gpushare.rightsizing")
-ReadUsage = Callable[[float, float, frozenset[str]], list[Sample]]  # (start, end, the fleet's namespace/name)
+ReadUsage = Callable[[float, float, Mapping[str, float]], list[Sample]]
+"""(start, end, the fleet: namespace/name -> its upsizeAfter in seconds, how far back a breach is read on the grid)"""
 
 
 @dataclass(frozen=True)
@@ -67,16 +69,18 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     checkout = Checkout.of(copy, copy.entries(heads[copy.branch], owned), owned)
     tree = read_repo(root, generated=checkout.generated, committed=checkout.read, cluster=cluster)
     inputs = tree.inputs
-    usage_error, held = None, {}
+    usage_error, held, grid = None, {}, {}
     try:
-        read = read_usage(now - window_s, now, frozenset(m.ref for m in inputs.models if m.rightsizing.enabled))
+        read = read_usage(now - window_s, now, {m.ref: m.rightsizing.upsize_after_s for m in inputs.models
+                                                 if m.rightsizing.enabled})
     except UsageUnavailable as exc:
         usage, usage_error = None, str(exc)
         log.warning("no usage this pass, no budget changes: %s", exc)
     else:
         usage = by_model(read)
         if isinstance(read, Usage):
-            held = read.held
+            held, grid = read.held, {"step_s": read.step_s, "history_until": read.history_until,
+                                     "acts_after": read.acts_after}
             if read.outside:
                 log.info("usage: %d series of models outside the fleet were skipped", read.outside)
     problems = list(tree.rightsizing.problems)
@@ -88,7 +92,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     previous = tuple(tree.last.previous.values())
     slots = (*inputs.slots, *kept_pool_slots(previous, inputs.pools))  # the pool nodes' GPUs the last plan keeps
     result = _homed(step(inputs.models, previous, slots, records, usage, now, tree.prices, inputs.profiles, held,
-                         bad), layout)
+                         bad, window_s=window_s, **grid), layout)
     if cluster is not None:
         result = _largest(result, _other_records(copy, heads[copy.branch], cluster, tree.clusters), cluster)
     result = _editable(root, result)
@@ -108,10 +112,14 @@ def _records_at(copy: WorkingCopy, commit: str, layout: Layout) -> Records:
     """The records `commit` holds (regular files under `layout`'s records folder), read from git without a
     checkout."""
     under = layout.rightsizing + "/"
-    texts = {path: copy.git.run("cat-file", "blob", object_id).stdout.decode("utf-8", errors="replace")
+    blobs = {path: copy.git.run("cat-file", "blob", object_id).stdout
              for path, (mode, object_id) in copy.entries(commit, (under,)).items()
              if path.startswith(under) and mode in ("100644", "100755")}
-    return records_from(texts, directory=layout.rightsizing)
+    limit = max_state_bytes()
+    # each decoded by records_from: one that is not UTF-8 is that model's RecordProblem
+    return records_from({path: blob if len(blob) <= limit else RepoFileError(
+        "FileTooLarge", f"{path} has {len(blob)} bytes, more than the limit of {limit}", "delete it")
+        for path, blob in blobs.items()}, directory=layout.rightsizing)
 
 
 def _homed(result: StepResult, layout: Layout) -> StepResult:

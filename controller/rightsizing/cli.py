@@ -21,6 +21,7 @@ from pathlib import Path
 
 from controller.inputs.layout import Layout
 from controller.inputs.reader import ClusterNotFound, read_repo
+from controller.planning.capacity import kept_pool_slots
 from gitops import GitError, WorkingCopy
 from contract.durations import duration_flag as duration
 from contract.quantity import format_bytes
@@ -31,7 +32,10 @@ from .prometheus import DETAIL_S, UsageUnavailable, read_usage
 from .bounds import limits_for
 from .recommender import Change, Slo, replay
 from .step import profile_of
-from .usage import UsageFormatError, by_model, dump_lines, escape, format_time, read_samples
+from .usage import UsageFormatError, by_model, dump_lines, escape, format_time, read_usage_file
+from .window import WindowError, slot_for
+
+DEFAULT_STEP_S = 15  # the scrape interval: a one-off pass and an export read Prometheus on it
 
 
 def add_commands(sub) -> None:
@@ -44,9 +48,11 @@ def add_commands(sub) -> None:
     rs.add_argument("--workdir", type=Path, help="pass: the checkout to use (default: a temporary directory)")
     rs.add_argument("--prometheus", help="pass: Prometheus' base URL, e.g. http://prometheus:9090")
     rs.add_argument("--window", type=duration, default=DEFAULT_WINDOW_S,
-                    help="the usage window each pass reads; replay forgets what is older (default: 2d, the "
-                         "installed loop's --rightsize-window)")
-    rs.add_argument("--step", type=duration, default=15, help="pass: sample grid (default: 15s, the scrape interval)")
+                    help="the usage window each pass decides on; replay forgets what is older (default: 2d, the "
+                         "installed loop's --rightsize-window; whole half hours, at most 14d)")
+    rs.add_argument("--step", type=duration, default=None,
+                    help="the sample grid: a pass reads Prometheus on it (default: 15s, the scrape interval); a "
+                         "replay judges gaps on it (default: each model's smallest spacing in the file)")
     rs.add_argument("--review", action="store_true",
                     help=f"pass: commit the records to the review branch {RECORDS_BRANCH} instead of --branch (as "
                          "the installed loop does under a review write-back); Auto applies once it is merged")
@@ -59,7 +65,7 @@ def add_commands(sub) -> None:
     export = usage_sub.add_parser("export", help="write usage samples (JSON lines) from Prometheus' query_range API")
     export.add_argument("--prometheus", required=True, help="Prometheus' base URL")
     export.add_argument("--since", type=duration, default=86400, help="how far back (default: 1d)")
-    export.add_argument("--step", type=duration, default=15, help="sample grid (default: 15s)")
+    export.add_argument("--step", type=duration, default=None, help="sample grid (default: 15s)")
     export.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
     export.set_defaults(run=_export)
 
@@ -73,11 +79,14 @@ def _rightsize(args) -> int:
     if not args.repo or bool(args.usage) == bool(args.prometheus):
         return _fail("rightsize takes --repo URL_OR_PATH and either --usage FILE (replay) or --prometheus URL "
                      "(one pass)", 2)
+    try:
+        slot_for(args.window, (args.step or DEFAULT_STEP_S) if args.prometheus else None)
+    except WindowError as exc:
+        return _fail(f"--window: {exc}", 2)
     if args.prometheus:
         return _pass(args)
     try:
-        lines = sys.stdin if str(args.usage) == "-" else args.usage.read_text(encoding="utf-8").splitlines()
-        samples = by_model(read_samples(lines, str(args.usage)))
+        samples = by_model(read_usage_file(args.usage))
     except (OSError, UsageFormatError) as exc:
         return _fail(f"cannot read usage: {escape(str(exc))}")
     try:
@@ -115,19 +124,21 @@ def _replay(args, inputs, samples, decisions) -> int:
     models = inputs.models  # Auto models carry their effective budget (controller.inputs.reader)
     profiles = {p.key: p for p in inputs.profiles}
     by_key = {d.key: d for d in decisions}
+    slots = (*inputs.slots, *kept_pool_slots(decisions, inputs.pools))  # as the loop sees them (rightsizing.apply)
     shown = 0
     for model in sorted(models, key=lambda m: m.key):
         if not (model.rightsizing.enabled or args.all):
             continue
         series = samples.get(model.ref)
         if not series:
-            print(f"{model.ref}: no usage samples in {args.usage}")
+            print(f"{model.ref}: no usage samples in {escape(str(args.usage))}")
             continue
         shown += 1
         decision = by_key.get(model.key)
-        limits = limits_for(model, model.rightsizing, decision, inputs.slots, profile_of(model, decision, profiles))
+        limits = limits_for(model, model.rightsizing, decision, slots, profile_of(model, decision, profiles))
         events, loop = replay(series, model.ref, model.budget_bytes, model.rightsizing,
-                              Slo(model.slo.ttft_ms, model.slo.tpot_ms), limits=limits, window_s=args.window)
+                              Slo(model.slo.ttft_ms, model.slo.tpot_ms), limits=limits, window_s=args.window,
+                              step_s=args.step)
         print(f"{model.ref}: policy {model.rightsizing.policy}, budget {format_bytes(model.budget_bytes)}, "
               f"{loop.samples} samples {format_time(series[0].time)} .. {format_time(series[-1].time)}")
         for e in events:
@@ -157,7 +168,8 @@ def _pass(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpushare-rightsize-") as scratch:  # removed on every exit
         try:
             copy = WorkingCopy(args.repo, args.branch, args.workdir or Path(scratch) / "repo")
-            result = rightsize_once(copy, lambda start, end, fleet: read_usage(args.prometheus, start, end, args.step,
+            step = args.step or DEFAULT_STEP_S
+            result = rightsize_once(copy, lambda start, end, fleet: read_usage(args.prometheus, start, end, step,
                                                                                fleet=fleet, detail_s=DETAIL_S),
                                     time.time(), args.window, cluster=args.cluster,
                                     records_target=(f"branch:{Layout(args.cluster).branch(RECORDS_BRANCH)}"
@@ -182,7 +194,7 @@ def print_pass(result) -> None:
 def _export(args) -> int:
     end = time.time()
     try:
-        samples = read_usage(args.prometheus, end - args.since, end, args.step)
+        samples = read_usage(args.prometheus, end - args.since, end, args.step or DEFAULT_STEP_S)
     except UsageUnavailable as exc:
         return _fail(str(exc))
     out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout

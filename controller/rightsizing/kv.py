@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from contract.footprint import PREFILL_CHUNK_TOKENS
 
+MAX_SEQUENCES = 1_000_000  # the most a record's kvReservation says (schemas/rightsizing-record.schema.json)
+
 
 @dataclass(frozen=True)
 class KvReservation:
@@ -59,7 +61,7 @@ def recommend_kv(*, used_percentile_bytes: int | None, used_peak_bytes: int, hea
         return None
     per_sequence = kv_bytes_per_token * context_tokens
     wanted = max(used_percentile_bytes or 0, used_peak_bytes) * (1 + headroom_percent / 100)
-    sequences, context = max(math.ceil(wanted / per_sequence), 1), context_tokens
+    sequences, context = min(max(math.ceil(wanted / per_sequence), 1), MAX_SEQUENCES), context_tokens
     if slo_concurrency is not None:
         sequences = max(sequences, slo_concurrency)
         floor_tokens = slo_concurrency * context_tokens

@@ -1,9 +1,17 @@
 """Usage from Prometheus' HTTP API: the PromQL `query_range` endpoint, turned into usage samples.
 
 Owns the queries over the worker's metrics (docs/worker.md) and the grid they are read
-on: one point per `step` seconds for every model seen in the range. A point Prometheus
-has no value for (it was down, the worker was not scraped) becomes a sample without
-`deviceBytes`, which the recommender treats as missing data. A range longer than Prometheus
+on: one point per `step` seconds for every model seen in the range, each gauge the peak of the
+two steps that end there (`max_over_time`: a scrape that lands just after a grid point still
+counts). A point Prometheus has no value for
+(it was down, the worker was not scraped) becomes a sample without `deviceBytes`, which the
+recommender treats as missing data. A pass (`detail_s`) reads the older part of its window as
+one peak per slot instead (controller.rightsizing.window.SLOT_S: `max_over_time` over the slot
+(T - slot, T] at each slot end T, the peak of the grid points in it), and on the grid only the
+last `detail_s` + the fleet's longest `upsizeAfter`, so a breach's clock and a gap in it are read
+where they happen (`Usage.history_until` says where the slots end). The slot queries group by model
+and worker and take the namespace from one query of the window's verdict series: at 10,000 models
+the namespace join at every point cost more than the rest of a slot query. A range longer than Prometheus
 answers in one query (11,000 points per series) is read in pieces of MAX_POINTS; for a large
 fleet, pieces are shorter still, so that one answer holds about ANSWER_POINTS points across its
 series (a parsed answer costs about 200 bytes a point, and QUERY_CONCURRENCY are held at once).
@@ -31,7 +39,8 @@ from typing import Callable, Collection, Mapping
 
 from gitops.outbound import OutboundError, Secret, address, answer_json, request
 
-from .usage import LIMITS, Sample, escape
+from .usage import LIMITS, MAX_USAGE_BYTES, Sample, escape
+from .window import SLOT_S
 
 Fetch = Callable[[str, float], bytes]  # (url, seconds left) -> the answer's body
 MAX_POINTS = 10_000  # points per series in one query_range (Prometheus refuses more than 11,000)
@@ -40,14 +49,39 @@ QUERY_DEADLINE_S = 30.0  # one query_range call, connect to last byte
 READ_DEADLINE_S = 120.0  # every query of one read together: a slow Prometheus costs one pass at most
 MAX_ANSWER_BYTES = 256 << 20
 QUERY_CONCURRENCY = 2  # queries of one read in flight at once (each within its deadline, all within the read's)
-HISTORY_STEP_S = 1800  # the loop reads the window before its last interval as one peak per half hour
-HISTORY_FIELDS = ("deviceBytes", "kvUsedBytes", "kvReservedBytes", "budgetBytes")  # what targets are made of
-DETAIL_S = 900  # beyond the pass interval, how much of the scrape grid a pass reads: breaches are judged on it
+HISTORY_STEP_S = SLOT_S  # the loop reads the window before its detail as one peak per half hour
+HISTORY_FIELDS = ("deviceBytes", "kvUsedBytes", "kvUsedLeastBytes")  # what the window's slots are made of
+DETAIL_S = 900  # beyond the pass interval and upsizeAfter, how much of the grid a pass reads (a late pass's margin)
 _RATES = frozenset({"queueWaitSeconds", "ttftSeconds", "tpotSeconds", "ooms"})  # NaN there: no requests, no value
 
 # Each model's namespace comes from its verdict series on the same target.
 _NS = ("* on(model, instance) group_left(namespace) "
        "max by (model, namespace, instance) (gpushare_worker_verdict)")
+
+
+def _slot_peak(metric: str, seconds: int, least: bool = False) -> str:
+    """The peak (`least`: the least value) of a gauge over (t - seconds, t] (a range of whole milliseconds, less
+    one: a scrape at a slot's start belongs to the slot before), per model and worker: the namespace comes from
+    `namespaces_query` (the join costs more than the rest of the query)."""
+    how = "min" if least else "max"
+    return f"{how} by (model, instance) ({how}_over_time({metric}[{seconds * 1000 - 1}ms]))"
+
+
+def namespaces_query(seconds: int) -> str:
+    """Each (model, worker)'s namespace over the last `seconds`, from its verdict series."""
+    return f"max by (model, namespace, instance) (max_over_time(gpushare_worker_verdict[{seconds}s]))"
+
+
+_GAUGES = {"deviceBytes": "gpushare_worker_device_bytes", "kvUsedBytes": "gpushare_worker_kv_used_bytes",
+           "kvReservedBytes": "gpushare_worker_kv_reserved_bytes", "missingBytes": "gpushare_worker_missing_bytes",
+           "budgetBytes": "gpushare_worker_budget_bytes"}
+
+
+def history_queries(slot_s: int = SLOT_S) -> dict[str, str]:
+    """The PromQL of each history field over the slot ending at each point: the peaks, and the least KV in use."""
+    return {"deviceBytes": _slot_peak(_GAUGES["deviceBytes"], slot_s),
+            "kvUsedBytes": _slot_peak(_GAUGES["kvUsedBytes"], slot_s),
+            "kvUsedLeastBytes": _slot_peak(_GAUGES["kvUsedBytes"], slot_s, least=True)}
 
 
 def queries(step_s: int) -> dict[str, str]:
@@ -91,10 +125,15 @@ class Usage(list):
     model whose series could not be trusted (it has no samples), and `outside`: how many series were of
     models outside the fleet (skipped)."""
 
-    def __init__(self, samples=(), held: Mapping[str, tuple[str, str]] | None = None, outside: int = 0) -> None:
+    def __init__(self, samples=(), held: Mapping[str, tuple[str, str]] | None = None, outside: int = 0,
+                 step_s: float | None = None, history_until: float | None = None,
+                 acts_after: float | None = None) -> None:
         super().__init__(samples)
         self.held = dict(held or {})
         self.outside = outside
+        self.step_s = step_s  # the grid
+        self.history_until = history_until  # the samples up to it are slot peaks (None: all on the grid)
+        self.acts_after = acts_after  # a pass's read: the samples up to it only feed the window (None: a series)
 
 
 def http_get(credentials: Mapping[str, Secret] | None = None) -> Fetch:
@@ -130,13 +169,16 @@ def query_range(base_url: str, query: str, start: float, end: float, step_s: int
 
 
 def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetch | None = None,
-               fleet: Collection[str] | None = None, deadline_s: float = READ_DEADLINE_S,
+               fleet: Collection[str] | Mapping[str, float] | None = None, deadline_s: float = READ_DEADLINE_S,
                detail_s: float | None = None) -> Usage:
-    """Samples for every model of `fleet` (None: every model) any query saw, sorted by time. `detail_s` None: the
-    grid start, start + step, ... end for every field. Otherwise the last `detail_s` only on that grid (every
-    field: the breaches a pass acts on), and before it one point per HISTORY_STEP_S of the byte fields, each
-    the peak of its slot (max_over_time: never below what a finer grid shows): the values a pass reads per model
-    are bounded by window / HISTORY_STEP_S + detail / step, not by the scrape rate."""
+    """Samples for every model of `fleet` (None: every model; a mapping: namespace/name -> its upsizeAfter) any
+    query saw, sorted by time. `detail_s` None: the grid start, start + step, ... end for every field. Otherwise
+    a pass's read for the window end - start: the detail (the last `detail_s` + the fleet's longest upsizeAfter
+    + one step) on that grid, every field (the breaches and changes a pass acts on), and before it a whole window
+    the detail's samples are judged against (`Usage.acts_after`): as slots, one peak each of the byte fields
+    (max_over_time: what the grid points of a slot hold), from a slot end on; on the grid too when the window is
+    shorter than a slot or the detail. So the values a pass reads per model are bounded by window / slot + detail
+    / step, not by the scrape rate."""
     try:
         where = address(base_url, "Prometheus")
     except OutboundError as exc:
@@ -145,12 +187,23 @@ def read_usage(base_url: str, start: float, end: float, step_s: int, fetch: Fetc
                      time.monotonic() + deadline_s, deadline_s)
     step_s = whole_step(step_s)
     last = math.floor(end / step_s) * step_s - step_s  # the last complete step: scrapes still arrive for `now`
-    if detail_s is None or detail_s >= last - start:
-        return reader.read([(math.floor(start / step_s) * step_s, last, step_s, tuple(queries(step_s)))])
-    coarse = max(step_s, HISTORY_STEP_S // step_s * step_s)
-    split = math.floor((last - detail_s) / step_s) * step_s
-    history = (math.floor(start / coarse) * coarse, math.ceil(split / coarse) * coarse - coarse, coarse, HISTORY_FIELDS)
-    return reader.read([history, (split, last, step_s, tuple(queries(step_s)))])
+    window = end - start
+    if detail_s is not None:
+        longest = max(fleet.values(), default=0) if isinstance(fleet, Mapping) else 0
+        detail_s = detail_s + longest + step_s
+    if detail_s is None:
+        return reader.read([(math.floor(start / step_s) * step_s, last, step_s, queries(step_s))], step_s)
+    if window < SLOT_S or detail_s >= window - SLOT_S:
+        acts_after = math.floor((last - detail_s) / step_s) * step_s
+        grid = (acts_after - math.ceil(window / step_s) * step_s + step_s, last, step_s, queries(step_s))
+        return reader.read([grid], step_s, acts_after=acts_after)
+    split = math.floor((last - detail_s) / SLOT_S) * SLOT_S
+    # a whole window of slots before the detail, and one more: the first slot's end is where usage counts from
+    # (Window.covered_for), so every sample the pass acts on sees a window's worth of it, as a replay does
+    first = split - math.floor(window / SLOT_S) * SLOT_S
+    reader.namespaces = reader.namespaces_at(split, split - first + SLOT_S)
+    history = (first, split, SLOT_S, history_queries())
+    return reader.read([history, (split + step_s, last, step_s, queries(step_s))], step_s, split, split)
 
 
 class _Reader:
@@ -160,18 +213,31 @@ class _Reader:
         self.where, self.fetch, self.fleet, self.until, self.deadline_s = where, fetch, fleet, until, deadline_s
         self.held: dict[str, tuple[str, str]] = {}
         self.outside = 0
+        self.namespaces: dict[tuple[str, str], str] = {}  # (model, instance) -> namespace, for series without one
 
-    def read(self, grids: list[tuple[float, float, int, tuple[str, ...]]]) -> Usage:
+    def namespaces_at(self, at: float, seconds: int) -> dict[tuple[str, str], str]:
+        """(model, instance) -> namespace of every verdict series in the `seconds` before `at` (one point)."""
+        found = {}
+        for series in self._query(namespaces_query(seconds), at, at, SLOT_S):
+            labels = series.get("metric") if isinstance(series, dict) else None
+            if isinstance(labels, dict) and all(isinstance(labels.get(k), str) and labels.get(k)
+                                                for k in ("model", "namespace", "instance")):
+                found[(labels["model"], labels["instance"])] = labels["namespace"]
+        return found
+
+    def read(self, grids: list[tuple[float, float, int, Mapping[str, str]]], step_s: int,
+             history_until: float | None = None, acts_after: float | None = None) -> Usage:
+        """Each grid (start, last point, step, field -> PromQL), read in turn; the samples of all, in time order."""
         read = []
-        for grid_start, last, step_s, fields in grids:
-            count = int((last - grid_start) // step_s) + 1 if last >= grid_start else 0
-            read.append((self._grid(grid_start, last, step_s, count, fields), grid_start, step_s, count))
+        for grid_start, last, grid_step, promql in grids:
+            count = int((last - grid_start) // grid_step) + 1 if last >= grid_start else 0
+            read.append((self._grid(grid_start, last, grid_step, count, promql), grid_start, grid_step, count))
         samples: list[Sample] = []
-        for values, grid_start, step_s, count in read:
+        for values, grid_start, grid_step, count in read:
             for ref in self.held:
                 values.pop(ref, None)  # held in any grid: none of its samples are kept
-            samples += _samples(values, grid_start, step_s, count)
-        return Usage(samples, self.held, self.outside)
+            samples += _samples(values, grid_start, grid_step, count)
+        return Usage(samples, self.held, self.outside, step_s, history_until, acts_after)
 
     def _query(self, promql: str, start: float, end: float, step_s: int) -> list:
         left = self.until - time.monotonic()
@@ -181,10 +247,10 @@ class _Reader:
         return query_range(self.where.url, promql, start, end, step_s, self.fetch, min(QUERY_DEADLINE_S, left))
 
     def _grid(self, grid_start: float, last: float, step_s: int, count: int,
-              fields: tuple[str, ...]) -> dict[str, dict[str, array]]:
+              promql: Mapping[str, str]) -> dict[str, dict[str, array]]:
         """model -> field -> one value per grid point (NaN: none), from one query per field and piece."""
         values: dict[str, dict[str, array]] = {}
-        promql = queries(step_s)
+        fields = tuple(promql)
         fleet = len(self.fleet) if self.fleet is not None else 1
         per_series = max(1, min(MAX_POINTS, ANSWER_POINTS // max(1, fleet)))  # one answer's size stays bounded
         jobs = [(field, a, b) for field in fields for a, b in _pieces(grid_start, last, step_s, per_series)]
@@ -193,7 +259,7 @@ class _Reader:
         def take() -> None:
             field, answer = in_flight.popleft()
             for series in answer.result():  # in order: the first failure is the one raised
-                ref = _ref(series)
+                ref = _ref(series, self.namespaces)
                 if ref is None:
                     continue  # no model labels: nobody's usage
                 if self.fleet is not None and ref not in self.fleet:
@@ -231,7 +297,8 @@ def _samples(values: dict[str, dict[str, array]], grid_start: float, step_s: int
                 kv_reserved_bytes=_int(got.get("kvReservedBytes")), queue_wait_s=got.get("queueWaitSeconds"),
                 ttft_s=got.get("ttftSeconds"), tpot_s=got.get("tpotSeconds"),
                 refusals=_int(got.get("refusals")), missing_bytes=_int(got.get("missingBytes")),
-                ooms=_ceil(got.get("ooms")), budget_bytes=_int(got.get("budgetBytes"))))
+                ooms=_ceil(got.get("ooms")), budget_bytes=_int(got.get("budgetBytes")),
+                kv_used_least_bytes=_int(got.get("kvUsedLeastBytes"))))
     return samples
 
 
@@ -240,11 +307,13 @@ def whole_step(step_s: float) -> int:
     return max(1, round(step_s))
 
 
-def _ref(series) -> str | None:
+def _ref(series, namespaces: Mapping[tuple[str, str], str]) -> str | None:
+    """namespace/name of a series: its namespace label, else its (model, instance)'s in `namespaces`."""
     labels = series.get("metric") if isinstance(series, dict) else None
     if not isinstance(labels, dict):
         return None
-    namespace, model = labels.get("namespace"), labels.get("model")
+    model = labels.get("model")
+    namespace = labels.get("namespace") or namespaces.get((model, labels.get("instance")))
     if not isinstance(namespace, str) or not isinstance(model, str) or not namespace or not model:
         return None
     return f"{namespace}/{model}"
@@ -260,7 +329,7 @@ def _store(series: dict, field: str, columns: dict[str, array], grid_start: floa
     column = columns.get(field)
     if column is None:
         column = columns[field] = array("d", [math.nan]) * count
-    limit = LIMITS[field]
+    limit = LIMITS.get(field, MAX_USAGE_BYTES)
     for point in points:
         try:
             at, text = point
@@ -275,8 +344,9 @@ def _store(series: dict, field: str, columns: dict[str, array], grid_start: floa
             return "UsageImplausible", (f"Prometheus sent {field} = {escape(str(text)[:40])}, outside [0, {limit:g}]; the "
                                         "model holds until its worker reports plausible values")
         index = round((at - grid_start) / step_s)
-        if 0 <= index < count:
-            column[index] = max(column[index], number) if not math.isnan(column[index]) else number
+        if 0 <= index < count:  # a model on two workers in a point: the peak of both (the least, of the least)
+            pick = min if field == "kvUsedLeastBytes" else max
+            column[index] = pick(column[index], number) if not math.isnan(column[index]) else number
     return None
 
 

@@ -6,8 +6,11 @@ the last change an earlier step made acting as history. A new budget becomes:
 - Recommend: a `Proposal` (the edit of the user's file on the review branch) and an open record;
 - Auto: a record whose budget the next pass plans with, unless it does not fit anywhere
   (NeedsCapacity: the record keeps the old budget and says how many bytes the plan lacks to place it).
-No usage for the model (Prometheus down, a gap at the end of the window) changes nothing
-and sets the condition UsageMissing. With usage and the model's profile, each record also
+Usage that cannot be read (Prometheus down) or a model with no usage in the window changes
+nothing and sets the condition UsageMissing; a gap at the end of the window, or a hole in the
+span a downsize needs, sets it too while the changes the usage before it shows still apply (a
+replay over the same samples takes them: the loop and the replay decide alike). Holds land in
+conditions by kind (Hold.kind: MemoryWontHelp with the signal's reason, AtMaxBudget, ...). With usage and the model's profile, each record also
 carries the KV-cache reservation the loop recommends (controller.rightsizing.kv). Called by
 `gpushare rightsize` and the controller.
 """
@@ -25,13 +28,14 @@ from controller.types import Decision, ElasticModel, GpuSlot, Inputs, Profile
 from .bounds import limits_for
 from .kv import KvReservation, recommend_kv
 from .placement import Fit, where_it_fits
-from controller.policy import PERCENTILE
-from .recommender import GAP_INTERVALS, Change, Hold, Recommender, Slo, replay
+from controller.policy import DEFAULT_WINDOW_S, PERCENTILE
+from .recommender import Change, Hold, Recommender, Slo, grid_of, replay
+from .window import GAP_INTERVALS, words
 from controller.inputs.rightsizing_records import Condition, Record
 from .usage import Sample, format_time, parse_time
 
 HOURS_PER_MONTH = 730
-HOLD_CONDITIONS = ("AtMaxBudget", "MemoryWontHelp", "WouldBeRefused", "ChangeCapReached")  # each a condition
+HOLD_CONDITIONS = ("AtMaxBudget", "MemoryWontHelp", "WouldBeRefused", "ChangeCapReached")  # each a condition type
 
 
 @dataclass(frozen=True)
@@ -67,11 +71,16 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
          records: Mapping[tuple[str, str], Record], usage: Mapping[str, Sequence[Sample]] | None, now: float,
          prices: Mapping[str, float] | None = None, profiles: Sequence[Profile] = (),
          held: Mapping[str, tuple[str, str]] | None = None,
-         bad_records: Mapping[tuple[str, str], str] | None = None) -> StepResult:
+         bad_records: Mapping[tuple[str, str], str] | None = None, *, window_s: float = DEFAULT_WINDOW_S,
+         step_s: float | None = None, history_until: float | None = None,
+         acts_after: float | None = None) -> StepResult:
     """`usage` None: no usage could be read at all (every enabled model holds). `profiles` size a KV sequence
     (none: no KV reservation is recommended). `held`: namespace/name -> (reason, message) of models whose usage
     could not be trusted (they hold, with that reason). `bad_records`: (namespace, name) -> what is wrong with the
-    model's record file: that model holds (InvalidRecord) and gets a fresh record."""
+    model's record file: that model holds (InvalidRecord) and gets a fresh record. `window_s`: the loop's window;
+    `step_s`: the grid the usage was read on (None: each series' smallest spacing); `history_until`, `acts_after`:
+    the samples up to the first are slot peaks, and up to the second only feed the window (a pass's read,
+    controller.rightsizing.prometheus.Usage; None: a whole series, every sample may act)."""
     by_key = {d.key: d for d in decisions}
     by_profile = {p.key: p for p in profiles}
     out: dict[tuple[str, str], Record] = {}
@@ -80,12 +89,13 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
     for model, carried, in_force, samples in _replayable(models, records, usage, held, bad_records, now):
         decision = by_key.get(model.key)
         limits = limits_for(model, model.rightsizing, decision, slots, profile_of(model, decision, by_profile))
-        replays[model.key] = replay(samples, model.ref, in_force, model.rightsizing,
-                                    Slo(model.slo.ttft_ms, model.slo.tpot_ms),
-                                    parse_time(carried.at) if carried and carried.at else None, limits,
-                                    (parse_time(t) for t in (carried.recent if carried else ())))
-    moved = {m.key: replays[m.key][1].budget for m in models if m.key in replays
-             and any(isinstance(e, Change) for e in replays[m.key][0]) and replays[m.key][1].budget != m.budget_bytes}
+        events, loop = replay(samples, model.ref, in_force, model.rightsizing, Slo(model.slo.ttft_ms, model.slo.tpot_ms),
+                              parse_time(carried.at) if carried and carried.at else None, limits,
+                              (parse_time(t) for t in (carried.recent if carried else ())), window_s,
+                              step_s=step_s, history_until=history_until, acts_after=acts_after)
+        replays[model.key] = Replayed.of(events, loop, samples, now, step_s)  # the loop itself is let go
+    moved = {m.key: replays[m.key].budget for m in models if m.key in replays
+             and any(isinstance(e, Change) for e in replays[m.key].events) and replays[m.key].budget != m.budget_bytes}
     fits = planned_fits(models, moved, by_key, slots, profiles)
     for model in sorted(models, key=lambda m: m.key):
         policy = model.rightsizing
@@ -101,24 +111,25 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
         carried = _carried(model, records.get(model.key))  # a merged proposal is closed, its time stays
         in_force = carried.budget_bytes if carried and policy.policy == "Auto" else user
         base = carried or Record(model.namespace, model.name, policy.policy, user, in_force)
-        samples = list((usage or {}).get(model.ref, ()))
-        reason, missing = (held or {}).get(model.ref) or (
-            "UsageMissing", _missing(samples, now) if usage is not None else "usage could not be read")
-        if missing:
+        if model.key not in replays:  # no usage it can act on: it holds
+            samples = list((usage or {}).get(model.ref, ()))
+            reason, missing = (held or {}).get(model.ref) or (
+                "UsageMissing", _missing(samples, now, step_s) if usage is not None else "usage could not be read")
             out[model.key] = replace(base, conditions=(Condition("UsageAvailable", "False", reason,
                                                                  f"{missing}; no change made"),))
             continue
         decision = by_key.get(model.key)
-        found, loop = replays[model.key]
+        loop = replays[model.key]
+        found = loop.events
         change = next((e for e in reversed(found) if isinstance(e, Change)), None)
         recent = tuple(format_time(t) for t in loop.recent)
         kv = _kv(model, decision, by_profile, loop)
         kv_doc = kv.as_dict() if kv is not None else base.kv
-        conditions = [Condition("UsageAvailable", "True", "UsageRead", "usage read over the window")]
-        for reason in HOLD_CONDITIONS:
-            holds = [e for e in found if isinstance(e, Hold) and e.reason == reason]
+        conditions = [loop.usage]
+        for kind in HOLD_CONDITIONS:
+            holds = [e for e in found if isinstance(e, Hold) and e.kind == kind]
             if holds and (change is None or holds[-1].at > change.at):
-                conditions.append(Condition(reason, "True", reason, holds[-1].message))
+                conditions.append(Condition(kind, "True", holds[-1].reason, holds[-1].message))
         if change is None or loop.budget in (in_force, base.budget_bytes):  # nothing new: records stay as they are
             out[model.key] = replace(base, conditions=tuple(conditions), kv=kv_doc)
             if carried is not None and carried.open and policy.policy == "Recommend":
@@ -147,7 +158,7 @@ def step(models: Sequence[ElasticModel], decisions: Sequence[Decision], slots: S
 
 def _replayable(models, records, usage, held, bad_records, now):
     """(model, carried record, budget in force, samples) of each model the step replays: a policy, a good
-    record or none, and usage it can trust (the same tests the main loop makes, in the same order)."""
+    record or none, and usage it can trust with some usage in it."""
     for model in models:
         policy = model.rightsizing
         if not policy.enabled or model.key in (bad_records or {}):
@@ -155,7 +166,7 @@ def _replayable(models, records, usage, held, bad_records, now):
         carried = _carried(model, records.get(model.key))
         in_force = carried.budget_bytes if carried and policy.policy == "Auto" else model.spec_budget_bytes
         samples = list((usage or {}).get(model.ref, ()))
-        if usage is None or model.ref in (held or {}) or _missing(samples, now):
+        if usage is None or model.ref in (held or {}) or all(s.missing for s in samples):
             continue
         yield model, carried, in_force, samples
 
@@ -224,14 +235,32 @@ def profile_of(model: ElasticModel, decision: Decision | None,
     return profiles.get(model.profile_key(product)) if product else None
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """What the step keeps of one model's replay (a fleet's recommenders are not held at once): its events, the
+    budget and change times it ended with, its KV in use (percentile, peak; None: never reported) and its
+    UsageAvailable condition."""
+
+    events: tuple
+    budget: int
+    recent: tuple[float, ...]
+    kv_used: tuple[int | None, int] | None
+    usage: Condition
+
+    @classmethod
+    def of(cls, events, loop: Recommender, samples: Sequence[Sample], now: float, step_s: float | None) -> Replayed:
+        kv = (loop.window.kv.percentile(PERCENTILE), loop.kv_peak) if loop.kv_seen else None
+        return cls(tuple(events), loop.budget, tuple(loop.recent), kv, _usage_condition(loop, samples, now, step_s))
+
+
 def _kv(model: ElasticModel, decision: Decision | None, profiles: Mapping[tuple[str, str, str, str], Profile],
-        loop: Recommender) -> KvReservation | None:
+        loop: Replayed) -> KvReservation | None:
     """The KV reservation to recommend from the loop's KV in use, sized by the model's profile on its GPU."""
     profile = profile_of(model, decision, profiles)
-    if profile is None or not loop.kv_seen:
+    if profile is None or loop.kv_used is None:
         return None
-    return recommend_kv(used_percentile_bytes=loop.kv_histogram.percentile(PERCENTILE),
-                        used_peak_bytes=loop.kv_peak.value, headroom_percent=model.rightsizing.headroom_percent,
+    return recommend_kv(used_percentile_bytes=loop.kv_used[0],
+                        used_peak_bytes=loop.kv_used[1], headroom_percent=model.rightsizing.headroom_percent,
                         kv_bytes_per_token=profile.kv_bytes_per_token, context_tokens=model.slo.context_tokens,
                         concurrency=model.slo.concurrency,
                         slo_concurrency=model.slo.concurrency if model.has_slo else None)
@@ -258,18 +287,32 @@ def _reproposal_message(model: ElasticModel, record: Record) -> str:
             f"Evidence: {evidence}.\n{kv}")
 
 
-def _missing(samples: Sequence[Sample], now: float) -> str | None:
+def _usage_condition(loop: Recommender, samples: Sequence[Sample], now: float, step_s: float | None) -> Condition:
+    """UsageAvailable: False (UsageMissing) when usage stopped before the window's end, or a hole lies in the span
+    a downsize needs; True otherwise, saying how much the window holds."""
+    missing = _missing(samples, now, step_s)
+    if missing:
+        return Condition("UsageAvailable", "False", "UsageMissing", f"{missing}; only the usage before it counts")
+    holes = loop.holes()
+    if holes:
+        return Condition("UsageAvailable", "False", "UsageMissing", holes)
+    since = loop.window.covered_since
+    wait = "" if since is None or loop.window.covered_for(loop.last_at or now) >= loop.span_s else (
+        f"; downsizes wait until it holds {words(loop.span_s)} of usage, at {format_time(since + loop.span_s)}")
+    return Condition("UsageAvailable", "True", "UsageRead", f"usage read over the window{wait}")
+
+
+def _missing(samples: Sequence[Sample], now: float, step_s: float | None = None) -> str | None:
     """Why the series cannot be trusted at its end, or None."""
     present = [s for s in samples if not s.missing]
     if not present:
         return "no usage samples in the window"
     if samples[-1].missing:
         return f"usage missing since {format_time(present[-1].time)}"
-    times = [s.time for s in samples]
-    steps = [b - a for a, b in zip(times, times[1:]) if b > a]
-    interval = min(steps) if steps else None
-    if interval is not None and now - times[-1] > GAP_INTERVALS * interval:
-        return f"no usage since {format_time(times[-1])} ({now - times[-1]:.0f}s)"
+    interval = step_s or grid_of(samples)
+    last = samples[-1].time
+    if interval is not None and now - last > GAP_INTERVALS * interval:
+        return f"no usage since {format_time(last)}"  # not how long ago: the record stays the same pass after pass
     return None
 
 

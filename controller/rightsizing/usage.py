@@ -1,7 +1,9 @@
 """The usage series the recommender reads: one JSON object per line, one line per model per sample.
 
 Owns the format (docs/guide.md, "Right-sizing", documents it), reading it with
-per-line errors and writing it canonically. `gpushare usage export` writes it from
+per-line errors and writing it canonically. A file is read as bytes, a line at a time (at most
+MAX_LINE_BYTES each), and each line decoded as strict UTF-8 (controller.inputs.utf8): whatever its
+bytes, a bad line is a UsageFormatError naming the file and the line, never a traceback. `gpushare usage export` writes it from
 Prometheus; `gpushare rightsize --usage FILE` and the controller read it. A line:
 
     {"time": "2026-11-30T12:00:15Z", "model": "llm/chat-small", "deviceBytes": 1503238553,
@@ -25,9 +27,13 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO, Iterable, Iterator
+
+from controller.inputs.utf8 import NotUtf8, decode_utf8
 
 _NUMBERS = {"deviceBytes": "device_bytes", "kvUsedBytes": "kv_used_bytes", "kvReservedBytes": "kv_reserved_bytes",
             "queueWaitSeconds": "queue_wait_s", "ttftSeconds": "ttft_s", "tpotSeconds": "tpot_s",
@@ -41,6 +47,7 @@ LIMITS = {key: MAX_USAGE_BYTES if key.endswith("Bytes") else MAX_USAGE_SECONDS i
           else MAX_USAGE_COUNT for key in _NUMBERS}
 _LIMIT_WORDS = {MAX_USAGE_BYTES: "2^50 (1 PiB)", MAX_USAGE_SECONDS: "86400 (a day)", MAX_USAGE_COUNT: "10^9"}
 MAX_TIME = 1 << 34              # Unix seconds (year 2514): later is no clock
+MAX_LINE_BYTES = 1 << 16        # a sample is a few hundred bytes; a longer line is no sample
 
 
 class UsageFormatError(ValueError):
@@ -61,6 +68,7 @@ class Sample:
     ooms: int | None = None
     missing_bytes: int | None = None
     budget_bytes: int | None = None  # the budget the worker ran with
+    kv_used_least_bytes: int | None = None  # a slot's peak (a pass's history): its least KV in use; not in the format
 
     @property
     def missing(self) -> bool:
@@ -127,17 +135,52 @@ def parse_line(line: str) -> Sample:
     return Sample(time=parse_time(doc.get("time")), model=model, **values)
 
 
-def read_samples(lines: Iterable[str], origin: str = "usage") -> list[Sample]:
-    """Every sample, sorted by time (stable); raises UsageFormatError naming the first bad line."""
+def read_samples(lines: Iterable[str | bytes | None], origin: str = "usage") -> list[Sample]:
+    """Every sample, sorted by time (stable); raises UsageFormatError naming the first bad line. A line may be
+    text or the bytes read (decoded here); None stands for a line longer than MAX_LINE_BYTES."""
     samples = []
     for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
         try:
-            samples.append(parse_line(line))
+            text = _text(line)
+            if text.strip():
+                samples.append(parse_line(text))
         except UsageFormatError as exc:
             raise UsageFormatError(f"{escape(origin)}:{number}: {exc}") from None
     return sorted(samples, key=lambda s: s.time)
+
+
+def _text(line: str | bytes | None) -> str:
+    if line is None or len(line) > MAX_LINE_BYTES:
+        raise UsageFormatError(f"longer than {MAX_LINE_BYTES} bytes: a sample is one JSON object on one line")
+    if isinstance(line, str):
+        return line
+    try:
+        return decode_utf8(line)
+    except NotUtf8 as exc:
+        raise UsageFormatError(f"{exc.in_line}; save the file as UTF-8") from None
+
+
+def lines_of(handle: BinaryIO) -> Iterator[bytes | None]:
+    """The lines of a binary file, each at most MAX_LINE_BYTES (a longer one is None, and read past)."""
+    while True:
+        line = handle.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_LINE_BYTES:
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):  # the rest of the long line
+            line = handle.readline(MAX_LINE_BYTES)
+        yield None
+
+
+def read_usage_file(path: Path | str) -> list[Sample]:
+    """The samples of a usage file ('-': standard input), read as bytes; UsageFormatError names the bad line,
+    OSError when the file cannot be read."""
+    if str(path) == "-":
+        return read_samples(lines_of(sys.stdin.buffer), "<stdin>")
+    with open(path, "rb") as handle:
+        return read_samples(lines_of(handle), str(path))
 
 
 def dump_sample(sample: Sample) -> str:
