@@ -14,15 +14,29 @@ PYTHONPATH=<that checkout>), interleaved with this one (this, REV, REV, this, ..
 same fleet, and prints a side-by-side table. The child opens the working copy as that version's controller
 does (controller.cli.common.controller_copy where it exists, else a full checkout).
 
+`--clusters N` measures a repository of N clusters (issue 32) instead: --models and --slots are each cluster's
+(slots default: a tenth of the models). Each cluster's controller (`--cluster`, its own sparse working copy) runs
+in its own process, one after another, as N controllers would: its full pass (the repository holding the trees of
+the controllers before it), a re-render and a pass with nothing new in the same directory; then, in a fresh process
+over its directory with every cluster's tree in the repository, a re-render and a pass after another cluster
+committed (nothing new for it). Each is set against one cluster of the same size alone in its repository, measured
+before and after the clusters; the target is each controller within 1.2x of it. `--spread`: where the models are:
+`own` (each cluster's in clusters/<name>/models/, the default), `shared` (models/, no placement: every cluster plans
+all of them) or `placed` (models/, N x M documents, each with spec.placement naming its one cluster: every
+controller reads every document to find its own).
+
 Run: .venv/bin/python bench/reconcile_scale.py [--models N --slots M] [--compare REV [--runs K]]
+     .venv/bin/python bench/reconcile_scale.py --clusters 10 --models 1000 [--spread own|shared|placed]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -40,26 +54,39 @@ MIX = (0.45, 0.4, 0.12, 0.03)
 BUDGET_GIB = {"Qwen/Qwen2.5-0.5B-Instruct": (2, 4), "meta-llama/Llama-3.1-8B-Instruct": (12, 24),
               "Qwen/Qwen2.5-32B-Instruct": (40, 80), "meta-llama/Llama-3.1-70B-Instruct": (30, 150)}
 GOAL_S = 8.0  # issue 18: the full pass and a re-render in a fresh process
+SLOTS = 1_000
+CLUSTER_GOAL = 1.2  # issue 32: each controller's pass within this factor of one cluster of its size alone
 
 
 def write_repo(root: Path, n_models: int, n_slots: int, seed: int = 11) -> None:
-    rng = random.Random(seed)
     shutil.copytree(FLEET / "profiles", root / "profiles")
+    (root / "gpus.yaml").write_text(inventory(n_slots))
+    write_models(root, n_models, seed=seed)
+
+
+def inventory(n_slots: int, labels: dict | None = None) -> str:
     nodes = [{"name": f"gpu-node-{i:04d}", "product": "NVIDIA-H200", "memory": "143771Mi", "count": 8}
              for i in range(n_slots // 8)]
-    (root / "gpus.yaml").write_text(yaml.safe_dump(
-        {"apiVersion": "gpushare.dev/v1alpha1", "kind": "GPUInventory", "nodes": nodes}))
+    return yaml.safe_dump({"apiVersion": "gpushare.dev/v1alpha1", "kind": "GPUInventory", **(
+        {"labels": labels} if labels else {}), "nodes": nodes})
+
+
+def write_models(root: Path, n_models: int, *, seed: int = 11, folder: str = "models",
+                 placement: dict | None = None, suffix: str = "") -> None:
+    """`n_models` ElasticModels under `folder`, 200 a file over 50 namespaces (with `placement`, if given; `suffix`
+    names the files apart when several sets share one folder)."""
+    rng = random.Random(seed)
     docs: dict[str, list[dict]] = {}
     for i in range(n_models):
         model = rng.choices(MODELS, weights=MIX)[0]
         low, high = BUDGET_GIB[model]
         namespace = f"team-{i % 50:02d}"
-        docs.setdefault(f"models/{namespace}/batch-{i // 200 % 2}.yaml", []).append({
+        docs.setdefault(f"{folder}/{namespace}/batch-{i // 200 % 2}{suffix}.yaml", []).append({
             "apiVersion": "gpushare.dev/v1alpha1", "kind": "ElasticModel",
             "metadata": {"name": f"m-{i:05d}", "namespace": namespace},
             "spec": {"model": model, "memoryBudget": f"{rng.randint(low, high)}Gi",
                      "slo": {"contextTokens": rng.choice((2048, 4096, 8192)), "concurrency": rng.choice((1, 2, 4))},
-                     "gpu": {"product": "NVIDIA-H200"}},
+                     "gpu": {"product": "NVIDIA-H200"}, **({"placement": placement} if placement else {})},
         })
     for path, items in docs.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -73,11 +100,16 @@ def git(*args: str, cwd: Path) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def seed_remote(base: Path, n_models: int, n_slots: int) -> Path:
-    """A bare repository whose main holds a fleet of `n_models` (no generated file yet)."""
-    seed, remote = base / f"seed-{n_models}", base / f"seed-{n_models}.git"
+def seed_remote(base: Path, n_models: int, n_slots: int, write=None) -> Path:
+    """A bare repository whose main holds a fleet of `n_models` (no generated file yet); `write(root)` writes
+    another fleet instead."""
+    tag = f"{n_models}-{write.__name__}" if write else f"{n_models}"
+    seed, remote = base / f"seed-{tag}", base / f"seed-{tag}.git"
     seed.mkdir()
-    write_repo(seed, n_models, n_slots)
+    if write is None:
+        write_repo(seed, n_models, n_slots)
+    else:
+        write(seed)
     git("init", "-q", "-b", "main", cwd=seed)
     git("add", "--all", cwd=seed)
     git("commit", "-q", "-m", "fleet", cwd=seed)
@@ -88,9 +120,10 @@ def seed_remote(base: Path, n_models: int, n_slots: int) -> Path:
 # ---------------------------------------------------------------- one measurement, in its own process
 
 
-def child(kind: str, remote: str, workdir: Path) -> dict:
+def child(kind: str, remote: str, workdir: Path, cluster: str | None = None) -> dict:
     """`full`: a full pass, then a re-render and a pass with nothing new in the same process and directory;
-    `rerender`: a re-render with nothing new. Each with the seconds the pure pass (read, plan, render) took."""
+    `rerender`: a re-render with nothing new; `elsewhere` (with `cluster`): a re-render, then a pass given its result
+    after another cluster committed. Each with the seconds the pure pass (read, plan, render) took."""
     start = time.perf_counter()
     import controller.cli.offline as offline
     from gitops import WorkingCopy
@@ -112,23 +145,59 @@ def child(kind: str, remote: str, workdir: Path) -> dict:
 
     offline.pass_over = pass_over  # time the pure pass apart from git
 
+    cpu: list[float] = []  # the CPU seconds of each timed run: this process and the git processes it waited for
+
     def timed(run) -> tuple[float, float, object]:
         del pass_times[:]
-        begin = time.perf_counter()
+        begin, spent = time.perf_counter(), cpu_seconds()
         result = run()
+        cpu.append(cpu_seconds() - spent)
         return time.perf_counter() - begin, sum(pass_times), result
 
-    copy = controller_copy(remote, "main", workdir)
-    first_s, first_pass_s, first = timed(lambda: offline.reconcile_once(copy))
-    out = {"kind": kind, "imports_s": imports_s, "s": first_s, "pass_s": first_pass_s,
+    if cluster is not None:
+        from controller.inputs.layout import Layout
+        copy = controller_copy(remote, "main", workdir, layout=Layout(cluster))
+        reconcile = functools.partial(offline.reconcile_once, cluster=cluster)
+    else:
+        copy = controller_copy(remote, "main", workdir)
+        reconcile = offline.reconcile_once
+    first_s, first_pass_s, first = timed(lambda: reconcile(copy))
+    out = {"kind": kind, "imports_s": imports_s, "s": first_s, "pass_s": first_pass_s, "cpu_s": cpu[0],
            "committed": first.published.changed, "files": len(first.output.rendered.files) if first.output else 0,
            "checked_out": checked_out(workdir)}
     if kind == "full":
-        same_s, same_pass_s, again = timed(lambda: offline.reconcile_once(copy))
-        idle_s, _, idle = timed(lambda: offline.reconcile_once(copy, previous=again.published))
+        same_s, same_pass_s, again = timed(lambda: reconcile(copy))
+        idle_s, _, idle = timed(lambda: reconcile(copy, previous=again.published))
         out.update(same_s=same_s, same_pass_s=same_pass_s, same_committed=again.published.changed, idle_s=idle_s,
-                   idle_committed=idle.published.changed)
+                   idle_committed=idle.published.changed, same_cpu_s=cpu[1])
+    if kind == "elsewhere":
+        other_commits(remote, workdir.parent / f"{workdir.name}-other", cluster)
+        else_s, else_pass_s, other = timed(lambda: reconcile(copy, previous=first.published))
+        out.update(elsewhere_s=else_s, elsewhere_pass_s=else_pass_s, elsewhere_committed=other.published.changed,
+                   elsewhere_rendered=other.output is not None, elsewhere_cpu_s=cpu[1])
     return out
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children that ended (git, the forked renders)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def other_commits(remote: str, scratch: Path, cluster: str) -> None:
+    """Another cluster's controller commits: a line of another cluster's PLAN.md changes, pushed (a commit that
+    touches nothing `cluster` reads)."""
+    git("clone", "-q", "--no-checkout", remote, str(scratch), cwd=scratch.parent)
+    plans = [p for p in git("ls-tree", "-r", "--name-only", "HEAD", "rendered", cwd=scratch).splitlines()
+             if p.endswith("/PLAN.md") and not p.startswith(f"rendered/{cluster}/")]
+    git("reset", "-q", cwd=scratch)  # the index holds HEAD's tree; the work tree only the file edited
+    git("checkout", "-q", "HEAD", "--", plans[0], cwd=scratch)
+    with open(scratch / plans[0], "a") as handle:
+        handle.write("\n")
+    git("add", plans[0], cwd=scratch)
+    git("commit", "-q", "-m", f"{plans[0]}: another cluster's controller commits", cwd=scratch)
+    git("push", "-q", "origin", "HEAD:main", cwd=scratch)
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def checked_out(workdir: Path) -> int:
@@ -140,10 +209,11 @@ def checked_out(workdir: Path) -> int:
     return count
 
 
-def run_child(project: Path, kind: str, remote: Path, workdir: Path) -> dict:
+def run_child(project: Path, kind: str, remote: Path, workdir: Path, cluster: str | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(project)}
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, "--remote", str(remote),
-                           "--workdir", str(workdir)], env=env, capture_output=True, text=True, check=False)
+                           "--workdir", str(workdir), *(["--cluster", cluster] if cluster else [])], env=env,
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the {kind} measurement of {project} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -196,14 +266,14 @@ def print_lines(n_models: int, n_slots: int, big: dict, small: dict) -> None:
 def print_table(n_models: int, n_slots: int, rows: list[tuple[str, dict]], versions: int) -> None:
     print(f"\n| {n_models:,} models, {n_slots:,} slots | version | full pass | of which the pass | git | "
           "re-render, fresh process and directory | of which the pass | git | re-render, same directory | "
-          "files checked out | load average at start |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "CPU: full pass, re-render same directory, re-render fresh | files checked out | load average at start |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for index, (version, run) in enumerate(rows, 1):
         full, fresh = run["full"], run["rerender"]
         print(f"| run {(index - 1) // versions + 1} | {version} | {full['s']:.2f} s | {full['pass_s']:.2f} s | "
               f"{full['s'] - full['pass_s']:.2f} s | {fresh['s']:.2f} s | {fresh['pass_s']:.2f} s | "
-              f"{fresh['s'] - fresh['pass_s']:.2f} s | {full['same_s']:.2f} s | {fresh['checked_out']:,} | "
-              f"{run['load']:.1f} |")
+              f"{fresh['s'] - fresh['pass_s']:.2f} s | {full['same_s']:.2f} s | {full['cpu_s']:.2f}, "
+              f"{full['same_cpu_s']:.2f}, {fresh['cpu_s']:.2f} s | {fresh['checked_out']:,} | {run['load']:.1f} |")
 
 
 def checkout_of(revision: str, base: Path) -> tuple[Path, str]:
@@ -217,15 +287,23 @@ def checkout_of(revision: str, base: Path) -> tuple[Path, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", type=int, default=10_000)
-    parser.add_argument("--slots", type=int, default=1_000)
+    parser.add_argument("--slots", type=int, default=SLOTS)
     parser.add_argument("--compare", metavar="REV", help="also measure this revision of the project, interleaved")
     parser.add_argument("--runs", type=int, help="runs of each version (default: 1, or 2 with --compare)")
-    parser.add_argument("--child", choices=("full", "rerender"), help=argparse.SUPPRESS)
+    parser.add_argument("--clusters", type=int, help="a repository of this many clusters; --models, --slots: each")
+    parser.add_argument("--spread", choices=("own", "shared", "placed"), default="own",
+                        help="with --clusters: where the models are (default: clusters/<name>/models/)")
+    parser.add_argument("--child", choices=("full", "rerender", "elsewhere"), help=argparse.SUPPRESS)
     parser.add_argument("--remote", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cluster", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.remote, args.workdir)))
+        print(json.dumps(child(args.child, args.remote, args.workdir, args.cluster)))
+        return
+    if args.clusters:
+        many_clusters(args.clusters, args.models, args.slots if args.slots != SLOTS else args.models // 10,
+                      args.spread)
         return
     runs = args.runs or (2 if args.compare else 1)
     base = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
@@ -253,6 +331,81 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print_lines(args.models, args.slots, next(run for name, run in rows if name == versions[0][0]), small)
     print_table(args.models, args.slots, rows, len(versions))
+
+
+# ---------------------------------------------------------------- many clusters (issue 32)
+
+
+def clusters_fleet(n_clusters: int, n_models: int, n_slots: int, spread: str):
+    """The writer of a repository of `n_clusters` clusters, each of `n_slots` slots planning `n_models` models."""
+    names = [f"c-{i:02d}" for i in range(n_clusters)]
+
+    def clusters(root: Path) -> None:
+        shutil.copytree(FLEET / "profiles", root / "profiles")
+        (root / "models").mkdir()
+        for name in names:
+            (root / "clusters" / name).mkdir(parents=True)
+            (root / "clusters" / name / "gpus.yaml").write_text(inventory(n_slots, {"region": name}))
+            if spread == "own":
+                write_models(root, n_models, folder=f"clusters/{name}/models")
+            elif spread == "placed":
+                write_models(root, n_models, placement={"clusters": [name]}, suffix=f"-{name}")
+        if spread == "shared":
+            write_models(root, n_models)
+
+    clusters.__name__ = f"clusters-{spread}"
+    return names, clusters
+
+
+def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str) -> None:
+    """Each controller in turn, each right after one cluster of its size alone (the load of a shared machine moves
+    both alike); then each again in a fresh process with every tree in the repository."""
+    base = Path(tempfile.mkdtemp(prefix="gpushare-bench-clusters-"))
+    try:
+        names, write = clusters_fleet(n_clusters, n_models, n_slots, spread)
+        single = seed_remote(base, n_models, n_slots)
+        remote = seed_remote(base, n_models, n_slots, write)
+        loads, full, alone = [os.getloadavg()[0]], {}, {}
+        for name in names:
+            alone[name] = measure(ROOT, single, base, f"alone-{name}", fresh=False)["full"]
+            full[name] = run_child(ROOT, "full", remote, base / f"controller-{name}", name)
+        later = {name: run_child(ROOT, "elsewhere", remote, base / f"controller-{name}", name) for name in names}
+        loads.append(os.getloadavg()[0])
+        files = int(git("ls-tree", "-r", "--name-only", "main", cwd=remote).count("\n")) + 1
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {loads[0]:.1f} at start, "
+          f"{loads[1]:.1f} at the end")
+    print(f"{n_clusters} clusters x {n_models} models on {n_slots} slots each (models: {spread}); the repository "
+          f"holds {files} files after every controller's first pass")
+    print("\nCPU seconds (this process and the git processes it ran; a shared machine's load moves them far less "
+          "than wall time), each controller against one cluster alone run just before it:")
+    print("\n| controller | full pass, CPU | alone | x | re-render, CPU | alone | x | another cluster committed, CPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    ratios = []
+    for name in names:
+        one, again, solo = full[name], later[name], alone[name]
+        pair = (one["cpu_s"] / solo["cpu_s"], one["same_cpu_s"] / solo["same_cpu_s"])
+        ratios.append(pair)
+        print(f"| {name} | {one['cpu_s']:.2f} s | {solo['cpu_s']:.2f} s | {pair[0]:.2f} | {one['same_cpu_s']:.2f} s | "
+              f"{solo['same_cpu_s']:.2f} s | {pair[1]:.2f} | {again['elsewhere_cpu_s'] * 1000:.0f} ms |")
+    print(f"\nwall time, the same runs:\n\n| controller | full pass | one cluster alone, just before | re-render | alone "
+          "| nothing new | re-render, fresh process, every tree there | another cluster committed | files checked out |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        one, again, solo = full[name], later[name], alone[name]
+        print(f"| {name} | {split(one['s'], one['pass_s'])} | {split(solo['s'], solo['pass_s'])} | "
+              f"{split(one['same_s'], one['same_pass_s'])} | {split(solo['same_s'], solo['same_pass_s'])} | "
+              f"{one['idle_s'] * 1000:.0f} ms (alone {solo['idle_s'] * 1000:.0f} ms) | "
+              f"{split(again['s'], again['pass_s'])} | {again['elsewhere_s'] * 1000:.0f} ms "
+              f"({'rendered' if again['elsewhere_rendered'] else 'not rendered'}) | {again['checked_out']:,} |")
+    print()
+    for what, index in (("full pass", 0), ("re-render", 1)):
+        values = sorted(pair[index] for pair in ratios)
+        median = values[len(values) // 2]
+        print(f"{what} (CPU), each controller against one cluster alone: median {median:.2f}x, worst "
+              f"{values[-1]:.2f}x [{'met' if median <= CLUSTER_GOAL else 'MISSED'}: target <= {CLUSTER_GOAL}x]")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Literal
 
 from contract.footprint import Terms, link_bytes_per_prefill_token
+from controller.placement import EVERYWHERE, Placement
 from controller.policy import OFF, Rightsizing
 
 Mode = Literal["resident", "swap", "elastic", "refused"]
@@ -54,6 +55,9 @@ class ElasticModel:
     rightsizing_conditions: tuple[dict, ...] = field(default=(), compare=False)  # the loop's last conditions (its record)
     rightsizing_recommendation: dict | None = field(default=None, compare=False)  # its record's open recommendation
     weight_dtype: str = "auto"  # spec.weights.dtype, canonical (contract.precision): auto, bfloat16, float16, int8, int4
+    placement: Placement = field(default=EVERYWHERE, compare=False)  # spec.placement: the clusters that run it
+    # the document it was parsed from, kept in a repository with clusters/ only: rendered for the clusters it selects
+    document: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def spec_budget_bytes(self) -> int:

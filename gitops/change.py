@@ -33,12 +33,16 @@ class Change:
     (or directory prefixes ending in '/') left exactly as upstream has them even
     though not generated, e.g. the last good output of a model whose input is
     broken. Every other owned file upstream holds is deleted. `message`: the
-    commit message, used only when something changed.
+    commit message, used only when something changed. `reads`: git pathspecs of
+    everything the render read (None: not known); on an upstream whose commits
+    since the one rendered change nothing there, the same Change is landed again
+    without rendering (several controllers that each own their paths of one branch).
     """
 
     files: Mapping[str, bytes]
     message: str
     keep: frozenset[str] = frozenset()
+    reads: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

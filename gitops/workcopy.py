@@ -114,6 +114,7 @@ class WorkingCopy:
         self.branch = check_branch_name(branch)
         self.root = Path(workdir).resolve()
         self.sparse = FULL_TREE if sparse is None else tuple(sparse)
+        self._checked_out: str | None = None  # the commit this copy last checked out, its sparse patterns applied
         if credentials is not None:
             credentials.check()
         self._open(identity, credentials, timeout_s)
@@ -174,6 +175,7 @@ class WorkingCopy:
     def reclone(self, why: str) -> None:
         """Empty the work directory and start it again from the remote (the next fetch brings everything)."""
         log.warning("cloning the work directory %s again: it %s", self.root, why)
+        self._checked_out = None  # nothing is checked out in the new one
         self._workdir.empty()
         self._create()
 
@@ -260,9 +262,20 @@ class WorkingCopy:
 
         Files are written by one git process per CPU (git's parallel checkout, for 100 files or more):
         checking out tens of thousands of generated files is bound by creating them, and one process
-        took 2.6 to 4 times as long on a 2-core machine."""
+        took 2.6 to 4 times as long on a 2-core machine. A work tree this copy already checked out at `commit`,
+        with nothing modified, untracked or ignored since, is left as it is: the reset rewrites an index of the
+        whole tree (every other cluster's paths too), which a render on the same upstream does not need."""
+        if commit == self._checked_out and self._head() == commit and not self.git.run(
+                "status", "--porcelain", "--untracked-files=all", "--ignored").stdout:
+            return
+        self._checked_out = None
         self.git.run("reset", "-q", "--hard", commit, config={"checkout.workers": str(len(os.sched_getaffinity(0)))})
         self.git.run("clean", "-q", "-ffdx")
+        self._checked_out = commit
+
+    def _head(self) -> str | None:
+        found = self.git.run("rev-parse", "--verify", "--quiet", "HEAD", ok_codes=(0, 1))
+        return found.stdout.decode().strip() or None if found.code == 0 else None
 
     def sync(self, *also: str) -> dict[str, str | None]:
         """A pass's start (`in_pass`): fetch, then check out the remote tracked branch; the remote heads."""
@@ -274,19 +287,32 @@ class WorkingCopy:
         return self.in_pass(fetch_and_check_out)
 
     def entries(self, commit: str, prefixes: tuple[str, ...]) -> dict[str, tuple[str, str]]:
-        """`commit`'s files, symlinks and submodules in the top-level directories of `prefixes`: path -> (mode, id).
+        """`commit`'s files, symlinks and submodules under `prefixes` and on their way: path -> (mode, id).
 
-        Listing whole top-level directories (not just the prefixes) shows a file
-        or symlink that sits where a directory on an owned prefix's way should be.
+        Each prefix is listed whole (`ls-tree -r`), and each directory on its way as itself (a file or symlink
+        there sits where a directory on an owned prefix's way should be), never the rest of the tree: one
+        cluster's listing of rendered/<cluster>/ costs that cluster's files, however many others share the
+        repository.
         """
-        tops = sorted({prefix.split("/", 1)[0] for prefix in prefixes})
-        out = self.git.run("ls-tree", "-r", "-z", commit, "--", *tops).stdout
+        scopes = sorted({prefix.rstrip("/") for prefix in prefixes})
+        entries = self._listed(commit, scopes, recursive=True)
+        on_the_way = sorted({"/".join(scope.split("/")[:depth]) for scope in scopes
+                             for depth in range(1, scope.count("/") + 1)} - set(scopes))
+        if on_the_way:
+            listed = self._listed(commit, on_the_way, recursive=False)
+            entries.update({path: entry for path, entry in listed.items() if path in on_the_way})
+        return entries
+
+    def _listed(self, commit: str, paths: list[str], *, recursive: bool) -> dict[str, tuple[str, str]]:
+        """`git ls-tree` of `paths` at `commit` (recursively: every file under them), trees left out."""
+        out = self.git.run("ls-tree", *(("-r",) if recursive else ()), "-z", commit, "--", *paths).stdout
         entries = {}
         for record in out.decode("utf-8", errors="surrogateescape").split("\0"):
             if record:
                 meta, path = record.split("\t", 1)
-                mode, _type, object_id = meta.split(" ")
-                entries[path] = (mode, object_id)
+                mode, kind, object_id = meta.split(" ")
+                if kind != "tree":
+                    entries[path] = (mode, object_id)
         return entries
 
     def read_files(self, entries: Mapping[str, tuple[str, str]], paths: Iterable[str], limit: int) -> dict[str, bytes]:
@@ -362,6 +388,13 @@ class WorkingCopy:
         self.git.run("update-index", "-z", "--index-info", env=scratch,
                      stdin="\0".join(lines).encode("utf-8", errors="surrogateescape") + b"\0")
         return self.git.run("write-tree", env=scratch).stdout.decode().strip()
+
+    def changed_between(self, old: str, new: str, pathspecs: tuple[str, ...]) -> bool:
+        """Whether any path `pathspecs` name differs between commits `old` and `new` (git's tree diff, which skips
+        equal subtrees by their ids: milliseconds however large the tree). The pathspecs are the caller's own, with
+        their magic (`:(exclude)`): this one call reads them so, where every other git call takes paths literally."""
+        return self.git.run("diff-tree", "--quiet", "-r", "--no-renames", old, new, "--", *pathspecs,
+                            ok_codes=(0, 1), env={"GIT_LITERAL_PATHSPECS": "0"}).code == 1
 
     def tree_of(self, commit: str) -> str:
         return self.git.text("rev-parse", f"{commit}^{{tree}}")

@@ -16,7 +16,11 @@ up to `max_attempts`: the Change is re-rendered on top of the new upstream,
 never rebased, never forced. Any other failure raises a typed gitops error.
 Given the previous pass's result (and no change to the render's inputs outside
 git), a pass whose fetch finds no branch moved stops there: nothing new costs
-one fetch.
+one fetch. A Change that names what its render read (`Change.reads`: several
+controllers, each owning its own paths of one branch) is landed again without
+rendering on an upstream whose new commits touch none of those paths, after a
+lost race and in the next pass alike: another cluster's commit costs a fetch, a
+tree diff and a push, never a render.
 
 Write-back targets:
 
@@ -44,7 +48,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitops.change import Change, check_change, plan_edit
@@ -72,9 +76,11 @@ class Target:
 class PublishResult:
     """`commit` is the pushed commit, or None when nothing changed.
 
-    `attempts` counts renders (0: skipped, nothing moved since `previous`).
-    `heads` are the remote heads of the tracked and review branch once the
-    generated tree is in place: pass this result as the next pass's `previous`.
+    `attempts` counts attempts to land the change (0: skipped, nothing moved
+    since `previous`). `heads` are the remote heads of the tracked and review
+    branch once the generated tree is in place: pass this result as the next
+    pass's `previous`. `change` and `rendered_on`: the last Change and a commit
+    of the tracked branch whose content under its reads renders it.
     """
 
     commit: str | None
@@ -83,6 +89,8 @@ class PublishResult:
     branch: str
     upstream: str
     heads: Mapping[str, str | None]
+    change: Change | None = field(default=None, compare=False, repr=False)
+    rendered_on: str | None = field(default=None, compare=False)
 
     @property
     def changed(self) -> bool:
@@ -125,13 +133,31 @@ def parse_target(value: str | Target) -> Target:
                            "--write-back pr:gpushare/plan to also open its pull request")
 
 
-def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...]
-               ) -> tuple[str | None, Change, int]:
+@dataclass(frozen=True)
+class _Rendered:
+    """A Change and an upstream commit that holds, under its reads, what it was rendered from."""
+
+    upstream: str
+    change: Change
+
+    def holds_on(self, copy: WorkingCopy, upstream: str) -> bool:
+        """Whether `upstream` holds the same content under the Change's reads (so rendering again gives it back)."""
+        reads = self.change.reads
+        return reads is not None and (upstream == self.upstream
+                                      or not copy.changed_between(self.upstream, upstream, reads))
+
+
+def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owned: tuple[str, ...],
+               earlier: _Rendered | None = None) -> tuple[str | None, Change, int]:
     """Check out `upstream`, render, build the new tree: (its id, or None if equal to `base`'s; change; how many
-    files it adds or changes)."""
-    copy.checkout(upstream)
+    files it adds or changes). The `earlier` render's Change is taken instead when `upstream` holds what it read."""
     entries = copy.entries(upstream, owned)
-    change = render(Checkout.of(copy, entries, owned))
+    if earlier is not None and earlier.holds_on(copy, upstream):
+        change = earlier.change
+        log.info("upstream moved only outside what the render read: its change lands on %s unrendered", upstream[:12])
+    else:
+        copy.checkout(upstream)
+        change = render(Checkout.of(copy, entries, owned))
     check_change(change, owned)
     edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)
@@ -139,14 +165,17 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
 
 
 def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
-             heads: dict[str, str | None], attempt: int) -> PublishResult | None:
-    """Render on the fetched `heads`, commit if changed, push. None when a newer upstream won."""
+             heads: dict[str, str | None], attempt: int, earlier: _Rendered | None,
+             before_push: Callable[[], None]) -> tuple[PublishResult | None, _Rendered]:
+    """Render on the fetched `heads` (or take the `earlier` render's change), commit if changed, push: the result,
+    None when a newer upstream won; and what was landed."""
     upstream = heads[copy.branch]
     branch = target.review or copy.branch
     base = heads.get(branch) or upstream
-    tree, change, new_files = _render_on(copy, upstream, base, render, owned)
+    tree, change, new_files = _render_on(copy, upstream, base, render, owned, earlier)
+    rendered = _Rendered(upstream, change)
     if tree is None:
-        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, heads)
+        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, heads, change, upstream), rendered
     message = change.message.strip()
     if not message:
         raise InvalidWriteBack("the generated tree changed but the render gave no commit message",
@@ -155,6 +184,7 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
     if base != upstream and not copy.is_ancestor(upstream, base):
         parents.append(upstream)
     commit = copy.commit_tree(tree, parents, message + "\n")
+    before_push()
     outcome = copy.push(commit, branch, new_files)
     if outcome.status == "refused" and "checked out" in outcome.detail:
         raise PushRejected(f"the remote is a non-bare repository with {branch} checked out, and git refuses to "
@@ -167,46 +197,89 @@ def _attempt(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: 
                            "allow the controller's identity to push to this branch (branch protection, "
                            "hooks), or write to a review branch with --write-back branch:NAME")
     if outcome.status == "stale":
-        log.info("push to %s lost the race to a newer upstream (%s); re-rendering", branch, outcome.detail)
-        return None
+        _refuse_a_branch_in_the_way(copy, branch, outcome.detail)
+        log.info("push to %s lost the race to a newer upstream (%s); trying again on top of it", branch,
+                 outcome.detail)
+        return None, rendered
     if outcome.status == "present":  # another controller built and pushed this very commit first
         log.info("%s is already on %s: another writer pushed the same commit", commit[:12], branch)
-        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, {**heads, branch: commit})
+        return PublishResult(None, attempt, NO_CHANGE, branch, upstream, {**heads, branch: commit}, change,
+                             _read_at(commit, target, upstream)), rendered
     log.info("pushed %s to %s (attempt %d)", commit[:12], branch, attempt)
-    return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit})
+    return PublishResult(commit, attempt, message, branch, upstream, {**heads, branch: commit}, change,
+                         _read_at(commit, target, upstream)), rendered
+
+
+def _refuse_a_branch_in_the_way(copy: WorkingCopy, branch: str, detail: str) -> None:
+    """PushRejected when `branch` cannot be created because the remote holds a branch named like one of its
+    directories (git keeps `a/b` and `a/b/c` apart: a single cluster's review branch beside a cluster's own): no
+    retry would ever land it."""
+    parts = branch.split("/")
+    if "failed to update ref" not in detail or len(parts) < 2:
+        return
+    inside = [f"refs/heads/{'/'.join(parts[:depth])}" for depth in range(1, len(parts))]
+    listed = copy.git.text("ls-remote", "--heads", "origin", *inside)
+    found = [line.split("\t", 1)[1].removeprefix("refs/heads/") for line in listed.splitlines() if "\t" in line]
+    if found:
+        raise PushRejected(f"the remote holds the branch {found[0]!r}, so git cannot create {branch!r} beside it "
+                           f"({detail})", f"delete the branch {found[0]!r} on the remote (a review branch of the "
+                           "single-cluster layout, once merged or closed), or write to another branch")
+
+
+def _read_at(commit: str, target: Target, upstream: str) -> str:
+    """The tracked branch's commit whose content renders a pushed change: the pushed one itself when it is on the
+    tracked branch (a pass renders its own last commit into the same tree: the rule that lets a pass with nothing
+    new stop at the fetch), else the upstream it was rendered on (a review branch's commit is not on it)."""
+    return commit if target.review is None else upstream
 
 
 def publish(copy: WorkingCopy, render: Render, *, owned: tuple[str, ...],
             target: str | Target = "direct", previous: PublishResult | None = None,
             max_attempts: int = 5, backoff_s: float = 0.2,
-            sleep: Callable[[float], None] = time.sleep) -> PublishResult:
+            sleep: Callable[[float], None] = time.sleep,
+            before_push: Callable[[], None] = lambda: None) -> PublishResult:
     """Render on top of upstream, commit if the owned tree changed, push; retry lost races.
 
     One pass (`copy.in_pass`: the work directory recovered first, cloned again if git finds it damaged).
     `previous`: the last pass's result, to be given only when the render's inputs
     outside git did not change since; if no branch moved either, nothing is
-    checked out or rendered (a pass with nothing new costs one fetch).
+    checked out or rendered (a pass with nothing new costs one fetch); if only the
+    tracked branch moved, outside the reads of its Change, that Change is landed
+    on the new upstream without rendering. `before_push` runs right before each
+    push, rendered or not (a leader renews its Lease there, and raises if it lost it).
     """
     owned = normalize_owned(owned)
     target = parse_target(target)
     if target.review == copy.branch:
         raise InvalidWriteBack(f"review branch {target.review!r} is the tracked branch",
                                "use --write-back direct, or name a different review branch")
-    return copy.in_pass(lambda: _publish(copy, render, owned, target, previous, max_attempts, backoff_s, sleep))
+    return copy.in_pass(lambda: _publish(copy, render, owned, target, previous, max_attempts, backoff_s, sleep,
+                                         before_push))
 
 
 def _publish(copy: WorkingCopy, render: Render, owned: tuple[str, ...], target: Target,
              previous: PublishResult | None, max_attempts: int, backoff_s: float,
-             sleep: Callable[[float], None]) -> PublishResult:
+             sleep: Callable[[float], None], before_push: Callable[[], None]) -> PublishResult:
     also = () if target.review is None else (target.review,)
     heads = copy.fetch(*also)
     if previous is not None and heads == dict(previous.heads):
-        return PublishResult(None, 0, NO_CHANGE, target.review or copy.branch, heads[copy.branch], heads)
+        return PublishResult(None, 0, NO_CHANGE, target.review or copy.branch, heads[copy.branch], heads,
+                             previous.change, previous.rendered_on)
+    earlier = None
+    if (previous is not None and previous.change is not None and previous.rendered_on is not None
+            and all(heads.get(b) == previous.heads.get(b) for b in also)):
+        earlier = _Rendered(previous.rendered_on, previous.change)
+        upstream = heads[copy.branch]
+        if target.review is None and earlier.holds_on(copy, upstream):
+            # the tracked branch held the change where it was rendered, and nothing it read moved since (its own
+            # paths among them): the change is in place as it stands
+            log.info("%s moved only outside what the last render read: nothing to do", copy.branch)
+            return PublishResult(None, 0, NO_CHANGE, copy.branch, upstream, heads, previous.change, upstream)
     for attempt in range(1, max_attempts + 1):
         if attempt > 1:
             sleep(backoff_s * 2 ** (attempt - 2) * random.uniform(0.5, 1.5))
             heads = copy.fetch(*also)
-        result = _attempt(copy, render, owned, target, heads, attempt)
+        result, earlier = _attempt(copy, render, owned, target, heads, attempt, earlier, before_push)
         if result is not None:
             return result
     raise PushRetriesExhausted(f"{max_attempts} pushes to {target.review or copy.branch} each lost the race "

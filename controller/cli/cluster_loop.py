@@ -11,6 +11,11 @@ backoff with jitter after API or git errors, Lease renewals while it waits), and
 passed in (Cluster, WorkingCopy, the election, clock, sleep), so tests drive a pass
 against the API server double and a real git remote. Git is the source of truth for
 ElasticModels (models/); the cluster's ElasticModel objects only receive status.
+With clusters/ in the repository, a reconciler serves one cluster (`--cluster NAME`): it reads that
+cluster's models and writes that cluster's paths only (controller.inputs.layout.Layout), names what its
+render read so another cluster's commit costs it no render (gitops.Change.reads), and reads its own
+Argo CD Application (default argocd/gpushare-<cluster>, the ApplicationSet's name for it), from the
+cluster Argo CD runs in when that is another one (`--argocd-kubeconfig`).
 Called by controller.cli.reconcile_cmd; the pure pieces live in controller.passes.cluster_pass.
 """
 from __future__ import annotations
@@ -36,8 +41,8 @@ from contract import kube
 from controller.cpu import gc_paused, in_background
 from controller.kube.cluster import Cluster
 from controller.observe.facts import ClusterError, VerdictKey, app_state, gpu_slots, node_labels
-from controller.inputs.layout import CLUSTER_GENERATED
-from controller.inputs.reader import read_repo
+from controller.inputs.layout import Layout
+from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.inputs.rightsizing_records import observed_models
 from controller.passes.measured import ClusterFacts
 from controller.passes.cluster_pass import (LiveObject, ModelView, application_for, model_views,
@@ -49,8 +54,8 @@ from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, available_processes, plan_bill, prune_share_setting
 from controller.planning.bill import namespace_costs
 from controller.rendering.compose import warm_up
-from controller.cli.common import (controller_copy, credentials_from, default_workdir, install_values, reviewers,
-                                   show)
+from controller.cli.common import (cluster_target, controller_copy, credentials_from, default_workdir,
+                                   install_values, reviewers, show)
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, Outcome, backoff_s, run_loop
 from controller.cli.consolidate import ConsolidationSchedule
 from controller.cli.consolidate import add_cluster_arguments as add_consolidation_arguments
@@ -68,8 +73,17 @@ RENEW_EVERY_S = 2.0  # how often a waiting leader renews its Lease (client-go's 
 CACHE_ENTRIES = 10_000  # git answers remembered across passes (commit per path set, ancestry per pair)
 
 
-def application_ref(text: str) -> tuple[str, str]:
-    """`NAMESPACE/NAME` of an Argo CD Application (the --argocd-application flag)."""
+def default_applications(cluster: str | None) -> tuple[tuple[str, str], ...]:
+    """The Application a controller reads by default: the install's, or its cluster's from the ApplicationSet
+    (config/argocd/applicationset.yaml names each `gpushare-<cluster>`)."""
+    return (DEFAULT_APPLICATION,) if cluster is None else ((DEFAULT_APPLICATION[0], f"gpushare-{cluster}"),)
+
+
+def application_ref(text: str) -> tuple[str, str] | None:
+    """`NAMESPACE/NAME` of an Argo CD Application (the --argocd-application flag); empty: the default one (an
+    install setting left empty: with --cluster, the cluster's own Application)."""
+    if not text.strip():
+        return None
     namespace, _, name = text.partition("/")
     if not namespace or not name or "/" in name:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME; write e.g. argocd/gpushare-rendered")
@@ -82,7 +96,10 @@ def add_cluster_arguments(parser) -> None:
     group.add_argument("--argocd-application", action="append", default=[], metavar="NAMESPACE/NAME",
                        type=application_ref,
                        help="the Argo CD Application that syncs the rendered tree (repeatable; "
-                            "default argocd/gpushare-rendered)")
+                            "default argocd/gpushare-rendered, with --cluster argocd/gpushare-<cluster>)")
+    group.add_argument("--argocd-kubeconfig", type=Path, metavar="FILE",
+                       help="the cluster Argo CD's Applications live in, when it is not this one (a hub that "
+                            "deploys to many clusters); default: the same cluster as --kubeconfig")
     group.add_argument("--lease-namespace", default="gpushare-system", help="where the leader-election Lease lives")
     group.add_argument("--identity", help="this replica's holder identity (default: the pod's hostname)")
     group.add_argument("--metrics-port", type=int, default=8080,
@@ -139,16 +156,19 @@ class ClusterReconciler:
     """One controller replica: passes against `cluster` and `copy`, guarded by `election`."""
 
     def __init__(self, cluster: Cluster, copy: WorkingCopy, election: Election, *,
-                 applications: Sequence[tuple[str, str]] = (DEFAULT_APPLICATION,),
+                 applications: Sequence[tuple[str, str] | None] = (),
                  target: Target | str = "direct", metrics: ControllerMetrics | None = None,
                  health: Health | None = None, clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], object] = time.sleep, jitter: Callable[[float, float], float] = random.uniform,
                  renew_every_s: float = RENEW_EVERY_S, backoff_base_s: float = BACKOFF_BASE_S,
                  max_backoff_s: float = MAX_BACKOFF_S, max_prune_share: float | None = None,
                  install: Mapping[str, object] | None = None, review: Callable[[PublishResult], None] | None = None,
-                 rightsizing: RightsizingSchedule | None = None, consolidation: ConsolidationSchedule | None = None):
+                 rightsizing: RightsizingSchedule | None = None, consolidation: ConsolidationSchedule | None = None,
+                 layout: Layout = Layout(), argocd: Cluster | None = None):
         self.cluster, self.copy, self.election = cluster, copy, election
-        self.applications = tuple(applications) or (DEFAULT_APPLICATION,)
+        self.layout = layout  # with clusters/: the one cluster this reconciler plans and writes
+        self.argocd = argocd or cluster  # where the Applications are read (Argo CD's cluster)
+        self.applications = tuple(a for a in applications if a) or default_applications(layout.cluster)
         self.target = parse_target(target)
         self.metrics = metrics or ControllerMetrics()
         self.health = health
@@ -213,6 +233,8 @@ class ClusterReconciler:
                 report.errors.append(self.election.error)
         except (ClusterError, GitError, LeadershipLost) as exc:
             report.errors.append((exc.reason, exc.message))
+        except ClusterNotFound as exc:  # --cluster names no cluster of the repository (yet): say so, retry later
+            report.errors.append((exc.reason, f"{exc.message}; fix: {exc.fix}"))
         except Exception as exc:  # noqa: BLE001 - one pass's bug must not end the loop: report it, back off
             log.error("pass failed unexpectedly", exc_info=True)
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
@@ -232,7 +254,7 @@ class ClusterReconciler:
     def _pass(self, report: PassReport) -> None:
         facts = self._facts(report)
         objects = self.cluster.elastic_models()
-        applications = [a for a in (self.cluster.application(ns, name) for ns, name in self.applications) if a]
+        applications = [a for a in (self.argocd.application(ns, name) for ns, name in self.applications) if a]
         report.published, report.output = self._publish(facts, report)
         self._count_modes(report.output)
         self._bill(report.output)
@@ -298,28 +320,28 @@ class ClusterReconciler:
                             node_labels=node_labels(nodes))
 
     def _publish(self, facts: ClusterFacts, report: PassReport) -> tuple[PublishResult, PassOutput]:
-        """Render and push; the Lease is renewed at the end of each render, right before its commit is
-        pushed, so a replica deposed while it rendered never pushes."""
+        """Render and push; the Lease is renewed right before each push (after a render, or a change landed again
+        without one), so a replica deposed meanwhile never pushes."""
         renders = []
 
         def render(checkout: Checkout) -> Change:
             warmed()
             with gc_paused():
                 tree = read_repo(checkout.root, available_processes(), generated=checkout.generated,
-                                 committed=checkout.read)
+                                 committed=checkout.read, cluster=self.layout.cluster)
                 if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
                     tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
                 rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)
             renders.append(rendered)
-            self._renew()
-            return Change(files=rendered.files, message=rendered.message, keep=rendered.keep)
+            return Change(files=rendered.files, message=rendered.message, keep=rendered.keep,
+                          reads=rendered.output.reads)
 
         last = self._last
         previous = last.published if last is not None and last.facts == facts else None
         warmed = in_background(warm_up)  # compiled while git fetches (at once after the first pass)
         try:
-            published = publish(self.copy, render, owned=CLUSTER_GENERATED, target=self.target, previous=previous,
-                                sleep=self.sleep)
+            published = publish(self.copy, render, owned=self.layout.cluster_generated, target=self.target,
+                                previous=previous, sleep=self.sleep, before_push=self._renew)
         except GitError as exc:
             self.metrics.push_failed(exc.reason)
             raise
@@ -416,7 +438,7 @@ class ClusterReconciler:
             log.info("ElasticModel %s/%s in the cluster differs from models/ in git; its status waits for "
                      "Argo CD to sync it", namespace, name)
             return
-        error = view.error if view is not None else not_in_git(namespace, name, self.copy.branch)
+        error = view.error if view is not None else not_in_git(namespace, name, self.copy.branch, self.layout)
         decision = view.decision if view is not None else None
         pending = view.pending if view is not None else None
         previous = (obj.get("status") or {}).get("conditions") or []
@@ -475,14 +497,24 @@ def run_cluster(args) -> int:
         print(f"gpushare: [KubeconfigUnusable] no usable Kubernetes configuration: {exc}\n"
               "  fix: run in a pod with a ServiceAccount, or pass --kubeconfig FILE", file=sys.stderr)
         return 1
+    layout = Layout(args.cluster)
+    target = cluster_target(args.write_back, layout)
     try:
-        copy = controller_copy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch),
-                               credentials_from(args))
+        argocd_client = kube.api_client(args.argocd_kubeconfig) if args.argocd_kubeconfig else None
+    except (config.ConfigException, OSError) as exc:
+        print(f"gpushare: [KubeconfigUnusable] --argocd-kubeconfig {args.argocd_kubeconfig}: {exc}\n"
+              "  fix: name a kubeconfig of the cluster Argo CD runs in (a mounted Secret), or leave it out",
+              file=sys.stderr)
+        api_client.close()
+        return 1
+    try:
+        workdir = args.workdir or default_workdir(args.repo, args.branch, args.cluster)
+        copy = controller_copy(args.repo, args.branch, workdir, credentials_from(args), layout)
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
     try:
-        review, propose = reviewers(args, copy)
+        review, propose = reviewers(args, copy, target, layout)
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
@@ -493,11 +525,14 @@ def run_cluster(args) -> int:
     stop = threading.Event()
     metrics = ControllerMetrics()
     reconciler = ClusterReconciler(Cluster(api_client), copy, election, applications=args.argocd_application,
-                                   target=args.write_back, metrics=metrics, health=health, sleep=stop.wait,
+                                   target=target, metrics=metrics, health=health, sleep=stop.wait,
                                    max_prune_share=args.max_prune_share, install=install_values(args),
-                                   review=review, rightsizing=schedule_from(args, metrics, review=propose),
+                                   review=review, layout=layout,
+                                   argocd=Cluster(argocd_client) if argocd_client is not None else None,
+                                   rightsizing=schedule_from(args, metrics, review=propose, cluster=args.cluster),
                                    consolidation=ConsolidationSchedule(args.consolidate_interval,
-                                                                       args.consolidate_max_moves, review=propose))
+                                                                       args.consolidate_max_moves, review=propose,
+                                                                       layout=layout))
     try:
         if args.once:
             return _once(reconciler)
@@ -505,6 +540,8 @@ def run_cluster(args) -> int:
     finally:
         election.release()
         api_client.close()
+        if argocd_client is not None:
+            argocd_client.close()
 
 
 def _once(reconciler: ClusterReconciler) -> int:

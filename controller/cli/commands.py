@@ -3,7 +3,8 @@
 Owns argument parsing and exit codes only; each subcommand calls the stage modules
 (load -> plan -> report/explain, or the reconcile loop). Exit codes, as terraform's: 0 ok, 1 the
 input has errors or a pass failed, 2 bad usage; `plan --detailed-exitcode`: 0 no change, 1 errors,
-2 the plan changes decisions. A model is named NAME or NS/NAME everywhere; --repo defaults to `.`.
+2 the plan changes decisions. A model is named NAME or NS/NAME everywhere; --repo defaults to `.`. A repository
+with clusters/ is planned cluster by cluster (controller.cli.fleet): every cluster, or `--cluster NAME`.
 """
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import logs, report
-from controller.cli.offline import pass_over
+from controller.cli.fleet import chosen_clusters, cluster_name, distinct, passes, repository_errors
 from controller.cli.validate import validate_paths
 from controller.passes.reconcile import plan_bill
 from controller.planning.bill import capacity_doc
 from controller.planning.consolidate import consolidate, held_models
 from controller.planning.explain import ModelNotFound, explain
-from controller.inputs.reader import read_repo
+from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.planning.plan import plan
 
 
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                                                "(a PR check or a pre-commit hook)")
     validate.add_argument("paths", type=Path, nargs="*", default=[Path(".")], metavar="FILE|DIR",
                           help="a GitOps repo (with models/), a directory of YAML files or a file (default: .)")
+    add_cluster_argument(validate, "check")
     validate.set_defaults(run=_validate)
 
     plan_cmd = sub.add_parser("plan", help="show where and how each ElasticModel would run")
@@ -54,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     plan_cmd.add_argument("-o", "--output", choices=("table", "wide", "json", "yaml"), default="table")
     plan_cmd.add_argument("--detailed-exitcode", action="store_true",
                           help="exit 0 when no decision changes, 2 when some do, 1 on input errors (terraform's)")
+    add_cluster_argument(plan_cmd, "plan")
     plan_cmd.set_defaults(run=_plan)
 
     explain_cmd = sub.add_parser("explain", help="the arithmetic behind one model's mode, in plain words")
@@ -62,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                                                           "command (default: .)")
     explain_cmd.add_argument("--branch", default="main", help="the tracked branch of a repository URL (default: main)")
     explain_cmd.add_argument("-n", "--namespace")
+    add_cluster_argument(explain_cmd, "explain the model in")
     explain_cmd.set_defaults(run=_explain)
 
     from controller.cli.reconcile_cmd import add_commands  # the shell around the pass, kept apart from the core
@@ -74,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_consolidate_commands(sub)
     return parser
+
+
+def add_cluster_argument(parser, verb: str, default: str | None = None) -> None:
+    parser.add_argument("--cluster", metavar="NAME", type=cluster_name, default=default,
+                        help=f"in a repository with clusters/: {verb} this cluster only (default: every cluster)")
 
 
 def model_ref(text: str, namespace: str | None) -> tuple[str | None, str]:
@@ -115,18 +124,25 @@ def _validate(args) -> int:
     total = len(inputs.errors)
     for line in report.error_lines(inputs.errors):
         print(line)
-    outputs = []
+    every = []  # every pass of every repository named
     for repo in repos:
-        output = pass_over(repo, processes=1)  # the pass `plan` and a reconcile run: inputs, plan and render
-        outputs.append(output)
-        for line in report.error_lines(output.errors):
+        try:  # the pass `plan` and a reconcile run, per cluster: inputs, plan and render
+            outputs = passes(repo, args.cluster)
+        except ClusterNotFound as exc:
+            print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+            return 2
+        every += outputs.values()
+        errors = distinct([*(repository_errors(repo) if not outputs else ()),
+                           *(e for output in outputs.values() for e in output.errors)])
+        for line in report.error_lines(errors):
             print(line)
-        for file in output.held:
+        for file in sorted({file for output in outputs.values() for file in output.held}):
             print(f"{file}: a reconcile would read its last good copy until it is fixed")
-        total += len(output.errors)
-        models += len(output.inputs.models) - len(output.revived)
-        profiles, slots = profiles + len(output.inputs.profiles), slots + len(output.inputs.slots)
-    pools = sum(len(o.inputs.pools) for o in outputs)
+        total += len(errors)
+        models += len({m.key for o in outputs.values() for m in o.inputs.models if m.ref not in o.revived})
+        profiles += len({(p.key, p.file) for o in outputs.values() for p in o.inputs.profiles})
+        slots += sum(len(output.inputs.slots) for output in outputs.values())
+    pools = sum(len(o.inputs.pools) for o in every)
     pools = f", {pools} node pool(s)" if pools else ""  # shown where there are pools
     print(f"{models} ElasticModel(s), {profiles} profile(s), {slots} GPU slot(s){pools}, {compositions} "
           f"composition(s); {total} error(s)")
@@ -135,18 +151,33 @@ def _validate(args) -> int:
 
 def _plan(args) -> int:
     _require_dir(args.path)
-    output = pass_over(args.path, processes=1)  # the pass `validate` and a reconcile run, render included
-    inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
-    render = {"table": lambda: report.as_table(result, output.slots, errors, revived),
-              "wide": lambda: report.as_table(result, output.slots, errors, revived, profiles=inputs.profiles),
-              "json": lambda: report.as_json(result, errors, _capacity(output)),
-              "yaml": lambda: report.as_yaml(result, errors, _capacity(output))}[args.output]
+    try:
+        outputs = passes(args.path, args.cluster)  # the pass `validate` and a reconcile run, render included
+    except ClusterNotFound as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return 2
+    if list(outputs) == [None]:
+        output = outputs[None]
+        inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
+        render = {"table": lambda: report.as_table(result, output.slots, errors, revived),
+                  "wide": lambda: report.as_table(result, output.slots, errors, revived, profiles=inputs.profiles),
+                  "json": lambda: report.as_json(result, errors, _capacity(output)),
+                  "yaml": lambda: report.as_yaml(result, errors, _capacity(output))}[args.output]
+    else:
+        errors = distinct([*(repository_errors(args.path) if not outputs else ()),
+                           *(e for output in outputs.values() for e in output.errors)])
+        capacities = {name: _capacity(output) for name, output in outputs.items()} if args.output in (
+            "json", "yaml") else {}
+        render = {"table": lambda: report.clusters_table(outputs, errors),
+                  "wide": lambda: report.clusters_table(outputs, errors, wide=True),
+                  "json": lambda: report.clusters_json(outputs, errors, capacities),
+                  "yaml": lambda: report.clusters_yaml(outputs, errors, capacities)}[args.output]
     sys.stdout.write(render())
     if errors:
         print(f"gpushare: {len(errors)} input error(s): the plan leaves those models out (or keeps their last good "
               "spec or objects); `gpushare validate` lists them with their fixes", file=sys.stderr)
         return 1
-    return 2 if args.detailed_exitcode and output.rendered.changes else 0
+    return 2 if args.detailed_exitcode and any(o.rendered.changes for o in outputs.values()) else 0
 
 
 def _capacity(output) -> dict:
@@ -172,17 +203,32 @@ def _explain(args) -> int:
     try:
         with local_tree(args.repo, args.branch) as root:  # a URL: its tracked branch, checked out for the call
             _require_dir(root)
-            tree = read_repo(root)
-            inputs, _ = tree.planned()  # exactly what `plan` and a reconcile pass plan
+            trees = {cluster: read_repo(root, cluster=cluster) for cluster in chosen_clusters(root, args.cluster)}
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1
-    try:
-        result = plan(inputs, tree.last.previous)  # explain sees the pool nodes' GPUs the plan keeps too
-        sys.stdout.write(explain(replace(inputs, slots=(*inputs.slots, *result.pool_slots)), result, name, namespace))
-    except ModelNotFound as exc:
-        print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
+    except ClusterNotFound as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return 2
+    explained, missing = [], None
+    for cluster, tree in trees.items():
+        inputs, _ = tree.planned()  # exactly what `plan` and a reconcile pass plan
+        try:
+            result = plan(inputs, tree.last.previous)  # explain sees the pool nodes' GPUs the plan keeps too
+            text = explain(replace(inputs, slots=(*inputs.slots, *result.pool_slots)), result, name, namespace)
+        except ModelNotFound as exc:
+            missing = missing or exc
+            continue
+        explained.append(text if cluster is None else f"== cluster {cluster} ==\n{text}")
+    if not trees:
+        print("gpushare: [NoClusters] clusters/ holds no usable cluster folder; `gpushare validate` says why",
+              file=sys.stderr)
         return 1
+    if not explained:
+        where = "" if list(trees) == [None] else f" in {'cluster ' + args.cluster if args.cluster else 'any cluster'}"
+        print(f"gpushare: [{missing.reason}] {missing}{where}", file=sys.stderr)
+        return 1
+    sys.stdout.write("\n".join(explained))
     return 0
 
 

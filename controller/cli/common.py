@@ -20,10 +20,11 @@ from controller.cli.offline import OfflineResult
 from controller.cli.review import open_proposal, open_review
 from controller.inputs.cache_policy import host_path_root
 from controller.inputs.compositions import shipped_compositions
-from controller.inputs.layout import CHECKED_OUT
+from controller.inputs.layout import SINGLE, Layout
 from controller.rendering.site import install_parameters, with_install_parameters
-from gitops import Credentials, GitError, PublishResult, WorkingCopy
+from gitops import Credentials, GitError, PublishResult, Target, WorkingCopy
 from gitops.forge import PullRequest, forge_for
+from gitops.workcopy import check_branch_name
 
 log = logging.getLogger("gpushare.review")
 
@@ -63,15 +64,18 @@ def forge_from_settings(args, environ=os.environ) -> None:
             setattr(args, attribute, environ.get(variable, "").strip() or None)
 
 
-def default_workdir(repo: str, branch: str) -> Path:
-    digest = hashlib.sha256(f"{repo}#{branch}".encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "gpushare" / f"checkout-{digest}"
+def default_workdir(repo: str, branch: str, cluster: str | None = None) -> Path:
+    """A cache directory per repository and branch (and cluster: one machine may run the passes of several)."""
+    digest = hashlib.sha256(f"{repo}#{branch}".encode() + (f"#{cluster}".encode() if cluster else b"")).hexdigest()
+    return Path(tempfile.gettempdir()) / "gpushare" / f"checkout-{digest[:16]}"
 
 
-def controller_copy(repo: str, branch: str, workdir: Path, credentials: Credentials | None = None) -> WorkingCopy:
-    """The controller's working copy of `repo`: only what a pass reads is checked out (layout.CHECKED_OUT), the
-    generated paths come from git; an existing full checkout is made sparse at its next pass."""
-    return WorkingCopy(repo, branch, workdir, credentials=credentials, sparse=CHECKED_OUT)
+def controller_copy(repo: str, branch: str, workdir: Path, credentials: Credentials | None = None,
+                    layout: Layout = SINGLE) -> WorkingCopy:
+    """The controller's working copy of `repo`: only what a pass of `layout`'s cluster reads is checked out
+    (Layout.checked_out), the generated paths come from git; an existing full checkout is made sparse at its next
+    pass."""
+    return WorkingCopy(repo, branch, workdir, credentials=credentials, sparse=layout.checked_out)
 
 
 def show(result: OfflineResult, out=None, *, table: bool = True) -> None:
@@ -111,13 +115,22 @@ def install_values(args) -> dict[str, object]:
     return values
 
 
-def reviewers(args, copy: WorkingCopy) -> tuple[Callable[[PublishResult], None],
-                                                  Callable[[bool, PublishResult], None] | None]:
+def cluster_target(target: Target, layout: Layout) -> Target:
+    """The write-back target of `layout`'s cluster: its review branch is its own (Layout.branch), so the reviews
+    of two clusters never write one branch."""
+    if target.review is None or layout.cluster is None:
+        return target
+    return Target(check_branch_name(layout.branch(target.review)), target.pull_request)
+
+
+def reviewers(args, copy: WorkingCopy, target: Target | None = None, layout: Layout = SINGLE
+              ) -> tuple[Callable[[PublishResult], None], Callable[[bool, PublishResult], None] | None]:
     """With --write-back pr:NAME, the pull requests: (after a reconcile pass: the review branch's, opened or
     updated; after a right-sizing pass: each Recommend branch's, opened for a new proposal, updated for a
     carried one while it is open, or None without pr:). Each branch head once per process (a pass that
-    pushed nothing calls the forge only once), each request said (logged when polling)."""
-    target = args.write_back
+    pushed nothing calls the forge only once), each request said (logged when polling). `target`: the
+    write-back of this copy's cluster (default --write-back), whose PLAN.md `layout` names."""
+    target = target or args.write_back
     if not target.pull_request:
         return (lambda published: None), None
     forge = forge_for(args.repo, args.forge, args.forge_api_url, args.git_token_file)
@@ -138,7 +151,7 @@ def reviewers(args, copy: WorkingCopy) -> tuple[Callable[[PublishResult], None],
                 print(line)
 
     def review(published: PublishResult) -> None:
-        once(target.review, published, lambda: open_review(forge, copy, published, target))
+        once(target.review, published, lambda: open_review(forge, copy, published, target, layout.plan_md))
 
     def propose(new: bool, published: PublishResult) -> None:
         once(published.branch, published, lambda: open_proposal(forge, copy, published, new))

@@ -11,6 +11,8 @@ Owns the command and the shell around controller.planning.consolidate:
   next pass keeps (the stability rule), so that pass commits nothing. Never pushed to the tracked branch.
 - `ConsolidationSchedule`: the same proposal, periodically, from the cluster loop (controller.cli.cluster_loop,
   `--consolidate-interval`), on the leader, with the cluster's facts.
+With clusters/ (`--cluster NAME`), one cluster's proposal: its plan, its paths, its own branch
+(CONSOLIDATION_BRANCH/<cluster>).
 The disruption bound is `--max-moves` (default controller.planning.consolidate.DEFAULT_MAX_MOVES); a model
 inside its right-sizing upsize window or predicted to miss its SLO never moves. Exit codes: 0 ok (a proposal
 or none), 1 the repository or git failed, 2 bad arguments.
@@ -26,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.durations import duration_flag as duration
-from controller.inputs.layout import CLUSTER_GENERATED, GENERATED
-from controller.inputs.reader import read_repo
+from controller.inputs.layout import SINGLE, Layout
+from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.inputs.tree import Tree
 from controller.passes.measured import ClusterFacts
 from controller.passes.reconcile import PassOutput, guarded_change, plan_bill, prune_share_setting, run_pass
@@ -55,6 +57,9 @@ def add_commands(sub) -> None:
     cmd.add_argument("--max-moves", type=_positive, default=DEFAULT_MAX_MOVES, metavar="N",
                      help=f"the disruption bound: at most N models moved by one proposal (default: "
                           f"{DEFAULT_MAX_MOVES})")
+    cmd.add_argument("--cluster", metavar="NAME",
+                     help="in a repository with clusters/: the cluster whose pool GPUs to give back (its branch: "
+                          f"{CONSOLIDATION_BRANCH}/NAME)")
     cmd.set_defaults(run=_run)
 
 
@@ -136,20 +141,24 @@ def lines(outcome: Outcome) -> list[str]:
 
 def publish_proposal(copy: WorkingCopy, max_moves: int, now: float, *, facts: ClusterFacts | None = None,
                      install: Mapping[str, object] | None = None, guard: Callable[[], None] = lambda: None,
-                     branch: str = CONSOLIDATION_BRANCH, max_prune_share: float | None = None) -> Outcome | None:
-    """Publish the proposal to `branch` as one commit on top of the tracked branch; None when nothing can be given
-    back on the tracked branch's head (nothing is pushed). The prune guard holds it like any pass (logged)."""
+                     branch: str = CONSOLIDATION_BRANCH, max_prune_share: float | None = None,
+                     layout: Layout = SINGLE) -> Outcome | None:
+    """Publish the proposal to `branch` (with clusters/, `layout`'s own: `branch`/<cluster>) as one commit on top of
+    the tracked branch; None when nothing can be given back on the tracked branch's head (nothing is pushed). The
+    prune guard holds it like any pass (logged)."""
     share = prune_share_setting() if max_prune_share is None else max_prune_share
     heads = copy.sync()
-    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], CLUSTER_GENERATED), CLUSTER_GENERATED)
-    if not _propose_on(checkout, max_moves, now, facts, install).proposal.changed:
+    owned = layout.cluster_generated
+    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], owned), owned)
+    if not _propose_on(checkout, max_moves, now, facts, install, layout).proposal.changed:
         return None
     found: list[Outcome] = []
 
     def render(checkout: Checkout) -> Change:
-        outcome = _propose_on(checkout, max_moves, now, facts, install)
+        outcome = _propose_on(checkout, max_moves, now, facts, install, layout)
         found.append(outcome)
-        guarded = guarded_change(checkout.generated, outcome.output.files, share, keep=outcome.output.keep)
+        guarded = guarded_change(checkout.generated, outcome.output.files, share, keep=outcome.output.keep,
+                                 layout=layout)
         if guarded.hold is not None:
             log.warning("consolidation proposal held: %s Fix: %s", guarded.hold.message, guarded.hold.fix)
         guard()
@@ -158,13 +167,13 @@ def publish_proposal(copy: WorkingCopy, max_moves: int, now: float, *, facts: Cl
             "This branch holds the normal pass; close its pull request.\n")
         return Change(files=guarded.files, message=text, keep=guarded.keep)
 
-    published = publish(copy, render, owned=GENERATED, target=Target(branch))
+    published = publish(copy, render, owned=layout.generated, target=Target(layout.branch(branch)))
     return Outcome(found[-1].proposal, found[-1].output, published)
 
 
 def _propose_on(checkout: Checkout, max_moves: int, now: float, facts: ClusterFacts | None,
-                install: Mapping[str, object] | None) -> Outcome:
-    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout.read)
+                install: Mapping[str, object] | None, layout: Layout) -> Outcome:
+    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout.read, cluster=layout.cluster)
     return propose_tree(tree, max_moves, now, facts, install)
 
 
@@ -172,8 +181,9 @@ class ConsolidationSchedule:
     """The cluster loop's periodic proposal: due every `interval_s`; a failure is logged and retried next time."""
 
     def __init__(self, interval_s: float, max_moves: int, *, clock: Callable[[], float] = time.time,
-                 review: Callable[[bool, PublishResult], None] | None = None):
+                 review: Callable[[bool, PublishResult], None] | None = None, layout: Layout = SINGLE):
         self.interval_s, self.max_moves, self.clock, self.review = interval_s, max_moves, clock, review
+        self.layout = layout  # with clusters/: the cluster whose proposal this is
         self.next_at: float | None = None
 
     def due(self) -> bool:
@@ -186,8 +196,9 @@ class ConsolidationSchedule:
         now = self.clock()
         self.next_at = now + self.interval_s
         try:
-            outcome = publish_proposal(copy, self.max_moves, now, facts=facts, install=install, guard=guard)
-        except GitError as exc:
+            outcome = publish_proposal(copy, self.max_moves, now, facts=facts, install=install, guard=guard,
+                                       layout=self.layout)
+        except (GitError, ClusterNotFound) as exc:
             log.error("consolidation proposal failed: [%s] %s Fix: %s", exc.reason, exc.message, exc.fix)
             return None
         if outcome is not None and outcome.published is not None:
@@ -208,16 +219,25 @@ def _run(args) -> int:
         if not (args.path / "models").is_dir():
             print(f"gpushare: {args.path} has no models/ directory; pass the root of a GitOps repo", file=sys.stderr)
             return 1
-        outcome = propose_tree(read_repo(args.path), args.max_moves, now)
-        print("\n".join(lines(outcome)))
+        try:
+            tree = read_repo(args.path, cluster=args.cluster)
+        except ClusterNotFound as exc:
+            print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+            return 2
+        print("\n".join(lines(propose_tree(tree, args.max_moves, now))))
         return 0
     from controller.cli.common import controller_copy, default_workdir
+    layout = Layout(args.cluster)
     try:
-        copy = controller_copy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch))
-        outcome = publish_proposal(copy, args.max_moves, now)
+        copy = controller_copy(args.repo, args.branch,
+                               args.workdir or default_workdir(args.repo, args.branch, args.cluster), layout=layout)
+        outcome = publish_proposal(copy, args.max_moves, now, layout=layout)
     except GitError as exc:
         print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
         return 1
+    except ClusterNotFound as exc:
+        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+        return 2
     if outcome is None:
         print("nothing to give back: every pool node the plan keeps is needed; nothing published")
         return 0

@@ -4,34 +4,44 @@ Owns flag parsing for the two commands and the offline polling pass (the
 timing is controller.cli.loop's; what a pass prints is controller.cli.common's). Offline passes go through
 controller.cli.offline; cluster passes (`--kube`) through controller.cli.cluster_loop. With --prometheus,
 a right-sizing pass (controller.cli.rightsizing_loop) runs before a reconcile pass whenever it is due.
+A repository with clusters/ is reconciled one cluster at a time, each in its own working copy and on its own
+paths (`--cluster NAME`: that cluster only, as its installed controller runs; offline without it: every
+cluster in turn); its review branches are the cluster's own (`NAME/<cluster>`).
 Called by controller.cli.commands.
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from controller.cli.common import (controller_copy, credentials_from, default_workdir, fail, forge_from_settings,
-                                   from_directory, install_values, outcome_line, reviewers, show)
+from controller.cli.fleet import cluster_name
+from controller.cli.common import (cluster_target, controller_copy, credentials_from, default_workdir, fail,
+                                   forge_from_settings, from_directory, install_values, outcome_line, reviewers, show)
 from controller.cli.logs import Progress
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
 from controller.cli.rightsizing_loop import RightsizingFlagInvalid, prometheus_url, schedule_from
 from controller.cli.rightsizing_loop import add_arguments as add_rightsizing_arguments
+from controller.inputs.layout import SINGLE, Layout
+from controller.inputs.reader import ClusterNotFound, repository_clusters
 from controller.rightsizing.cli import print_pass as show_rightsizing
 from controller.rendering.site import InstallParameterInvalid
 from contract.durations import duration_flag
-from gitops import GitError, Identity, PublishResult, WorkingCopy, parse_target
+from gitops import GitError, Identity, PublishResult, parse_target
 from gitops.forge import KINDS
 from gitops.git import Git
 
 log = logging.getLogger("gpushare.reconcile")
 duration = duration_flag  # the one duration syntax (contract.durations)
+CLUSTER_SETTING = "GPUSHARE_CLUSTER"  # the install's CLUSTER (deploy/overlays/many-clusters): --cluster's default
 
 
 def share(text: str) -> float:
@@ -74,7 +84,12 @@ def add_commands(sub) -> None:
     rec.add_argument("--branch", default="main", help="the tracked branch (default: main)")
     rec.add_argument("--write-back", type=_target, default=parse_target("direct"), metavar="direct|branch:NAME|pr:NAME",
                      help="commit to the tracked branch, or to a review branch for pull requests")
-    rec.add_argument("--workdir", type=Path, help="the controller's checkout (default: a cache dir per repo)")
+    rec.add_argument("--workdir", type=Path, help="the controller's checkout (default: a cache dir per repo; with "
+                     "clusters/ and no --cluster, one more per cluster beside it, DIR-<cluster>)")
+    rec.add_argument("--cluster", metavar="NAME", type=cluster_name, default=os.environ.get(CLUSTER_SETTING) or None,
+                     help="in a repository with clusters/: plan and write this cluster's paths only (rendered/NAME/, "
+                          "decisions/NAME/, profiles/measured/NAME/), its review branch NAME/<cluster> (default: "
+                          f"{CLUSTER_SETTING}; offline without it: every cluster, one after another)")
     loop = rec.add_mutually_exclusive_group()
     loop.add_argument("--once", action="store_true", help="one pass, then exit (the default offline)")
     loop.add_argument("--interval", type=duration, help="poll: one pass every DURATION (e.g. 30s), with jitter")
@@ -137,14 +152,72 @@ def _reconcile(args) -> int:
         from controller.cli.cluster_loop import run_cluster
 
         return run_cluster(args)
+    passes: dict[str | None, Callable[[PublishResult | None], OfflineResult]] = {}
+
+    def every_pass(previous: dict[str | None, PublishResult] | None) -> _Each:
+        """Each cluster's pass. The clusters are read at the first pass (not before the loop: a git failure
+        while reading them is that pass's, retried as any other), and kept for the process's life."""
+        if not passes:
+            passes.update((cluster, _offline_pass(args, cluster, install)) for cluster in _offline_clusters(args))
+        results = {}
+        for cluster, one_pass in passes.items():
+            if len(passes) > 1 and not args.interval:
+                print(f"== cluster {cluster} ==")
+            results[cluster] = one_pass((previous or {}).get(cluster))
+        return _Each(results)
+
+    if not args.interval:
+        try:
+            each = every_pass(None)
+        except GitError as exc:
+            return fail(exc)
+        except ClusterNotFound as exc:
+            print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+            return 2
+        return 1 if any(result.hold is not None for result in each.results.values()) else 0
+    return poll(every_pass, args.interval)
+
+
+@dataclass(frozen=True)
+class _Each:
+    """The passes of every cluster an offline run reconciles, in order, by cluster."""
+
+    results: dict[str | None, OfflineResult]
+
+    @property
+    def published(self) -> dict[str | None, PublishResult]:
+        return {cluster: result.published for cluster, result in self.results.items()}
+
+
+def _offline_clusters(args) -> list[str | None]:
+    """The clusters an offline run reconciles: --cluster, else every cluster of the repository's tracked branch
+    (read through a working copy of the single-cluster layout), else the one implicit cluster (None)."""
+    if args.cluster is not None:
+        return [args.cluster]
+    probe = controller_copy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch),
+                            credentials_from(args))
+    probe.sync()
+    names = repository_clusters(probe.root)
+    if names is None:
+        return [None]
+    if not names:
+        raise ClusterNotFound(f"{args.repo} has clusters/ but no usable cluster folder in it",
+                              "add clusters/<name>/gpus.yaml (`gpushare validate` lists what is wrong)")
+    return list(names)
+
+
+def _offline_pass(args, cluster: str | None, install):
+    """One cluster's offline pass (right-sizing first when due), in its own working copy."""
+    layout = SINGLE if cluster is None else Layout(cluster)
     workdir = args.workdir or default_workdir(args.repo, args.branch)
-    try:
-        copy = controller_copy(args.repo, args.branch, workdir, credentials_from(args))
-        review, propose = reviewers(args, copy)
-    except GitError as exc:
-        return fail(exc)
-    share_limit = args.max_prune_share
-    rightsizing = schedule_from(args, review=propose)
+    if cluster is not None and args.cluster is None:  # every cluster in turn: one copy each, beside --workdir's
+        workdir = workdir.with_name(f"{workdir.name}-{cluster}")
+    elif cluster is not None and args.workdir is None:
+        workdir = default_workdir(args.repo, args.branch, cluster)
+    copy = controller_copy(args.repo, args.branch, workdir, credentials_from(args), layout)
+    target = cluster_target(args.write_back, layout)
+    review, propose = reviewers(args, copy, target, layout)
+    rightsizing = schedule_from(args, review=propose, cluster=cluster)
 
     def one_pass(previous: PublishResult | None) -> OfflineResult:
         if rightsizing is not None:  # before the reconcile pass, which then plans with its records
@@ -152,32 +225,27 @@ def _reconcile(args) -> int:
             if done is not None and not args.interval:
                 show_rightsizing(done)
         if args.interval:  # polling: timestamped log lines, no table per pass
-            result = reconcile_once(copy, args.write_back, previous, share_limit, install=install)
-            log.info("%s", outcome_line(result.published))
+            result = reconcile_once(copy, target, previous, args.max_prune_share, install=install, cluster=cluster)
+            log.info("%s%s", f"{cluster}: " if cluster else "", outcome_line(result.published))
             if result.hold is not None:
                 log.warning("held: %s Fix: %s", result.hold.message, result.hold.fix)
         else:
             progress = Progress()
             try:
-                result = reconcile_once(copy, args.write_back, previous, share_limit, install=install,
-                                        progress=progress)
+                result = reconcile_once(copy, target, previous, args.max_prune_share, install=install,
+                                        progress=progress, cluster=cluster)
             finally:
                 progress.done()
             show(result)
         review(result.published)
         return result
 
-    if not args.interval:
-        try:
-            result = one_pass(None)
-        except GitError as exc:
-            return fail(exc)
-        return 1 if result.hold is not None else 0
-    return poll(one_pass, args.interval)
+    return one_pass
 
 
 def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = None) -> int:
-    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried.
+    """Offline polling on the shared loop (controller.cli.loop): a failed pass is reported and retried (`one_pass`
+    is given the result of the last pass that succeeded, None at first).
     No exception ends the loop: an unexpected one (a bug, a file nobody foresaw) is reported with its type
     and backed off like a git error, and the next pass renders again whatever moved."""
     previous: list = [None]
@@ -185,7 +253,7 @@ def poll(one_pass, interval_s: float, *, sleep=time.sleep, passes: int | None = 
     def attempt() -> Outcome:
         try:
             result = one_pass(previous[0])  # it shows (or logs) the pass
-        except GitError as exc:
+        except (GitError, ClusterNotFound) as exc:
             log.error("[%s] %s Fix: %s", exc.reason, exc.message, exc.fix)
             return Outcome(False)
         except Exception as exc:  # noqa: BLE001 - the loop must outlive any one pass
@@ -211,15 +279,19 @@ def _demo(args) -> int:
     try:
         remote = seed_remote(source, base)
         print(f"seeded a throwaway git repository from {source}: {remote}\n")
-        copy = WorkingCopy(str(remote), "main", base / "controller")
-        first = reconcile_once(copy)
-        show(first)
-        if first.published.changed:
-            commit = first.published.commit
-            log = Git(base / "controller", identity=Identity()).text("show", "--stat=100", "--format=%h %s%n%n%b", commit)
-            print(f"\n$ git show --stat {commit[:12]}\n{log}")
-        print("\nA second pass over the same inputs commits nothing:")
-        show(reconcile_once(copy), table=False)
+        for cluster in repository_clusters(source) or (None,):  # with clusters/: each cluster's controller in turn
+            if cluster is not None:
+                print(f"== cluster {cluster} ==")
+            where = base / ("controller" if cluster is None else f"controller-{cluster}")
+            copy = controller_copy(str(remote), "main", where, layout=Layout(cluster))
+            first = reconcile_once(copy, cluster=cluster)
+            show(first)
+            if first.published.changed:
+                commit = first.published.commit
+                log = Git(where, identity=Identity()).text("show", "--stat=100", "--format=%h %s%n%n%b", commit)
+                print(f"\n$ git show --stat {commit[:12]}\n{log}")
+            print("\nA second pass over the same inputs commits nothing:")
+            show(reconcile_once(copy, cluster=cluster), table=False)
     except GitError as exc:
         return fail(exc)
     finally:

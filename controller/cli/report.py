@@ -1,6 +1,8 @@
 """Human and machine renderings of a plan: the per-slot table, JSON and YAML, and error lists.
 
-Owns presentation only. Called by the CLI (`plan`, `validate`, `reconcile`).
+Owns presentation only; a repository with clusters/ gets one table per cluster, and JSON whose fields are the
+single-cluster plan's (every decision and pending model tagged with its `cluster`) plus `clusters`, each
+cluster's own plan (docs/plan-json.md). Called by the CLI (`plan`, `validate`, `reconcile`).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import yaml
 
 from contract.quantity import format_bytes as fb
-from controller.serialize import plan_to_dict
+from controller.serialize import error_to_dict, plan_to_dict
 from controller.types import Decision, GpuSlot, InputError, Plan, Predicted, Profile
 
 # Predictions as ALONE/ALL-BUSY: alone on the GPU, then with every co-tenant busy; the SLO verdict uses the latter.
@@ -38,6 +40,54 @@ def _finite(value: object) -> object:
 
 def as_yaml(plan: Plan, errors: tuple[InputError, ...] = (), capacity: dict | None = None) -> str:
     return yaml.safe_dump(plan_to_dict(plan, errors, capacity), sort_keys=True, allow_unicode=True)
+
+
+def clusters_to_dict(outputs: Mapping, errors: tuple[InputError, ...], capacities: Mapping | None = None) -> dict:
+    """The plan of several clusters (cluster -> controller.passes.reconcile.PassOutput): the single-cluster fields,
+    each decision and pending entry with its `cluster`, every error once; `capacity` (with `capacities`, each
+    cluster's): every cluster's products and pools tagged with it, and the fleet's GPUs and cost per month (None
+    when a cluster's is unpriced); and `clusters`, each one's own plan."""
+    capacities = capacities or {}
+    own = {name: plan_to_dict(output.shown_plan, output.errors, capacities.get(name))
+           for name, output in outputs.items()}
+    whole = plan_to_dict(Plan(), errors)
+    for part in ("decisions", "pending"):
+        whole[part] = [{**entry, "cluster": name} for name, plan in own.items() for entry in plan[part]]
+    whole["errors"] = [error_to_dict(e) for e in errors]
+    if capacities:
+        costs = [c["costPerMonth"] for c in capacities.values()]
+        whole["capacity"] = {
+            **{part: [{**entry, "cluster": name} for name, c in capacities.items() for entry in c[part]]
+               for part in ("products", "pools")},
+            "gpusUsed": sum(c["gpusUsed"] for c in capacities.values()),
+            "costPerMonth": None if None in costs else round(sum(costs), 2)}
+    whole["clusters"] = {name: {k: v for k, v in plan.items() if k not in ("apiVersion", "kind")}
+                         for name, plan in own.items()}
+    return whole
+
+
+def clusters_json(outputs: Mapping, errors: tuple[InputError, ...], capacities: Mapping | None = None) -> str:
+    return json.dumps(_finite(clusters_to_dict(outputs, errors, capacities)), indent=2, sort_keys=True,
+                      ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def clusters_yaml(outputs: Mapping, errors: tuple[InputError, ...], capacities: Mapping | None = None) -> str:
+    return yaml.safe_dump(clusters_to_dict(outputs, errors, capacities), sort_keys=True, allow_unicode=True)
+
+
+def clusters_table(outputs: Mapping, errors: tuple[InputError, ...], *, wide: bool = False) -> str:
+    """One table per cluster under its name, then every error once."""
+    out = []
+    for name, output in outputs.items():
+        profiles = output.inputs.profiles if wide else None
+        table = as_table(output.shown_plan, output.slots, (), output.revived, profiles=profiles)
+        out += [f"== cluster {name} ==", table.rstrip(), ""]
+    if not outputs:
+        out += ["no cluster: clusters/ holds no usable cluster folder", ""]
+    if errors:
+        out.append(f"{len(errors)} input error(s):")
+        out += [f"  {line}" for line in error_lines(errors)]
+    return "\n".join(out).rstrip() + "\n"
 
 
 def as_table(plan: Plan, slots: tuple[GpuSlot, ...], errors: tuple[InputError, ...] = (),

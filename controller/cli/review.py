@@ -15,9 +15,8 @@ from gitops import PublishResult, WorkingCopy
 from gitops.forge import Forge, PullRequest
 from gitops.writeback import Target
 
+from controller.inputs.layout import PLAN_MD
 from controller.rendering.planmd import review_summary
-
-PLAN_PATH = "rendered/PLAN.md"
 
 
 def open_proposal(forge: Forge, copy: WorkingCopy, published: PublishResult, new: bool) -> PullRequest | None:
@@ -33,17 +32,19 @@ def open_proposal(forge: Forge, copy: WorkingCopy, published: PublishResult, new
     return forge.update_open(published.branch, copy.branch, subject, body)
 
 
-def open_review(forge: Forge, copy: WorkingCopy, published: PublishResult, target: Target) -> PullRequest | None:
-    """The review branch's one pull request, opened or updated; None when there is nothing to review."""
+def open_review(forge: Forge, copy: WorkingCopy, published: PublishResult, target: Target,
+                plan_path: str = PLAN_MD) -> PullRequest | None:
+    """The review branch's one pull request, opened or updated; None when there is nothing to review. `plan_path`:
+    the PLAN.md of the branch's cluster."""
     head = _to_review(copy, published, target.review or "")
     if head is None:
         return None
     subject = copy.git.text("log", "-1", "--format=%s", head)
     try:
-        plan = copy.git.text("show", f"{head}:{PLAN_PATH}")
+        plan = copy.git.text("show", f"{head}:{plan_path}")
     except Exception:  # noqa: BLE001 - a tree without PLAN.md still gets a request, with the subject only
         plan = ""
-    return forge.ensure(target.review, copy.branch, subject, review_summary(plan, head, copy.branch))
+    return forge.ensure(target.review, copy.branch, subject, review_summary(plan, head, copy.branch, plan_path))
 
 
 def _to_review(copy: WorkingCopy, published: PublishResult, branch: str) -> str | None:

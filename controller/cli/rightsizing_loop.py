@@ -24,6 +24,7 @@ from collections.abc import Callable
 from controller.cli.loop import BACKOFF_BASE_S, MAX_BACKOFF_S, backoff_s
 from controller.cli.metrics import ControllerMetrics
 from controller.rightsizing.apply import PassResult, ReadUsage, rightsize_once
+from controller.inputs.layout import Layout
 from controller.inputs.rightsizing_records import RECORDS_BRANCH
 from controller.policy import DEFAULT_WINDOW_S
 from controller.rightsizing.prometheus import DETAIL_S, READ_DEADLINE_S, read_usage
@@ -46,10 +47,12 @@ class RightsizingSchedule:
                  window_s: float = DEFAULT_WINDOW_S, metrics: ControllerMetrics | None = None,
                  clock: Callable[[], float] = time.time, jitter: Callable[[float, float], float] = random.uniform,
                  backoff_base_s: float = BACKOFF_BASE_S, max_backoff_s: float = MAX_BACKOFF_S,
-                 review: ReviewProposal | None = None, records_target: str | Target = "direct"):
+                 review: ReviewProposal | None = None, records_target: str | Target = "direct",
+                 cluster: str | None = None):
         self.read, self.interval_s, self.window_s = read, interval_s, window_s
         self.review = review  # --write-back pr:NAME: each Recommend branch's pull request, and the records'
         self.records_target = records_target  # --write-back branch: or pr: the records' own review branch
+        self.cluster = cluster  # with clusters/: the cluster whose usage, models and records this loop owns
         self.pending: dict = {}  # review mode: the records of the last pass, awaiting review (for the status)
         self.metrics = metrics or ControllerMetrics()
         self.clock, self.jitter = clock, jitter
@@ -68,7 +71,7 @@ class RightsizingSchedule:
         now = self.clock()
         try:
             result = rightsize_once(copy, self.read, now, self.window_s, guard=guard,
-                                    records_target=self.records_target)
+                                    records_target=self.records_target, cluster=self.cluster)
         except Exception as exc:  # noqa: BLE001 - the reconcile loop must outlive any right-sizing pass
             self._failed(exc, now)
             return None
@@ -174,9 +177,10 @@ def prometheus_url(args) -> str:
 
 
 def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Callable[[], float] = time.time,
-                  review: ReviewProposal | None = None) -> RightsizingSchedule | None:
+                  review: ReviewProposal | None = None, cluster: str | None = None) -> RightsizingSchedule | None:
     """The schedule the flags ask for; None (logged once, with why) when --prometheus is empty. With
-    `--write-back branch:` or `pr:` the records go to RECORDS_BRANCH for review, like everything else."""
+    `--write-back branch:` or `pr:` the records go to RECORDS_BRANCH for review, like everything else (with
+    clusters/, `cluster`'s own: RECORDS_BRANCH/<cluster>)."""
     url = prometheus_url(args)
     if not url:
         log.info("right-sizing is off: no Prometheus URL (--prometheus; PROMETHEUS_URL in the gpushare-controller "
@@ -190,6 +194,6 @@ def schedule_from(args, metrics: ControllerMetrics | None = None, *, clock: Call
     return RightsizingSchedule(lambda start, end, fleet: read_usage(url, start, end, step, fleet=fleet,
                                                                     deadline_s=deadline, detail_s=detail),
                                interval_s=args.rightsize_interval, window_s=args.rightsize_window,
-                               metrics=metrics, clock=clock, review=review,
-                               records_target=(f"branch:{RECORDS_BRANCH}" if parse_target(args.write_back).review
-                                               else "direct"))
+                               metrics=metrics, clock=clock, review=review, cluster=cluster,
+                               records_target=(f"branch:{Layout(cluster).branch(RECORDS_BRANCH)}"
+                                               if parse_target(args.write_back).review else "direct"))

@@ -30,6 +30,8 @@ from contract.wire import API_VERSION
 from controller.inputs.pools import check_pools, pool_from
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
+from controller.inputs.kube_rules import label_value, labels as label_problems, qualified_name
+from controller.placement import PlacementError, parse_placement
 from controller.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Pool, Profile, Source)
@@ -295,6 +297,19 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         return None, [InputError(source.file, source.document, "spec.rightsizing", str(exc),
                                  "write minBudget and maxBudget as Kubernetes quantities (12Gi)",
                                  reason="InvalidRightsizing", object=ref)]
+    try:
+        placement = parse_placement(spec.get("placement"))
+    except PlacementError as exc:
+        return None, [InputError(source.file, source.document, exc.path, str(exc),
+                                 "In and NotIn take a list of values; Exists and DoesNotExist take none",
+                                 reason=exc.reason, object=ref)]
+    bad_labels = _selector_problems(spec.get("placement"))
+    if bad_labels:
+        path, message = bad_labels[0]
+        return None, [InputError(source.file, source.document, path, message,
+                                 "write Kubernetes label keys (an optional DNS prefix and '/', then a name) and "
+                                 "label values (at most 63 letters, digits, '-', '_' or '.')",
+                                 reason="InvalidSelector", object=ref)]
     return ElasticModel(
         name=meta["name"],
         namespace=meta.get("namespace") or DEFAULT_NAMESPACE,
@@ -310,7 +325,24 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         served_names=tuple(spec.get("servedNames", ())),
         rightsizing=rightsizing,
         weight_dtype=canonical((spec.get("weights") or {}).get("dtype")),
+        placement=placement,
     ), []
+
+
+def _selector_problems(placement: Any) -> list[tuple[str, str]]:
+    """(field, what is wrong) of each label key or value of spec.placement.clusterSelector that Kubernetes'
+    label rules refuse (controller.inputs.kube_rules)."""
+    selector = (placement or {}).get("clusterSelector") if isinstance(placement, dict) else None
+    if not isinstance(selector, dict):
+        return []
+    at = "spec.placement.clusterSelector"
+    found = [(p.where, f"{p.where}: {p.message}") for p in label_problems(selector.get("matchLabels") or {},
+                                                                            f"{at}.matchLabels")]
+    for i, item in enumerate(selector.get("matchExpressions") or ()):
+        found += [(f"{at}.matchExpressions[{i}].key", f"key {item['key']!r}: {m}") for m in qualified_name(item["key"])]
+        found += [(f"{at}.matchExpressions[{i}].values", f"value {v!r}: {m}")
+                  for v in item.get("values") or () for m in label_value(v)]
+    return found
 
 
 _SLO_FIELDS = {"contextTokens": "context_tokens", "concurrency": "concurrency", "ttftMs": "ttft_ms",

@@ -30,17 +30,18 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable
 
 from contract.wire import SOURCE_ANNOTATION
 from controller.cpu import forked_map, runs
+from controller.inputs.clusters import Catalog, cluster_name_problem, folder_errors, inventory_path, placed
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
-from controller.inputs.layout import (CLUSTER_GENERATED, COMPOSITIONS_DIR, DECISIONS_DIR, INVENTORY_FILE,
-                                      LAST_GOOD_DIR, MEASURED_PROFILES_DIR, MODELS_DIR, OWNERS_FILE, PLAN_MD,
-                                      PROFILES_DIR, RENDERED_DIR, RIGHTSIZING_DIR, WORKER_FILES)
+from controller.inputs.kube_rules import labels as label_problems
+from controller.inputs.layout import (CLUSTERS_DIR, COMPOSITIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR,
+                                      PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
 from controller.inputs.load import (DecisionRecord, Inventory, load_documents, parse_gpu_inventory, parse_model,
                                     parse_prices, parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
@@ -50,6 +51,9 @@ from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yaml_limits import YamlLimits
 from controller.serialize import decision_from_dict
 from controller.types import ElasticModel, InputError, Inputs, Profile, Source
+
+LABELS_FIX = ("write Kubernetes labels: keys an optional DNS prefix and '/', then a name; values at most 63 letters, "
+              "digits, '-', '_' or '.'")
 
 log = logging.getLogger("gpushare.inputs")
 
@@ -63,74 +67,157 @@ def load_repo(root: Path) -> Inputs:
 Committed = Callable[[Iterable[str], int], Mapping[str, bytes]]  # (paths, size limit) -> their committed content
 
 
+class ClusterNotFound(ValueError):
+    """A cluster asked for (`--cluster NAME`) that the repository does not hold, or none asked for where one must
+    be; the message says which clusters there are."""
+
+    reason = "UnknownCluster"
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.message, self.fix = message, fix
+
+
+def repository_clusters(root: Path) -> tuple[str, ...] | None:
+    """The clusters a repository plans (folders under clusters/ with a gpus.yaml and a usable name), sorted; None
+    for the single-cluster layout (no clusters/ folder)."""
+    catalog = read_catalog(root)
+    return None if catalog is None else catalog.names
+
+
 def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None = None,
-              committed: Committed | None = None) -> Tree:
+              committed: Committed | None = None, cluster: str | None = None) -> Tree:
     """Every input file of a GitOps tree, parsed (each broken gpus.yaml, profile or composition from its last
     good copy), the compositions, the right-sizing records and prices, and the last pass the tree holds; files
     are read sorted. `processes`: how many processes may read a large fleet's decision records. `generated`:
-    every path under the controller's prefixes (layout.CLUSTER_GENERATED, or the shell's own) as git holds them
-    in the checked-out commit, of which the work tree may hold only those a pass reads; None: list them from the
-    directory (a plain directory, not the controller's checkout). `committed`: reads controller files from git
+    every path under the controller's prefixes (a Layout's cluster_generated, or the shell's own) as git holds
+    them in the checked-out commit, of which the work tree may hold only those a pass reads; None: list them from
+    the directory (a plain directory, not the controller's checkout). `committed`: reads controller files from git
     (gitops.Checkout.read), for the decision records the controller's sparse work tree leaves out; None: read
-    them from the directory."""
+    them from the directory. `cluster`: the cluster to read in a repository with clusters/ (its inventory, the
+    models that select it, its own generated tree and no other's); None in the single-cluster layout.
+    ClusterNotFound when that does not fit the repository."""
     root = Path(root)
-    models, model_errors = read_models(root, processes)
-    profiles = read_profile_tree(root)
-    inventory = read_inventory(root)
-    compositions = read_compositions(root)
-    measured = {rel: text for rel in owned_files(root, (MEASURED_PROFILES_DIR,))
+    layout = Layout(cluster)
+    catalog = read_catalog(root, layout)
+    check_cluster(catalog, cluster)
+    models, model_errors = read_models(root, processes, keep_documents=catalog is not None, layout=layout)
+    models, placement_errors = placed(models, cluster, catalog)
+    profiles, shared = read_profile_trees(root, layout, catalog)
+    inventory = read_inventory(root, layout)
+    compositions = read_compositions(root, layout)
+    measured = {rel: text for rel in owned_files(root, (layout.measured,))
                 if (text := read_optional(root, rel)) is not None}
     read = TreeRead().add(profiles).add(inventory).add(compositions.read)
-    rightsizing = read_rightsizing(root, generated)
-    model_errors = [*model_errors, *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
+    rightsizing = read_rightsizing(root, generated, layout)
+    model_errors = [*model_errors, *placement_errors, *(catalog.errors if catalog else ()),
+                    *(p.as_input_error() for p in rightsizing.problems)]  # `validate` shows them
     gpus = inventory.values[0] if inventory.values else Inventory()
     return Tree(effective_models(models, rightsizing), tuple(model_errors), tuple(profiles.values),
                 tuple(profiles.errors), gpus.slots, tuple(inventory.errors), measured,
                 compositions.compositions, tuple(compositions.read.errors), read.last_good, tuple(sorted(read.held)),
-                rightsizing, read_prices(root), read_last_pass(root, processes, generated, committed), gpus.pools)
+                rightsizing, read_prices(root, layout), read_last_pass(root, processes, generated, committed, layout),
+                gpus.pools, layout=layout, shared_profiles=shared, clusters=catalog.names if catalog else ())
 
 
-def controller_paths(root: Path, generated: Iterable[str] | None) -> tuple[str, ...]:
-    """The paths under the controller's prefixes, sorted: `generated` (git's listing) when given, else the
-    directory's files there."""
+def check_cluster(catalog: Catalog | None, cluster: str | None) -> None:
+    """ClusterNotFound unless `cluster` fits the repository: None without clusters/, one of its clusters with it."""
+    if catalog is None and cluster is not None:
+        raise ClusterNotFound(f"cluster {cluster!r} was asked for, but the repository has no {CLUSTERS_DIR}/ folder: "
+                              "it is one implicit cluster", "leave --cluster out, or add "
+                              f"{CLUSTERS_DIR}/<name>/{INVENTORY_FILE} for each cluster")
+    if catalog is not None and cluster not in catalog.labels:
+        known = ", ".join(catalog.names) or "none"
+        raise ClusterNotFound(f"the repository has {CLUSTERS_DIR}/ (clusters: {known}), and "
+                              + (f"{cluster!r} is none of them" if cluster else "no cluster was named"),
+                              f"name one of them with --cluster NAME, or add {inventory_path(cluster or '<name>')}")
+
+
+def read_catalog(root: Path, own: Layout = SINGLE) -> Catalog | None:
+    """The clusters under clusters/ (controller.inputs.clusters.Catalog): each folder with a usable name and a
+    gpus.yaml, with the labels it declares; None without a clusters/ folder (the single-cluster layout). `own`:
+    the cluster being read, whose labels come from its last good gpus.yaml while that file is broken (so a broken
+    file never moves a model off it); another cluster's labels are None while its file cannot be read."""
+    base = Path(root) / CLUSTERS_DIR
+    if base.is_symlink() or not base.is_dir():
+        return None
+    try:
+        folders = sorted(entry.name for entry in os.scandir(base) if entry.is_dir(follow_symlinks=False))
+    except OSError:
+        folders = []
+    has = {name: is_file(root, inventory_path(name)) for name in folders}
+    errors = folder_errors(folders, has, is_file(root, INVENTORY_FILE))
+    labels: dict[str, Mapping[str, str] | None] = {}
+    for name in folders:
+        if cluster_name_problem(name) is not None or not has[name]:
+            continue
+        found, problems = _cluster_labels(root, inventory_path(name))
+        if found is None and name == own.cluster:
+            found, _ = _cluster_labels(root, last_good_path(inventory_path(name), own))
+        labels[name] = found
+        errors += problems
+    return Catalog(MappingProxyType(labels), tuple(errors))
+
+
+def _cluster_labels(root: Path, rel: str) -> tuple[dict[str, str] | None, list[InputError]]:
+    """The `labels:` of a cluster's gpus.yaml ({} when it has none); None when the file cannot be read or its labels
+    break Kubernetes' rules (each reported; a file that is no YAML is the inventory's error to report)."""
+    text = read_optional(root, rel)
+    docs = load_documents(text, rel)[0] if text is not None else []
+    if not docs or not isinstance(docs[0][1], dict):
+        return None, []
+    value = docs[0][1].get("labels", {})
+    problems = label_problems(value, "labels")
+    if problems:
+        return None, [InputError(rel, docs[0][0], p.where, f"{p.where}: {p.message}", LABELS_FIX, reason="InvalidLabel")
+                      for p in problems]
+    return {str(k): v for k, v in value.items()}, []
+
+
+def controller_paths(root: Path, generated: Iterable[str] | None, layout: Layout = SINGLE) -> tuple[str, ...]:
+    """The paths under the controller's prefixes of `layout`, sorted: `generated` (git's listing) when given, else
+    the directory's files there."""
+    prefixes = layout.cluster_generated
     if generated is None:
-        return tuple(owned_files(root, CLUSTER_GENERATED))
-    return tuple(sorted(path for path in generated if path.startswith(CLUSTER_GENERATED)))
+        return tuple(owned_files(root, prefixes))
+    return tuple(sorted(path for path in generated if path.startswith(prefixes)))
 
 
 def read_last_pass(root: Path, processes: int = 1, generated: Iterable[str] | None = None,
-                   committed: Committed | None = None) -> LastPass:
+                   committed: Committed | None = None, layout: Layout = SINGLE) -> LastPass:
     """What the last pass left: its decisions, PLAN.md, owners file, generated paths (`generated` as
     `read_repo` takes it) and rendered workers."""
-    paths = controller_paths(root, generated)
-    records = load_decision_records(root, processes, None if generated is None else paths, committed)
-    return LastPass(records, read_plan_md(root), read_owners(root), paths,
-                    read_rendered_workers(root, paths, committed))
+    paths = controller_paths(root, generated, layout)
+    records = load_decision_records(root, processes, None if generated is None else paths, committed, layout)
+    return LastPass(records, read_plan_md(root, layout), read_owners(root, layout), paths,
+                    read_rendered_workers(root, paths, committed, layout))
 
 
-def read_rightsizing(root: Path, generated: Iterable[str] | None = None) -> Records:
+def read_rightsizing(root: Path, generated: Iterable[str] | None = None, layout: Layout = SINGLE) -> Records:
     """The right-sizing records under decisions/rightsizing/<namespace>/<name>.yaml (regular files in the
     repository only, each within the limits of the controller's own files); a garbled, oversized or unreadable
     one is a RecordProblem: its model holds alone and `validate` reports it (the right-sizing pass rewrites it).
     `generated` as `read_repo` takes it."""
-    listed = owned_files(root, (RIGHTSIZING_DIR + "/",)) if generated is None else generated
-    paths = [rel for rel in listed if rel.startswith(RIGHTSIZING_DIR + "/") and rel.count("/") == 3]
-    return records_from(read_texts(root, sorted(paths), max_state_bytes()))
+    under = layout.rightsizing + "/"
+    listed = owned_files(root, (under,)) if generated is None else generated
+    paths = [rel for rel in listed if rel.startswith(under) and rel[len(under):].count("/") == 1]
+    return records_from(read_texts(root, sorted(paths), max_state_bytes()), directory=layout.rightsizing)
 
 
-def read_prices(root: Path) -> dict[str, float]:
+def read_prices(root: Path, layout: Layout = SINGLE) -> dict[str, float]:
     """gpus.yaml's pricePerGpuHour (controller.inputs.load.parse_prices); {} when it is absent or unreadable."""
-    text = read_optional(root, INVENTORY_FILE)
-    docs = load_documents(text, INVENTORY_FILE)[0] if text else []
+    text = read_optional(root, layout.inventory)
+    docs = load_documents(text, layout.inventory)[0] if text else []
     return parse_prices(docs[0][1]) if docs else {}
 
 
 def read_rendered_workers(root: Path, paths: Iterable[str] | None = None,
-                          committed: Committed | None = None) -> dict[str, str]:
+                          committed: Committed | None = None, layout: Layout = SINGLE) -> dict[str, str]:
     """The last rendered Deployments and ConfigMaps (path -> text): which workers a pass restarts. `paths`: the
     controller's paths (`controller_paths`), listed from the directory when None; `committed`: as read_repo."""
-    names = [rel for rel in controller_paths(root, paths) if rel.startswith(RENDERED_DIR + "/")
-             and rel.count("/") == 2 and rel.rsplit("/", 1)[1].startswith(WORKER_FILES)]
+    under = layout.rendered + "/"
+    names = [rel for rel in controller_paths(root, paths, layout) if rel.startswith(under)
+             and rel[len(under):].count("/") == 1 and rel.rsplit("/", 1)[1].startswith(WORKER_FILES)]
     return _texts(root, names, committed)
 
 
@@ -148,19 +235,19 @@ def _texts(root: Path, paths: list[str], committed: Committed | None) -> dict[st
     return texts
 
 
-def read_owners(root: Path) -> dict[str, tuple[str, ...]]:
+def read_owners(root: Path, layout: Layout = SINGLE) -> dict[str, tuple[str, ...]]:
     """The owners file the last pass wrote (namespace/name -> its generated paths); {} when absent or garbled
     (logged: a model that fails to render this pass then keeps nothing). It grows with the fleet, so it is read
     with the limits of the controller's own files (repofiles.max_state_bytes, YamlLimits.scaled)."""
-    root = Path(root)
-    text = read_optional(root, OWNERS_FILE, max_state_bytes())
+    root, owners = Path(root), layout.owners
+    text = read_optional(root, owners, max_state_bytes())
     doc = _json_body(text) if text is not None else {}
     if doc is None:  # not the JSON the controller writes now (an older controller wrote YAML): the YAML reader
-        docs = load_documents(text, OWNERS_FILE, YamlLimits.from_env().scaled(STATE_FACTOR))[0]
+        docs = load_documents(text, owners, YamlLimits.from_env().scaled(STATE_FACTOR))[0]
         doc = docs[0][1] if docs else None
-    if not isinstance(doc, dict) or (is_file(root, OWNERS_FILE) and text is None):
+    if not isinstance(doc, dict) or (is_file(root, owners) and text is None):
         log.warning("%s cannot be read (too large, or not the mapping the controller writes); a model that fails "
-                    "to render this pass keeps none of its objects", OWNERS_FILE)
+                    "to render this pass keeps none of its objects", owners)
         return {}
     return {ref: tuple(p for p in paths if isinstance(p, str)) for ref, paths in doc.items()
             if isinstance(ref, str) and isinstance(paths, list)}
@@ -175,8 +262,8 @@ def _json_body(text: str) -> object | None:
         return None
 
 
-def read_plan_md(root: Path) -> str | None:
-    return read_optional(Path(root), PLAN_MD, max_state_bytes())
+def read_plan_md(root: Path, layout: Layout = SINGLE) -> str | None:
+    return read_optional(Path(root), layout.plan_md, max_state_bytes())
 
 
 def _file_error(rel: str, exc: RepoFileError) -> InputError:
@@ -204,27 +291,29 @@ class TreeRead:
         return self
 
 
-def last_good_path(rel: str) -> str:
+def last_good_path(rel: str, layout: Layout = SINGLE) -> str:
     """Where a pass keeps the last copy of input file `rel` that parsed without an error."""
-    return f"{LAST_GOOD_DIR}/{rel}"
+    return f"{layout.last_good}/{rel}"
 
 
 def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list, list[InputError]]],
-                    *, last_good: bool = True) -> TreeRead:
+                    *, last_good: bool = True, layout: Layout = SINGLE) -> TreeRead:
     """One input file through `parse(text, rel) -> (values, errors)`. A file with any error is read from
-    its last good copy instead, when there is one and `last_good` is set; its errors are still reported."""
+    its last good copy (under `layout`'s decisions) instead, when there is one and `last_good` is set; its errors
+    are still reported."""
     try:
         text = read_text(root, rel)
         values, errors = parse(text, rel)
     except RepoFileError as exc:
         values, errors = [], [_file_error(rel, exc)]
+    keep = last_good_path(rel, layout)
     if not errors:
-        return TreeRead(values, [], {last_good_path(rel): text} if last_good else {})
-    old = read_optional(root, last_good_path(rel)) if last_good else None
+        return TreeRead(values, [], {keep: text} if last_good else {})
+    old = read_optional(root, keep) if last_good else None
     if old is not None:
         old_values, old_errors = parse(old, rel)
         if not old_errors:
-            return TreeRead(old_values, errors, {last_good_path(rel): old}, [rel])
+            return TreeRead(old_values, errors, {keep: old}, [rel])
     return TreeRead(values, errors)
 
 
@@ -243,16 +332,26 @@ def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError
     return parse_text
 
 
-def read_models(root: Path, processes: int = 1) -> tuple[list[ElasticModel], list[InputError]]:
-    """Every ElasticModel under models/**, not yet checked for duplicates (`combine` does). A broken model
-    keeps its last good spec through its decision file (controller.inputs.load.revive_last_good). A large
-    fleet's files are read in `processes` processes (controller.cpu), the result the same."""
-    found = _parse_tree(Path(root), MODELS_DIR, _parse_model_document, last_good=False, processes=processes)
+def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False, layout: Layout = SINGLE
+                ) -> tuple[list[ElasticModel], list[InputError]]:
+    """Every ElasticModel under models/** (and, with clusters/, the cluster's own clusters/<name>/models/**), not
+    yet checked for duplicates (`combine` does). A broken model keeps its last good spec through its decision file
+    (controller.inputs.load.revive_last_good). A large fleet's files are read in `processes` processes
+    (controller.cpu), the result the same. `keep_documents`: each model carries the document it was parsed from
+    (a repository with clusters/ renders it into each cluster that plans it)."""
+    parse = _parse_model_keeping_document if keep_documents else _parse_model_document
+    paths = [rel for folder in layout.models for rel in yaml_files(Path(root), folder)]
+    found = _parse_paths(Path(root), paths, parse, last_good=False, processes=processes)
     return found.values, found.errors
 
 
 def _parse_model_document(doc: Any, rel: str, index: int) -> tuple[ElasticModel | None, list[InputError]]:
     return parse_model(doc, Source(rel, index))
+
+
+def _parse_model_keeping_document(doc: Any, rel: str, index: int) -> tuple[ElasticModel | None, list[InputError]]:
+    model, errors = parse_model(doc, Source(rel, index))
+    return (None if model is None else replace(model, document=doc)), errors
 
 
 def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:
@@ -267,24 +366,52 @@ def read_profile_tree(root: Path) -> TreeRead:
     return _parse_tree(Path(root), PROFILES_DIR, parse_profile)
 
 
+def read_profile_trees(root: Path, layout: Layout, catalog: Catalog | None) -> tuple[TreeRead, tuple[Profile, ...]]:
+    """(profiles/** as `layout`'s cluster reads them, the profiles other clusters measured). In the single-cluster
+    layout the first is profiles/** whole and the second empty; with clusters/, the first leaves out every other
+    cluster's profiles/measured/<cluster>/ (their files, not this cluster's to keep), which come second: one per
+    (model, revision, GPU product), the first cluster by name winning, used where this cluster has no measured
+    profile of its own (Tree.combined)."""
+    paths = yaml_files(Path(root), PROFILES_DIR)
+    others = {} if catalog is None else {name: f"{MEASURED_PROFILES_DIR}/{name}/" for name in catalog.names
+                                         if name != layout.cluster}
+    foreign = tuple(others.values())
+    own = _parse_paths(Path(root), [p for p in paths if not p.startswith(foreign)] if foreign else paths,
+                       parse_profile, last_good=True, layout=layout)
+    shared: dict[tuple[str, str, str], Profile] = {}
+    for name, under in sorted(others.items()):
+        for profile in _parse_paths(Path(root), [p for p in paths if p.startswith(under)], parse_profile,
+                                    last_good=False).values:
+            if profile.source == "measured":
+                shared.setdefault(profile.key, profile)
+    return own, tuple(shared.values())
+
+
 PARALLEL_MIN_BYTES = 1 << 20  # below this, one process reads a tree faster than several start
 
 
-def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True, processes: int = 1) -> TreeRead:
+def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True, processes: int = 1,
+                layout: Layout = SINGLE) -> TreeRead:
     """Every file under `sub`, in path order; in `processes` processes when the files hold PARALLEL_MIN_BYTES."""
-    paths = yaml_files(root, sub)
+    return _parse_paths(root, yaml_files(root, sub), parse, last_good=last_good, processes=processes, layout=layout)
+
+
+def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bool = True, processes: int = 1,
+                 layout: Layout = SINGLE) -> TreeRead:
+    """Every one of `paths`, in order; in `processes` processes when the files hold PARALLEL_MIN_BYTES."""
     wide = processes > 1 and len(paths) > 1 and _size(root, paths) >= PARALLEL_MIN_BYTES
-    parts = forked_map(_parse_files, [(root, run, parse, last_good) for run in runs(paths, processes if wide else 1)])
+    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout)
+                                      for run in runs(paths, processes if wide else 1)])
     found = TreeRead()
     for part in parts:
         found.add(part)
     return found
 
 
-def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool) -> TreeRead:
+def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool, layout: Layout) -> TreeRead:
     found, parse_text = TreeRead(), documents_parser(parse)
     for rel in paths:
-        found.add(read_input_file(root, rel, parse_text, last_good=last_good))
+        found.add(read_input_file(root, rel, parse_text, last_good=last_good, layout=layout))
     return found
 
 
@@ -298,12 +425,12 @@ def _size(root: Path, paths: list[str]) -> int:
     return total
 
 
-def read_inventory(root: Path) -> TreeRead:
+def read_inventory(root: Path, layout: Layout = SINGLE) -> TreeRead:
     """gpus.yaml's Inventory, its one value (none when the file is absent), from its last good copy while it is
-    broken."""
-    if not is_file(root, INVENTORY_FILE):
+    broken; with clusters/, the cluster's own clusters/<name>/gpus.yaml."""
+    if not is_file(root, layout.inventory):
         return TreeRead()
-    return read_input_file(Path(root), INVENTORY_FILE, parse_inventory_text)
+    return read_input_file(Path(root), layout.inventory, parse_inventory_text, layout=layout)
 
 
 def parse_inventory_text(text: str, rel: str) -> tuple[list[Inventory], list[InputError]]:
@@ -333,12 +460,12 @@ class RepoCompositions:
     read: TreeRead
 
 
-def read_compositions(root: Path) -> RepoCompositions:
+def read_compositions(root: Path, layout: Layout = SINGLE) -> RepoCompositions:
     """compositions/*.yaml of the GitOps repository over the shipped ones. Two repository files naming one
     composition are an error on each, and neither is used (the shipped one of that name stays)."""
     read = TreeRead()
     for rel in yaml_files(Path(root), COMPOSITIONS_DIR):
-        read.add(read_input_file(Path(root), rel, documents_parser(parse_composition)))
+        read.add(read_input_file(Path(root), rel, documents_parser(parse_composition), layout=layout))
     by_name: dict[str, list[Composition]] = defaultdict(list)
     for composition in read.values:
         by_name[composition.name].append(composition)
@@ -359,15 +486,16 @@ PARALLEL_MIN_RECORDS = 2000  # below this, one process reads the decision record
 
 
 def load_decision_records(root: Path, processes: int = 1, generated: Iterable[str] | None = None,
-                          committed: Committed | None = None) -> dict[tuple[str, str], DecisionRecord]:
+                          committed: Committed | None = None, layout: Layout = SINGLE
+                          ) -> dict[tuple[str, str], DecisionRecord]:
     """decisions/<ns>/<name>.yaml as compose wrote them (not the last good copies or the right-sizing records);
     unreadable or garbled files are skipped (the controller owns them and rewrites them on its next pass). A
     large fleet's records are read in `processes` processes (controller.cpu), the result the same.
     `generated`: the controller's paths, sorted (`controller_paths`); None: listed from the directory.
     `committed`: read from git (as read_repo takes it); None: from the directory."""
-    listed = yaml_files(Path(root), DECISIONS_DIR) if generated is None else [
-        rel for rel in generated if rel.startswith(DECISIONS_DIR + "/") and rel.endswith(YAML_SUFFIXES)]
-    paths = [rel for rel in listed if not rel.startswith((LAST_GOOD_DIR + "/", RIGHTSIZING_DIR + "/"))]
+    listed = yaml_files(Path(root), layout.decisions) if generated is None else [
+        rel for rel in generated if rel.startswith(layout.decisions + "/") and rel.endswith(YAML_SUFFIXES)]
+    paths = [rel for rel in listed if not rel.startswith((layout.last_good + "/", layout.rightsizing + "/"))]
     texts = None if committed is None else _texts(root, paths, committed)
     parts = processes if len(paths) >= PARALLEL_MIN_RECORDS else 1
     records: dict[tuple[str, str], DecisionRecord] = {}

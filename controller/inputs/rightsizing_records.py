@@ -61,6 +61,7 @@ class Record:
     conditions: tuple[Condition, ...] = ()
     kv: dict = field(default_factory=dict)  # the recommended KV reservation (controller.rightsizing.kv)
     recent: tuple[str, ...] = ()  # the times of the changes in the last day (the cap, MAX_CHANGES_PER_DAY)
+    directory: str = field(default=RECORDS_DIR, compare=False)  # where it is filed: a cluster's own records folder
 
     @property
     def key(self) -> tuple[str, str]:
@@ -68,7 +69,7 @@ class Record:
 
     @property
     def path(self) -> str:
-        return f"{RECORDS_DIR}/{self.namespace}/{self.name}.yaml"
+        return f"{self.directory}/{self.namespace}/{self.name}.yaml"
 
     @property
     def open(self) -> bool:
@@ -159,15 +160,16 @@ def parse_record(doc) -> Record | None:
         return None
 
 
-def records_from(texts: Mapping[str, str | bytes | RepoFileError], limits: YamlLimits | None = None) -> Records:
+def records_from(texts: Mapping[str, str | bytes | RepoFileError], limits: YamlLimits | None = None, *,
+                 directory: str = RECORDS_DIR) -> Records:
     """Records from their files (repository path -> the text, the bytes read from git, or why the file could not
     be read), each decoded as UTF-8, parsed within the YAML limits and checked against the record schema; a file
-    that is not one valid record at its own path (`decisions/rightsizing/<namespace>/<name>.yaml`) is a
-    RecordProblem instead, whatever its bytes."""
+    that is not one valid record at its own path (`<directory>/<namespace>/<name>.yaml`; `directory` a cluster's
+    decisions/<cluster>/rightsizing with clusters/) is a RecordProblem instead, whatever its bytes."""
     limits = limits or YamlLimits.from_env()
     records, problems = {}, []
     for rel, text in sorted(texts.items()):
-        record_or_problem = _parse_file(rel, text, limits)
+        record_or_problem = _parse_file(rel, text, limits, directory)
         if isinstance(record_or_problem, RecordProblem):
             problems.append(record_or_problem)
         else:
@@ -175,26 +177,27 @@ def records_from(texts: Mapping[str, str | bytes | RepoFileError], limits: YamlL
     return Records(records, problems)
 
 
-def _parse_file(rel: str, data: str | bytes | RepoFileError, limits: YamlLimits) -> Record | RecordProblem:
+def _parse_file(rel: str, data: str | bytes | RepoFileError, limits: YamlLimits, directory: str
+                ) -> Record | RecordProblem:
     if isinstance(data, RepoFileError):
-        return RecordProblem(rel, _key_of(rel), f"{data.message}: {data.fix}")
+        return RecordProblem(rel, _key_of(rel, directory), f"{data.message}: {data.fix}")
     if isinstance(data, bytes):
         try:
             data = decode_utf8(data)
         except NotUtf8 as exc:
-            return RecordProblem(rel, _key_of(rel), f"{exc}; a record is UTF-8 YAML")
-    return parse_record_text(rel, data, limits)
+            return RecordProblem(rel, _key_of(rel, directory), f"{exc}; a record is UTF-8 YAML")
+    return parse_record_text(rel, data, limits, directory)
 
 
-def _key_of(rel: str) -> tuple[str, str] | None:
-    """(namespace, name) of a record's path, when it has the shape decisions/rightsizing/<namespace>/<name>.yaml."""
-    parts = rel.removeprefix(RECORDS_DIR + "/").removesuffix(".yaml").split("/")
+def _key_of(rel: str, directory: str) -> tuple[str, str] | None:
+    """(namespace, name) of a record's path, when it has the shape <directory>/<namespace>/<name>.yaml."""
+    parts = rel.removeprefix(directory + "/").removesuffix(".yaml").split("/")
     return (parts[0], parts[1]) if len(parts) == 2 and rel.endswith(".yaml") else None
 
 
-def parse_record_text(rel: str, text: str, limits: YamlLimits) -> Record | RecordProblem:
+def parse_record_text(rel: str, text: str, limits: YamlLimits, directory: str = RECORDS_DIR) -> Record | RecordProblem:
     """One record file, pure: its Record, or what is wrong with it."""
-    key = _key_of(rel)
+    key = _key_of(rel, directory)
     try:
         docs = parse_documents(text, unique_keys=True, limits=limits)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
@@ -207,9 +210,10 @@ def parse_record_text(rel: str, text: str, limits: YamlLimits) -> Record | Recor
         where = "/".join(str(p) for p in error.absolute_path) or "(the document)"
         return RecordProblem(rel, key, f"{where}: {error.message[:300]}")
     record = parse_record(docs[0])
+    record = None if record is None else replace(record, directory=directory)
     if record is None or rel != record.path:
-        return RecordProblem(rel, key, "the record's model does not match its path "
-                                       "(decisions/rightsizing/<namespace>/<name>.yaml)")
+        return RecordProblem(rel, key, f"the record's model does not match its path "
+                                       f"({directory}/<namespace>/<name>.yaml)")
     return record
 
 

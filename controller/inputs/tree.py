@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.load import DecisionRecord, combine, revive_last_good
 from controller.inputs.rightsizing_records import Records
 from controller.types import Decision, ElasticModel, GpuSlot, InputError, Inputs, Pool, Profile
@@ -55,6 +56,9 @@ class Tree:
     prices: Mapping[str, float] = field(default_factory=dict)  # gpus.yaml pricePerGpuHour
     last: LastPass = LastPass()
     pools: tuple[Pool, ...] = ()  # gpus.yaml pools (cluster mode plans them too)
+    layout: Layout = SINGLE  # whose tree: the single-cluster layout, or one cluster's paths under clusters/
+    shared_profiles: tuple[Profile, ...] = ()  # other clusters' measured profiles, for keys this one has not measured
+    clusters: tuple[str, ...] = ()  # with clusters/: every cluster of the repository
 
     def combined(self, slots: Iterable[GpuSlot] | None = None, measured: Iterable[Profile] = (),
                  replaced: frozenset[str] = frozenset(), errors: Iterable[InputError] = (),
@@ -62,10 +66,14 @@ class Tree:
         """The checked inputs (`check_inputs`). Cluster mode passes the nodes' `slots` (gpus.yaml's nodes are
         then not used, and their errors not reported; its pools are), its `measured` profiles, the git profile
         files they `replaced`, its `errors`, the `pools` it plans (gpus.yaml's, less any whose node names a Node
-        takes) and how many nodes each has (`pool_nodes`)."""
+        takes) and how many nodes each has (`pool_nodes`). Another cluster's measured profile is used for a
+        profile key this cluster has measured none of (one GPU product behaves alike in every cluster: profiled
+        once, used everywhere)."""
         slot_errors = self.slot_errors if slots is None else [e for e in self.slot_errors
                                                              if e.path.startswith("pools[")]
-        inputs = combine(self.models, [*(p for p in self.profiles if p.file not in replaced), *measured],
+        own = [*(p for p in self.profiles if p.file not in replaced), *measured]
+        mine = {p.key for p in own if p.source == "measured"}
+        inputs = combine(self.models, [*own, *(p for p in self.shared_profiles if p.key not in mine)],
                          self.slots if slots is None else slots,
                          [*self.model_errors, *(e for e in self.profile_errors if e.file not in replaced),
                           *slot_errors, *self.composition_errors, *errors],

@@ -43,7 +43,7 @@ MODE_RULE = {
 }
 # Keywords carried over unchanged: they mean the same in JSON Schema and OpenAPI v3.0.
 _SAME = frozenset({"type", "description", "pattern", "minLength", "maxLength", "minimum", "maximum", "enum",
-                   "default", "format", "minItems", "maxItems", "required"})
+                   "default", "format", "minItems", "maxItems", "required", "maxProperties"})
 _DROPPED = frozenset({"$schema", "$id", "title"})
 
 

@@ -22,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.inputs.layout import CLUSTER_GENERATED
+from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.load import parse_model
 from controller.inputs.tree import Tree
 from controller.passes.measured import ClusterFacts
@@ -52,8 +52,9 @@ def render_in_cluster(tree: Tree, facts: ClusterFacts, max_prune_share: float = 
     add the measured profiles. A pass that would shrink the rendered objects by more than `max_prune_share`
     keeps upstream's tree (`hold`)."""
     output = run_pass(tree, facts, install=install, processes=available_processes())
-    before = [path for path in tree.last.paths or () if path.startswith(CLUSTER_GENERATED)]
-    guarded = guarded_change(before, output.files, max_prune_share, frozenset(tree.measured_profiles) | output.keep)
+    before = [path for path in tree.last.paths or () if path.startswith(tree.layout.cluster_generated)]
+    guarded = guarded_change(before, output.files, max_prune_share, frozenset(tree.measured_profiles) | output.keep,
+                             tree.layout)
     return ClusterRender(output, dict(guarded.files), output.message, guarded.keep, output.ignored, guarded.hold)
 
 
@@ -194,7 +195,14 @@ def status_model(obj: dict, view: ModelView | None) -> ElasticModel | None:
     return replace(view.model, generation=in_cluster.generation)
 
 
-def not_in_git(namespace: str, name: str, branch: str) -> InputError:
+def not_in_git(namespace: str, name: str, branch: str, layout: Layout = SINGLE) -> InputError:
+    if layout.cluster is not None:
+        return InputError(
+            file=f"models/ on branch {branch}", document=None, path="spec.placement", reason="NotInGit",
+            message=f"ElasticModel {namespace}/{name} is in cluster {layout.cluster}, but git places no model of "
+                    f"that name on {layout.cluster}, so the controller plans none",
+            fix=f"place it on {layout.cluster} (spec.placement, or {layout.own_models}/), or delete it from the "
+                "cluster", object=f"{namespace}/{name}")
     return InputError(
         file=f"models/ on branch {branch}", document=None, path="metadata.name", reason="NotInGit",
         message=f"ElasticModel {namespace}/{name} is in the cluster but not in git, the source of truth; "

@@ -73,18 +73,19 @@ class MeasuredProfiles:
     ignored: tuple[tuple[str, str], ...] = ()
 
 
-def measured_path(profile: Profile) -> str:
+def measured_path(profile: Profile, directory: str = MEASURED_PROFILES_DIR) -> str:
     """profiles/measured/<gpu-product>/<model-slug>.yaml, with `@<revision>` before .yaml unless it is main,
-    so two revisions of one model do not overwrite each other."""
+    so two revisions of one model do not overwrite each other; with clusters/, under the cluster's own
+    `directory` (profiles/measured/<cluster>/), so two clusters' controllers never commit one file."""
     relpath = profile_relpath(profile.model, profile.gpu_product, profile.weight_dtype)
     if profile.revision == "main":
-        return MEASURED_DIR + relpath
-    return f"{MEASURED_DIR}{relpath.removesuffix('.yaml')}@{profile.revision.replace('/', '--')}.yaml"
+        return f"{directory}/{relpath}"
+    return f"{directory}/{relpath.removesuffix('.yaml')}@{profile.revision.replace('/', '--')}.yaml"
 
 
-def measured_profiles(documents: Sequence[ProfileDocument],
-                      requests: Mapping[tuple[str, str], ProfileRequest]) -> MeasuredProfiles:
-    """Each valid profile of each requested ConfigMap, filed at `measured_path`.
+def measured_profiles(documents: Sequence[ProfileDocument], requests: Mapping[tuple[str, str], ProfileRequest],
+                      directory: str = MEASURED_PROFILES_DIR) -> MeasuredProfiles:
+    """Each valid profile of each requested ConfigMap, filed at `measured_path` under `directory`.
 
     A ConfigMap is used only at a (namespace, name) in `requests` and only for profiles of the requested
     (model, revision, GPU product); anything else was not written by our profiler Job (anyone may label a
@@ -121,7 +122,7 @@ def measured_profiles(documents: Sequence[ProfileDocument],
                                 f"is where the profile of {request.model}@{request.revision} on "
                                 f"{request.gpu_product} ({request.weight_dtype}) belongs; ignored"))
                 continue
-            path = measured_path(profile)
+            path = measured_path(profile, directory)
             if path in files:
                 continue
             files[path] = MEASURED_HEADER + yaml.safe_dump(doc, sort_keys=True, allow_unicode=True, width=4096)

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from contract.quantity import format_bytes as fb
-from controller.inputs.layout import GENERATED, OWNERS_FILE, PLAN_MD, RENDERED_DIR, RIGHTSIZING_DIR
+from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.load import DecisionRecord, revive_last_good
 from controller.inputs.pools import split_pool_nodes
 from controller.inputs.tree import Tree
 from controller.passes.measured import ClusterFacts, measured_profiles, profile_requests
 from controller.planning.bill import Bill, bill
 from controller.planning.plan import plan
-from controller.rendering.compose import Rendered, compose
+from controller.rendering.compose import Rendered, compose, elastic_model_path
 from controller.rendering.compose_errors import ComposeError
 from controller.rendering.planmd import Change
 from controller.rendering.site import with_install_parameters
@@ -58,10 +58,18 @@ class PassOutput:
     keep: frozenset[str] = frozenset()  # paths of models that failed to render now, kept as the last pass left them
     measured: Mapping[str, str] = field(default_factory=dict)  # cluster mode: profiles/measured/<path> -> its text
     ignored: tuple[tuple[str, str], ...] = ()  # cluster mode: (reason, message) of profile ConfigMaps not used
+    layout: Layout = SINGLE  # whose tree: the single-cluster layout, or one cluster's under clusters/
+    clusters: tuple[str, ...] = ()  # with clusters/: every cluster of the repository
+
+    @property
+    def reads(self) -> tuple[str, ...] | None:
+        """What the pass read, as git pathspecs (gitops.Change.reads): None in the single-cluster layout."""
+        return self.layout.reads(self.clusters)
 
     @property
     def files(self) -> dict[str, bytes]:
-        files = {**self.rendered.files, **self.last_good, OWNERS_FILE: dump_owners(self.owners), **self.measured}
+        files = {**self.rendered.files, **self.last_good, self.layout.owners: dump_owners(self.owners),
+                 **self.measured}
         return {path: text.encode() for path, text in sorted(files.items())}
 
     @property
@@ -82,15 +90,18 @@ class PassOutput:
         """Every error of the pass, as `gpushare validate`, `plan` and the status report it: the inputs', then
         each model whose objects could not be rendered, against its model's file."""
         models = {m.ref: m for m in self.inputs.models}
-        return (*self.inputs.errors, *(render_error(e, models.get(e.ref)) for e in self.rendered.errors))
+        return (*self.inputs.errors,
+                *(render_error(e, models.get(e.ref), self.layout) for e in self.rendered.errors))
 
 
-def render_error(problem: ComposeError, model: ElasticModel | None) -> InputError:
-    """A model's render-time error as an InputError against the file (and document) that defines it."""
+def render_error(problem: ComposeError, model: ElasticModel | None, layout: Layout = SINGLE) -> InputError:
+    """A model's render-time error as an InputError against the file (and document) that defines it (naming the
+    cluster it failed in, with clusters/)."""
     source = model.source if model is not None else None
+    where = "" if layout.cluster is None else f" in {layout.label}"
     return InputError(file=source.file if source else "models/", document=source.document if source else None,
-                      path="spec", message=f"its objects could not be rendered: {problem.message}", fix=problem.fix,
-                      reason=problem.reason, object=problem.ref)
+                      path="spec", message=f"its objects could not be rendered{where}: {problem.message}",
+                      fix=problem.fix, reason=problem.reason, object=problem.ref)
 
 
 PlanWith = Callable[[Inputs, Mapping[tuple[str, str], Decision]], Plan]
@@ -113,12 +124,13 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
         inputs, last_good = tree.inputs, dict(tree.last_good)
     else:
         fixed, pools, pool_nodes, pool_errors = split_pool_nodes(facts.slots, facts.node_labels, tree.pools)
-        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots, pools))
+        measured = measured_profiles(facts.profiles, profile_requests(tree.models, facts.slots, pools),
+                                     tree.layout.measured)
         replaced = frozenset(measured.files)
         inputs = tree.combined(fixed, measured.profiles, replaced, [*facts.errors, *pool_errors, *measured.errors],
                                pools, pool_nodes)
         last_good = tree.last_good_except(replaced)
-    last = tree.last
+    last, layout = tree.last, tree.layout
     planned, revived = revive_last_good(inputs, last.records)
     result = (plan_with or plan)(planned, last.previous)
     sources = {(p.model, p.gpu_product, p.weight_dtype): p.source for p in planned.profiles}
@@ -126,17 +138,49 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
     rendered = compose(planned.models, result, slots, last, compositions=compositions, processes=processes,
                        profile_sources=sources,
                        sections=rightsizing_section(tree.rightsizing, result.decisions, slots, tree.prices),
-                       bills=(plan_bill(planned, last.previous.values()), plan_bill(planned, result.decisions)))
+                       bills=(plan_bill(planned, last.previous.values()), plan_bill(planned, result.decisions)),
+                       layout=layout)
     quiet = quiet_changes(last.records, planned.models, result)
-    now, keep = kept_owners(rendered, last.owners)
+    now, keep = kept_owners(rendered, last.owners, layout)
+    if layout.cluster is not None:  # a model whose ElasticModel is not rendered now keeps the one it had
+        now, keep = _kept_objects(planned.models, rendered.files, last.paths or (), now, keep, layout)
     message = commit_message(rendered.changes, rendered, revived, quiet=quiet, held=tree.held)
     committed = {}
     if measured is not None:
         committed = measured.files
         new = [path for path, text in measured.files.items() if tree.measured_profiles.get(path) != text]
         message = _with_profiles(message, rendered, new, measured.sources)
+    if layout.cluster is not None:  # one branch holds every cluster's commits: each subject says whose it is
+        message = cluster_subject(message, layout.cluster)
     return PassOutput(planned, result, rendered, revived, message, last_good, tree.held, now,
-                      keep | {RIGHTSIZING_DIR + "/"}, committed, measured.ignored if measured else ())
+                      keep | {layout.rightsizing + "/"}, committed, measured.ignored if measured else (), layout,
+                      tree.clusters)
+
+
+def cluster_subject(message: str, cluster: str) -> str:
+    """The commit message with its subject naming its cluster: `gpushare(eu-1): 2 decisions changed`,
+    `eu-1: llm/chat: resident on n/gpu0 → swap on n/gpu0`."""
+    if message.startswith("gpushare: "):
+        return f"gpushare({cluster}): {message.removeprefix('gpushare: ')}"
+    return f"{cluster}: {message}"
+
+
+def _kept_objects(models: Sequence[ElasticModel], files: Mapping[str, str], before: Iterable[str],
+                  owners: dict[str, tuple[str, ...]], keep: frozenset[str], layout: Layout
+                  ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+    """The owners and kept paths with the rendered ElasticModel of each planned model that has none in `files`
+    kept as upstream holds it: a model served from its last good spec (its document is broken now), or whose
+    object the API server would refuse; so the cluster keeps the last good object, never loses it."""
+    upstream, owners, kept = set(before), dict(owners), set(keep)
+    for model in models:
+        try:
+            path = elastic_model_path(model, layout)
+        except ComposeError:  # a name that makes no path: nothing was ever rendered there
+            continue
+        if path not in files and path in upstream:
+            kept.add(path)
+            owners[model.ref] = tuple(sorted({*owners.get(model.ref, ()), path}))
+    return dict(sorted(owners.items())), frozenset(kept)
 
 
 def plan_bill(inputs: Inputs, decisions: Iterable[Decision]) -> Bill:
@@ -158,28 +202,29 @@ def _with_profiles(message: str, rendered: Rendered, new_profiles: list[str], so
     return subject + "\n\n" + "\n".join(lines + rest) + "\n"
 
 
-def kept_owners(rendered: Rendered, before: Mapping[str, tuple[str, ...]]
+def kept_owners(rendered: Rendered, before: Mapping[str, tuple[str, ...]], layout: Layout = SINGLE
                 ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
     """(each model's generated paths now, the paths to keep as upstream holds them). A model that could not
     be rendered this pass (a composition that renders invalid objects, a name clash) keeps what the last
-    pass generated for it, and its entry carries forward, so its running objects survive until it is fixed."""
+    pass generated for it, and its entry carries forward, so its running objects survive until it is fixed
+    (with clusters/, beside the ElasticModel object rendered for it now)."""
     now: dict[str, set[str]] = {}
     for path, refs in rendered.owners.items():
         for ref in refs:
             now.setdefault(ref, set()).add(path)
     keep: set[str] = set()
     for ref in sorted({error.ref for error in rendered.errors}):
-        if ref not in now and before.get(ref):
-            safe = {path for path in before[ref] if _keepable(path)}
-            keep |= safe
-            now[ref] = safe
+        if not now.get(ref, set()) - rendered.models and before.get(ref):
+            safe = {path for path in before[ref] if _keepable(path, layout)}
+            keep |= safe - now.get(ref, set())
+            now[ref] = safe | now.get(ref, set())
     return {ref: tuple(sorted(paths)) for ref, paths in sorted(now.items())}, frozenset(keep)
 
 
-def _keepable(path: object) -> bool:
+def _keepable(path: object, layout: Layout = SINGLE) -> bool:
     """A path read back from the owners file (a file in git anyone may edit) is kept only if it is a clean
     relative path under a generated prefix (gitops checks every kept path again before writing)."""
-    return (isinstance(path, str) and path.startswith(GENERATED) and posixpath.normpath(path) == path
+    return (isinstance(path, str) and path.startswith(layout.generated) and posixpath.normpath(path) == path
             and not any(part in ("", ".git") for part in path.split("/")) and "\\" not in path and "\0" not in path)
 
 
@@ -321,20 +366,23 @@ def _percents(removed: Fraction, limit: Fraction) -> tuple[str, str]:
     return f"{removed.numerator}/{removed.denominator}", f"{float(limit):g}"
 
 
-def prune_hold(before: Iterable[str], after: Iterable[str], max_share: float) -> PruneHold | None:
+def prune_hold(before: Iterable[str], after: Iterable[str], max_share: float, layout: Layout = SINGLE
+               ) -> PruneHold | None:
     """The hold when the rendered objects (files under rendered/ but PLAN.md) would shrink from `before`
     (upstream's paths) to `after` (the paths the pass leaves) by more than `max_share` of `before`; None
     otherwise: removing exactly the share is allowed, and share 1 allows any removal. Distinct paths count,
     in exact arithmetic. Net numbers: a model that moves, or whose profiler Job gives way to its worker,
     replaces what it removes."""
-    old, new = _objects(before), _objects(after)
+    old, new = _objects(before, layout), _objects(after, layout)
     if old and Fraction(len(old) - len(new), len(old)) > exact_share(max_share):
         return PruneHold(len(old), len(new), max_share)
     return None
 
 
-def _objects(paths: Iterable[str]) -> set[str]:
-    return {p for p in paths if p.startswith(f"{RENDERED_DIR}/") and p != PLAN_MD}
+def _objects(paths: Iterable[str], layout: Layout) -> set[str]:
+    """The rendered objects among `paths`: `layout`'s own (another cluster's never count as its removals)."""
+    under = layout.rendered + "/"
+    return {p for p in paths if p.startswith(under) and p != layout.plan_md}
 
 
 @dataclass(frozen=True)
@@ -347,13 +395,13 @@ class Guarded:
 
 
 def guarded_change(before: Iterable[str], files: Mapping[str, bytes], max_share: float,
-                   keep: frozenset[str] = frozenset()) -> Guarded:
+                   keep: frozenset[str] = frozenset(), layout: Layout = SINGLE) -> Guarded:
     """The files and kept paths of a pass, or, when it would shrink the rendered objects by more than
     `max_share`, no files and every path upstream holds under the generated prefixes (`before`) kept as it
     is, so nothing is committed, with the hold that says why. What the pass leaves is its files and the kept
     paths upstream holds (a kept path upstream lacks is no object)."""
     before = set(before)
-    hold = prune_hold(before, set(files) | (keep & before), max_share)
+    hold = prune_hold(before, set(files) | (keep & before), max_share, layout)
     if hold is not None:
         return Guarded({}, frozenset(before), hold)
     return Guarded(files, keep)

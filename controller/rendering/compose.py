@@ -3,7 +3,10 @@
 Owns turning one pass's plan into files: per model awaiting a profile its
 composition's profiling objects; per (GPU slot, composition) a worker (ConfigMap
 with worker.yaml, Deployment, its RBAC); per placed ElasticModel a Service; per
-decision `decisions/<namespace>/<name>.yaml`; and rendered/PLAN.md. Every object
+decision `decisions/<namespace>/<name>.yaml`; and rendered/PLAN.md. With clusters/, one
+cluster's tree: the same under rendered/<cluster>/ and decisions/<cluster>/, plus each ElasticModel the
+cluster plans, as its user wrote it (rendered/<cluster>/<namespace>/elasticmodel-<name>.yaml: how
+the objects reach only the clusters that select them). Every object
 is rendered in the sandbox (controller.rendering.render), validated against Kubernetes'
 schemas (controller.rendering.kube_validate) and the API server's rules beyond them
 (controller.inputs.kube_rules) and written with sorted keys to a path built
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 
 import jsonschema
 
+from contract.wire import SOURCE_ANNOTATION
+
 from controller.cpu import forked_map
 from controller.inputs.cache_policy import host_path_problem, host_path_root
 from controller.inputs.compositions import Composition, shipped_compositions
@@ -34,6 +39,7 @@ from controller.rendering.compose_errors import (RULE_ERRORS, ComposeError, Host
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
 from controller.inputs.kube_rules import Problem, is_dns_label, is_label_value, object_problems
+from controller.inputs.layout import SINGLE, Layout
 from controller.rendering.names import (dns_label, profile_configmap_name, profiler_job_name, service_name,
                                         worker_name)
 from controller.rendering.profiling_place import Beside, profiling_place
@@ -46,9 +52,9 @@ from controller.types import Decision, ElasticModel, GpuSlot, Pending, Plan
 from controller.rendering.yamlout import dump
 from controller.rendering.workerconfig import entry_problem, model_entry, worker_config
 
-RENDERED = "rendered"
-DECISIONS = "decisions"
-PLAN_FILE = f"{RENDERED}/PLAN.md"
+RENDERED = SINGLE.rendered  # the paths compose builds; a cluster's tree is moved under its own (`_moved`)
+DECISIONS = SINGLE.decisions
+PLAN_FILE = SINGLE.plan_md
 MIB = 1 << 20
 STARTUP_BASE_S = 120  # python and torch start until /healthz answers (models are fetched and load after)
 STARTUP_PROBE_PERIOD_S = 10  # templates/worker-deployment.yaml.j2 startupProbe.periodSeconds
@@ -82,6 +88,7 @@ class Rendered:
     verdict_sources: frozenset[tuple[str, str]] = frozenset()  # each rendered worker's verdicts ConfigMap
     urls: dict[str, str] = field(default_factory=dict)  # namespace/name -> its endpoint (status.url)
     rollouts: Rollouts = Rollouts()  # the workers this tree restarts or reconfigures in place (none when unknown)
+    models: frozenset[str] = frozenset()  # with clusters/: the rendered ElasticModel files (rendered for any model)
 
 
 @dataclass(frozen=True)
@@ -154,27 +161,32 @@ def warm_up() -> None:
 def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot], last: LastPass = LastPass(), *,
             compositions: Mapping[str, Composition] | None = None, processes: int = 1,
             profile_sources: Mapping[tuple[str, str, str], str] | None = None, sections: Sequence[str] = (),
-            bills: tuple[Bill, Bill] | None = None) -> Rendered:
+            bills: tuple[Bill, Bill] | None = None, layout: Layout = SINGLE) -> Rendered:
     """The generated tree. With `processes` > 1 and a large plan, the objects of disjoint sets of GPU
     slots render in that many forked processes; the result is byte-identical to one process. `last`: the last
     pass's result (controller.inputs.tree.LastPass): its decisions, which the changes are counted from; its
     PLAN.md, whose summary a quiet pass keeps; its paths, which tell the profiler Jobs this tree creates; its
     worker Deployments and ConfigMaps, which tell the workers this tree restarts from those it reconfigures in
     place. `sections`: further PLAN.md lines (the open right-sizing recommendations), placed before the changes;
-    `bills`: the last decisions' and this plan's GPUs and cost (controller.planning.bill), for PLAN.md."""
+    `bills`: the last decisions' and this plan's GPUs and cost (controller.planning.bill), for PLAN.md. `layout`:
+    whose paths (one cluster's, with clusters/): that cluster's tree, its ElasticModels in it."""
     compositions = shipped_compositions() if compositions is None else compositions
     if processes > 1 and len(plan.decisions) >= PARALLEL_MIN_DECISIONS:
         tree, errors = _objects_in_parallel(models, plan, slots, compositions, processes)
     else:
         tree, errors = _objects(models, plan, slots, compositions)
+    propagated = _elastic_models(models, tree, errors) if layout.cluster is not None else set()
     _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
+    if layout.cluster is not None:
+        tree, propagated = _moved(tree, layout), {_move(path, layout) for path in propagated}
     failed = {error.ref for error in errors}  # never reported as new or placed: their objects are not rendered
     changes = tuple(c for c in decision_changes(last.previous, plan) if c.ref not in failed)
     rollouts = worker_rollouts(last.workers, tree.files, tree.deployments) if last.workers is not None else None
-    tree.files[PLAN_FILE] = plan_markdown(models, plan, slots, changes, errors, last_change_lines(last.plan_md),
-                                          profile_sources, jobs_created=None if last.paths is None
-                                          else len(created_jobs(last.paths, tree.files)), rollouts=rollouts,
-                                          sections=sections, bills=bills)
+    tree.files[layout.plan_md] = plan_markdown(models, plan, slots, changes, errors, last_change_lines(last.plan_md),
+                                               profile_sources, jobs_created=None if last.paths is None
+                                               else len(created_jobs(last.paths, tree.files, layout.rendered)),
+                                               rollouts=rollouts, sections=sections, bills=bills,
+                                               cluster=layout.cluster)
     return Rendered(
         files=dict(sorted(tree.files.items())),
         errors=tuple(errors),
@@ -184,7 +196,65 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
         verdict_sources=frozenset(tree.verdict_sources),
         urls=dict(sorted(tree.urls.items())),
         rollouts=rollouts or Rollouts(),
+        models=frozenset(propagated),
     )
+
+
+def _elastic_models(models: Sequence[ElasticModel], tree: _Tree, errors: list[ComposeError]) -> set[str]:
+    """Each model's ElasticModel object as its user wrote it (its namespace and source file set; its status and its
+    spec.placement left out: which clusters run it is the repository's business, and a model moved between two
+    clusters leaves a third one's tree as it was), so the cluster's Argo CD Application syncs it with the objects
+    that serve it; the paths written. A model without its document (served from its last good spec: its document
+    is broken now) keeps the object the last pass rendered (controller.passes.reconcile.run_pass)."""
+    written = set()
+    for model in sorted(models, key=lambda m: m.key):
+        if model.document is None:
+            continue
+        doc = {k: v for k, v in model.document.items() if k != "status"}
+        if isinstance(doc.get("spec"), dict):
+            doc["spec"] = {k: v for k, v in doc["spec"].items() if k != "placement"}
+        metadata = dict(doc.get("metadata") or {})
+        source = model.source.file if model.source else ""
+        doc["metadata"] = {**metadata, "namespace": model.namespace,
+                           "annotations": {**(metadata.get("annotations") or {}), SOURCE_ANNOTATION: source}}
+
+        def add(model: ElasticModel = model, doc: dict = doc) -> None:
+            problems = object_problems(doc)  # labels or annotations the API server refuses would fail the sync
+            if problems:
+                shown = "; ".join(f"{p.where} {_shown(p.value)}: {p.message}" for p in problems[:3])
+                raise RULE_ERRORS[problems[0].reason](
+                    model.ref, f"its ElasticModel object: the Kubernetes API server would refuse it: {shown}",
+                    "fix the field named there in the model's file (docs/limits.md, \"Rendered objects\")")
+            path = elastic_model_path(model)
+            tree.add([_File(path, dump(doc), RenderedObject("ElasticModel", model.namespace, model.name))],
+                     [model.ref])
+            written.add(path)
+
+        _guarded(errors, add)
+    return written
+
+
+def elastic_model_path(model: ElasticModel, layout: Layout = SINGLE) -> str:
+    """Where a cluster's tree holds one of its ElasticModels (under `layout`'s rendered tree)."""
+    return _move(_safe_path(model.ref, RENDERED, model.namespace, f"elasticmodel-{model.name}.yaml"), layout)
+
+
+def _move(path: str, layout: Layout) -> str:
+    """A path compose built, under `layout`'s own rendered and decisions folders."""
+    for top, own in ((RENDERED, layout.rendered), (DECISIONS, layout.decisions)):
+        if path.startswith(top + "/"):
+            return own + path[len(top):]
+    return path
+
+
+def _moved(tree: _Tree, layout: Layout) -> _Tree:
+    """The tree with every path under `layout`'s own folders (rendered/<cluster>/, decisions/<cluster>/)."""
+    moved = _Tree(verdict_sources=tree.verdict_sources, urls=tree.urls)
+    moved.files = {_move(path, layout): text for path, text in tree.files.items()}
+    moved.owners.update({_move(path, layout): refs for path, refs in tree.owners.items()})
+    moved.objects = {_move(path, layout): obj for path, obj in tree.objects.items()}
+    moved.deployments = {_move(path, layout): doc for path, doc in tree.deployments.items()}
+    return moved
 
 
 def _objects(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot],

@@ -21,7 +21,7 @@ from controller.rendering.rollouts import Rollouts
 from controller.planning.bill import Bill, change_line, money
 from controller.planning.occupancy import device_bytes
 from contract.quantity import format_bytes
-from controller.inputs.layout import RENDERED_DIR
+from controller.inputs.layout import PLAN_MD, RENDERED_DIR
 from controller.types import Decision, ElasticModel, GpuSlot, Plan
 
 BAR_WIDTH = 40
@@ -131,11 +131,14 @@ def last_change_lines(plan_md: str | None) -> LastPlan:
     return LastPlan(summary, tuple(line for line in section.splitlines() if line.startswith("- ")), workers, capacity)
 
 
-def created_jobs(previous: Collection[str] | None, current: Iterable[str]) -> tuple[str, ...]:
-    """The profiler Job files (`rendered/<namespace>/job-<name>.yaml`) of the `current` tree that the
-    `previous` rendered tree's paths lack: a Job already there is not created again, one whose name
-    changed with its inputs is. When the previous tree is unknown (None), every Job is created."""
-    return tuple(sorted(path for path in current if _is_job(path) and (previous is None or path not in previous)))
+def created_jobs(previous: Collection[str] | None, current: Iterable[str], rendered: str = RENDERED_DIR
+                 ) -> tuple[str, ...]:
+    """The profiler Job files (`<rendered>/<namespace>/job-<name>.yaml`; `rendered` a cluster's rendered/<cluster>
+    with clusters/) of the `current` tree that the `previous` rendered tree's paths lack: a Job already there is not
+    created again, one whose name changed with its inputs is. When the previous tree is unknown (None), every Job
+    is created."""
+    return tuple(sorted(path for path in current if _is_job(path, rendered)
+                        and (previous is None or path not in previous)))
 
 
 def _jobs(plan: Plan) -> int:
@@ -143,19 +146,21 @@ def _jobs(plan: Plan) -> int:
     return len({(p.namespace, p.model, p.revision, p.gpu_product) for p in plan.pending})
 
 
-def _is_job(path: str) -> bool:
-    parts = path.split("/")
-    return len(parts) == 3 and parts[0] == RENDERED_DIR and parts[2].startswith("job-")
+def _is_job(path: str, rendered: str) -> bool:
+    if not path.startswith(rendered + "/"):
+        return False
+    parts = path[len(rendered) + 1:].split("/")
+    return len(parts) == 2 and parts[1].startswith("job-")
 
 
-def review_summary(plan_md: str, commit: str, base: str) -> str:
+def review_summary(plan_md: str, commit: str, base: str, plan_path: str = PLAN_MD) -> str:
     """The pull request body: PLAN.md's summary line, its workers line (which restart, and the models down
-    meanwhile), its latest changes, and where the whole plan is."""
+    meanwhile), its latest changes, and where the whole plan is (`plan_path`: a cluster's own PLAN.md)."""
     plan = last_change_lines(plan_md)
     body = [plan.summary or "", *(["", plan.capacity] if plan.capacity else []),
             *(["", plan.workers] if plan.workers else []), "", CHANGES_HEADING.removeprefix("## ") + ":", "",
             *(plan.changes or ["None."]), "",
-            f"The whole plan: `rendered/PLAN.md` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
+            f"The whole plan: `{plan_path}` at {commit[:12]}. Merging applies it: Argo CD syncs {base}, "
             "and each ElasticModel turns Synced and Ready once the merged tree's content is live (a squash merge "
             "counts)."]
     return "\n".join(line for line in body).strip() + "\n"
@@ -165,14 +170,16 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
                   changes: Sequence[Change], errors: Sequence[ComposeError],
                   last: LastPlan | None = None, sources: Mapping[tuple[str, str, str], str] | None = None, *,
                   jobs_created: int | None = None, rollouts: Rollouts | None = None,
-                  sections: Sequence[str] = (), bills: tuple[Bill, Bill] | None = None) -> str:
+                  sections: Sequence[str] = (), bills: tuple[Bill, Bill] | None = None,
+                  cluster: str | None = None) -> str:
     """`last`: what the previous PLAN.md said; `sources`: each (model id, GPU product, weight dtype)'s profile source
     (estimated, measured), shown per model; `jobs_created`: the profiler Jobs new in this tree (`created_jobs`),
     None when the previous tree is not known: then every profiler Job the plan runs counts; `rollouts`: which
     workers this tree restarts and which reconfigure in place (None when the previous tree is not known);
     `sections`: further lines (the open right-sizing recommendations), placed before the changes; `bills`: what
     the last decisions and this plan keep and cost (controller.planning.bill), shown before → after whenever the
-    summary is (a quiet pass carries the last line) and this plan's per product and pool."""
+    summary is (a quiet pass carries the last line) and this plan's per product and pool; `cluster`: the cluster
+    it plans, named in the title (with clusters/)."""
     by_key = {m.key: m for m in models}
     last = last or LastPlan()
     sources = sources or {}
@@ -199,7 +206,7 @@ def plan_markdown(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[Gp
                 + (["", CAPACITY_PREFIX + change_line(*bills)] if bills else [])
                 + (["", rollouts.line] if rollouts and rollouts.any else []))
     lines = [
-        "# gpushare plan",
+        "# gpushare plan" + (f": cluster {cluster}" if cluster else ""),
         "",
         *head,
         "",

@@ -13,8 +13,12 @@ Usage that cannot be read changes no budget: the records say UsageMissing; a mod
 Prometheus sent could not be trusted holds alone, with the reader's reason (UsageImplausible,
 UsageMalformed). `guard` runs right
 before each commit is pushed (a cluster leader renews its Lease there and raises if it lost
-it). Called by `gpushare rightsize --git`, the reconcile loops (controller.cli.rightsizing_loop)
-and tests.
+it). With clusters/, each cluster's loop reads its own usage and models and writes its own records
+(decisions/<cluster>/rightsizing/); a spec.memoryBudget is every cluster's that plans the model, so
+a Recommend proposal never goes below what another of those clusters' records recommends: each
+proposes the largest of them (`_largest`), and all converge on one edit of the user's file on the
+model's one proposal branch. Called by `gpushare rightsize --git`, the reconcile loops
+(controller.cli.rightsizing_loop) and tests.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
-from controller.inputs.layout import CLUSTER_GENERATED
+from controller.inputs.layout import Layout
 from controller.inputs.reader import read_repo
 from controller.inputs.repofiles import RepoFileError, max_state_bytes
 from controller.planning.capacity import kept_pool_slots
@@ -32,7 +36,7 @@ from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_t
 
 from .edit import BudgetEditError, set_memory_budget
 from .prometheus import Usage, UsageUnavailable
-from controller.inputs.rightsizing_records import RECORDS_DIR, Condition, Records, records_from
+from controller.inputs.rightsizing_records import Condition, Record, Records, records_from
 from .step import HOLD_CONDITIONS, Proposal, StepResult, step
 from .usage import Sample, by_model
 
@@ -50,16 +54,20 @@ class PassResult:
 
 
 def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_s: float, *,
-                   guard: Callable[[], None] = lambda: None, records_target: str | Target = "direct") -> PassResult:
+                   guard: Callable[[], None] = lambda: None, records_target: str | Target = "direct",
+                   cluster: str | None = None) -> PassResult:
     """One pass; `records_target`: where the records go (the tracked branch, or RECORDS_BRANCH when the
-    controller writes back for review: then Auto's budgets apply once that branch is merged)."""
+    controller writes back for review: then Auto's budgets apply once that branch is merged); `cluster`: with
+    clusters/, the cluster whose models and records these are."""
     review = parse_target(records_target).review
+    layout = Layout(cluster)
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
     # models, records, prices and inventory, through the one reader and its limits; the controller's paths and the
     # decision records from git (the controller's sparse work tree leaves them out)
-    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], CLUSTER_GENERATED), CLUSTER_GENERATED)
-    tree = read_repo(root, generated=checkout.generated, committed=checkout.read)
+    owned = layout.cluster_generated
+    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], owned), owned)
+    tree = read_repo(root, generated=checkout.generated, committed=checkout.read, cluster=cluster)
     inputs = tree.inputs
     usage_error, held, grid = None, {}, {}
     try:
@@ -78,13 +86,16 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     problems = list(tree.rightsizing.problems)
     records = dict(tree.rightsizing)
     if review and heads.get(review):  # the records awaiting review are the loop's history, not the merged ones
-        pending = _records_at(copy, heads[review])
+        pending = _records_at(copy, heads[review], layout)
         records, problems = {**records, **pending}, [*problems, *pending.problems]
     bad = {p.key: f"{p.path}: {p.message}" for p in problems if p.key is not None and p.key not in records}
     previous = tuple(tree.last.previous.values())
     slots = (*inputs.slots, *kept_pool_slots(previous, inputs.pools))  # the pool nodes' GPUs the last plan keeps
-    result = _editable(root, step(inputs.models, previous, slots, records, usage,
-                                  now, tree.prices, inputs.profiles, held, bad, window_s=window_s, **grid))
+    result = _homed(step(inputs.models, previous, slots, records, usage, now, tree.prices, inputs.profiles, held,
+                         bad, window_s=window_s, **grid), layout)
+    if cluster is not None:
+        result = _largest(result, _other_records(copy, heads[copy.branch], cluster, tree.clusters), cluster)
+    result = _editable(root, result)
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -93,19 +104,61 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
         return Change(files={r.path: r.dump().encode() for r in result.records.values()},
                       message=_records_message(result, usage_error))
 
-    records = publish(copy, records_change, owned=(RECORDS_DIR + "/",), target=records_target)
+    records = publish(copy, records_change, owned=(layout.rightsizing + "/",), target=records_target)
     return PassResult(result, published, records, usage_error)
 
 
-def _records_at(copy: WorkingCopy, commit: str) -> Records:
-    """The records `commit` holds (regular files under RECORDS_DIR), read from git without a checkout."""
+def _records_at(copy: WorkingCopy, commit: str, layout: Layout) -> Records:
+    """The records `commit` holds (regular files under `layout`'s records folder), read from git without a
+    checkout."""
+    under = layout.rightsizing + "/"
     blobs = {path: copy.git.run("cat-file", "blob", object_id).stdout
-             for path, (mode, object_id) in copy.entries(commit, (RECORDS_DIR + "/",)).items()
-             if path.startswith(RECORDS_DIR + "/") and mode in ("100644", "100755")}
+             for path, (mode, object_id) in copy.entries(commit, (under,)).items()
+             if path.startswith(under) and mode in ("100644", "100755")}
     limit = max_state_bytes()
+    # each decoded by records_from: one that is not UTF-8 is that model's RecordProblem
     return records_from({path: blob if len(blob) <= limit else RepoFileError(
         "FileTooLarge", f"{path} has {len(blob)} bytes, more than the limit of {limit}", "delete it")
-        for path, blob in blobs.items()})  # each decoded there: one that is not UTF-8 is that model's RecordProblem
+        for path, blob in blobs.items()}, directory=layout.rightsizing)
+
+
+def _homed(result: StepResult, layout: Layout) -> StepResult:
+    """The step's records filed under `layout`'s own records folder (decisions/<cluster>/rightsizing/)."""
+    return StepResult({key: replace(record, directory=layout.rightsizing) for key, record in result.records.items()},
+                      result.proposals)
+
+
+def _other_records(copy: WorkingCopy, commit: str, cluster: str, clusters: tuple[str, ...]
+                   ) -> dict[str, Records]:
+    """Every other cluster's records as `commit` holds them (what those loops last committed), by cluster."""
+    return {name: _records_at(copy, commit, Layout(name)) for name in clusters if name != cluster}
+
+
+def _largest(result: StepResult, others: dict[str, Records], cluster: str) -> StepResult:
+    """Each Recommend proposal at the largest budget the clusters that plan its model recommend: its own and each
+    other cluster's record that starts from the same spec.memoryBudget (a record at that budget recommends keeping
+    it), so a downsize lands only when every such cluster asks for less, and two clusters' controllers converge on
+    one edit of the shared file. A proposal that comes back to the budget in force is dropped."""
+    proposals = []
+    for proposal in result.proposals:
+        model = proposal.model
+        theirs = {name: record for name, records in sorted(others.items())
+                  if isinstance(record := records.get(model.key), Record) and record.policy == "Recommend"
+                  and record.spec_budget_bytes == model.spec_budget_bytes}
+        name, budget = max([(cluster, proposal.budget_bytes), *((n, r.budget_bytes) for n, r in theirs.items())],
+                           key=lambda item: item[1])
+        if budget == model.spec_budget_bytes:
+            log.info("%s: no proposal: %s recommends keeping %s", model.ref, name, format_bytes(budget))
+            continue
+        if budget != proposal.budget_bytes:
+            subject = (f"{model.ref}: memoryBudget {format_bytes(model.spec_budget_bytes)} → {format_bytes(budget)} "
+                       f"(right-sizing: the largest its clusters recommend, {name}'s)")
+            note = (f"{cluster} recommends {format_bytes(proposal.budget_bytes)}; {name}, which plans it too, "
+                    f"recommends {format_bytes(budget)}: the budget is every cluster's, so the largest is proposed. "
+                    f"{cluster}'s evidence:")
+            proposal = replace(proposal, budget_bytes=budget, message=f"{subject}\n\n{note}\n{proposal.message}")
+        proposals.append(proposal)
+    return StepResult(result.records, tuple(proposals))
 
 
 def _editable(root: Path, result: StepResult) -> StepResult:

@@ -19,7 +19,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from controller.inputs.reader import load_decision_records, load_repo
+from controller.inputs.layout import Layout
+from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.planning.capacity import kept_pool_slots
 from gitops import GitError, WorkingCopy
 from contract.durations import duration_flag as duration
@@ -55,6 +56,8 @@ def add_commands(sub) -> None:
     rs.add_argument("--review", action="store_true",
                     help=f"pass: commit the records to the review branch {RECORDS_BRANCH} instead of --branch (as "
                          "the installed loop does under a review write-back); Auto applies once it is merged")
+    rs.add_argument("--cluster", metavar="NAME",
+                    help="in a repository with clusters/: the cluster whose models, usage and records these are")
     rs.set_defaults(run=_rightsize)
 
     usage = sub.add_parser("usage", help="usage samples for the right-sizing loop")
@@ -90,10 +93,12 @@ def _rightsize(args) -> int:
         with local_tree(args.repo, args.branch) as root:
             if not (root / "models").is_dir():
                 return _fail(f"{escape(args.repo)} has no models/ directory; pass the root of a GitOps repo", 2)
-            return _replay(args, load_repo(root), samples,
-                           tuple(r.decision for r in load_decision_records(root).values()))
+            tree = read_repo(root, cluster=args.cluster)
+            return _replay(args, tree.inputs, samples, tuple(r.decision for r in tree.last.records.values()))
     except GitError as exc:
         return _fail(f"git: {exc}")
+    except ClusterNotFound as exc:
+        return _fail(f"[{exc.reason}] {exc.message}; fix: {exc.fix}", 2)
 
 
 @contextmanager
@@ -166,10 +171,13 @@ def _pass(args) -> int:
             step = args.step or DEFAULT_STEP_S
             result = rightsize_once(copy, lambda start, end, fleet: read_usage(args.prometheus, start, end, step,
                                                                                fleet=fleet, detail_s=DETAIL_S),
-                                    time.time(), args.window,
-                                    records_target=f"branch:{RECORDS_BRANCH}" if args.review else "direct")
+                                    time.time(), args.window, cluster=args.cluster,
+                                    records_target=(f"branch:{Layout(args.cluster).branch(RECORDS_BRANCH)}"
+                                                    if args.review else "direct"))
         except GitError as exc:
             return _fail(f"git: {exc}")
+        except ClusterNotFound as exc:
+            return _fail(f"[{exc.reason}] {exc.message}; fix: {exc.fix}", 2)
     print_pass(result)
     return 1 if result.usage_error else 0
 
