@@ -50,6 +50,7 @@ from controller.passes.cluster_pass import (LiveObject, ModelView, application_f
 from controller.kube.leader import LeaderElection
 from controller.kube.resize import WorkerResizer
 from controller.cli.metrics import ControllerMetrics, Health, MetricsServer
+from controller.cli.report import fail
 from controller.cli.offline import OfflineResult
 from controller.passes.reconcile import PassOutput, available_processes, plan_bill, prune_share_setting
 from controller.planning.bill import namespace_costs
@@ -511,13 +512,11 @@ def run_cluster(args) -> int:
         workdir = args.workdir or default_workdir(args.repo, args.branch, args.cluster)
         copy = controller_copy(args.repo, args.branch, workdir, credentials_from(args), layout)
     except GitError as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 1
+        return fail(exc)
     try:
         review, propose = reviewers(args, copy, target, layout)
     except GitError as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 1
+        return fail(exc)
     election = LeaderElection(api_client, namespace=args.lease_namespace,
                               identity=args.identity or socket.gethostname())
     interval = args.interval or DEFAULT_INTERVAL_S

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from controller.cli import logs, report
+from controller.cli.report import fail
 from controller.cli.fleet import chosen_clusters, cluster_name, distinct, passes, repository_errors
 from controller.cli.validate import validate_paths
 from controller.passes.reconcile import plan_bill
@@ -129,8 +130,7 @@ def _validate(args) -> int:
         try:  # the pass `plan` and a reconcile run, per cluster: inputs, plan and render
             outputs = passes(repo, args.cluster)
         except ClusterNotFound as exc:
-            print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-            return 2
+            return fail(exc, 2)
         every += outputs.values()
         errors = distinct([*(repository_errors(repo) if not outputs else ()),
                            *(e for output in outputs.values() for e in output.errors)])
@@ -154,8 +154,7 @@ def _plan(args) -> int:
     try:
         outputs = passes(args.path, args.cluster)  # the pass `validate` and a reconcile run, render included
     except ClusterNotFound as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     if list(outputs) == [None]:
         output = outputs[None]
         inputs, result, errors, revived = output.inputs, output.shown_plan, output.errors, output.revived
@@ -208,8 +207,7 @@ def _explain(args) -> int:
         print(f"gpushare: [{exc.reason}] {exc}", file=sys.stderr)
         return 1
     except ClusterNotFound as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     explained, missing = [], None
     for cluster, tree in trees.items():
         inputs, _ = tree.planned()  # exactly what `plan` and a reconcile pass plan

@@ -22,7 +22,7 @@ from controller.inputs.cache_policy import host_path_root
 from controller.inputs.compositions import shipped_compositions
 from controller.inputs.layout import SINGLE, Layout
 from controller.rendering.site import install_parameters, with_install_parameters
-from gitops import Credentials, GitError, PublishResult, Target, WorkingCopy
+from gitops import Credentials, PublishResult, Target, WorkingCopy
 from gitops.forge import PullRequest, forge_for
 from gitops.workcopy import check_branch_name
 
@@ -159,6 +159,3 @@ def reviewers(args, copy: WorkingCopy, target: Target | None = None, layout: Lay
     return review, propose
 
 
-def fail(exc: GitError) -> int:
-    print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-    return 1

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.durations import duration_flag as duration
+from controller.cli.report import fail
 from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.reader import ClusterNotFound, read_repo
 from controller.inputs.tree import Tree
@@ -222,8 +223,7 @@ def _run(args) -> int:
         try:
             tree = read_repo(args.path, cluster=args.cluster)
         except ClusterNotFound as exc:
-            print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-            return 2
+            return fail(exc, 2)
         print("\n".join(lines(propose_tree(tree, args.max_moves, now))))
         return 0
     from controller.cli.common import controller_copy, default_workdir
@@ -233,11 +233,9 @@ def _run(args) -> int:
                                args.workdir or default_workdir(args.repo, args.branch, args.cluster), layout=layout)
         outcome = publish_proposal(copy, args.max_moves, now, layout=layout)
     except GitError as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 1
+        return fail(exc)
     except ClusterNotFound as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     if outcome is None:
         print("nothing to give back: every pool node the plan keeps is needed; nothing published")
         return 0

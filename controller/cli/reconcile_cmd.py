@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Callable
 
 from controller.cli.fleet import cluster_name
-from controller.cli.common import (cluster_target, controller_copy, credentials_from, default_workdir, fail,
+from controller.cli.common import (cluster_target, controller_copy, credentials_from, default_workdir,
                                    forge_from_settings, from_directory, install_values, outcome_line, reviewers, show)
 from controller.cli.logs import Progress
+from controller.cli.report import fail
 from controller.cli.loop import Outcome, run_loop
 from controller.cli.offline import OfflineResult, reconcile_once
 from controller.cli.rightsizing_loop import RightsizingFlagInvalid, prometheus_url, schedule_from
@@ -172,8 +173,7 @@ def _reconcile(args) -> int:
         except GitError as exc:
             return fail(exc)
         except ClusterNotFound as exc:
-            print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-            return 2
+            return fail(exc, 2)
         return 1 if any(result.hold is not None for result in each.results.values()) else 0
     return poll(every_pass, args.interval)
 

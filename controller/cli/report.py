@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 
 import yaml
@@ -168,3 +169,10 @@ def _table(rows: list[tuple[str, ...]], columns: tuple[str, ...] = COLUMNS) -> l
     widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
     fmt = "  " + "  ".join(f"{{:<{w}}}" for w in widths)
     return [fmt.format(*columns).rstrip()] + [fmt.format(*r).rstrip() for r in rows]
+
+
+def fail(exc, status: int = 1) -> int:
+    """A typed error (its PascalCase reason, message and fix) on stderr, as every command prints one; `status`
+    is the command's exit status, returned."""
+    print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
+    return status
