@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.plan_scale import synthetic_inputs  # noqa: E402
+from bench.plan_scale import shipped_profiles, synthetic_inputs  # noqa: E402
 from contract.gpu_catalog import CATALOG  # noqa: E402
-from controller.inputs.reader import load_repo, read_repo  # noqa: E402
+from controller.inputs.reader import read_repo  # noqa: E402
 from controller.planning import cost  # noqa: E402
 from controller.planning.bill import bill  # noqa: E402
 from controller.planning.capacity import HOURS_PER_MONTH  # noqa: E402
@@ -47,7 +47,6 @@ from controller.rightsizing.usage import Sample  # noqa: E402
 from controller.types import SLO, ElasticModel, Inputs, Pool  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-FLEET = ROOT / "examples" / "fleet"
 CAPACITY = ROOT / "examples" / "capacity"
 GiB = 1 << 30
 PRICES = {"NVIDIA-L4": 0.80, "NVIDIA-H200": 3.50}  # per GPU-hour, list-price order of magnitude
@@ -110,7 +109,7 @@ def one_per_gpu(inputs: Inputs) -> tuple[int, float]:
 
 
 def small_fleets(n: int, seed: int) -> None:
-    profiles = tuple(p for p in load_repo(FLEET).profiles if p.gpu_product in PRICES)
+    profiles = tuple(p for p in shipped_profiles() if p.gpu_product in PRICES)
     rng = random.Random(seed)
     fleets = [small_fleet(rng, profiles) for _ in range(n)]
     started = time.perf_counter()

@@ -39,17 +39,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.plan_scale import synthetic_inputs  # noqa: E402
+from bench.plan_scale import shipped_profiles, synthetic_inputs  # noqa: E402
 from contract.estimate import (PUBLISHED_CONFIGS, architecture_from_config, config_source,  # noqa: E402
                                estimate_profile)
 from contract.gpu_catalog import GpuSpec  # noqa: E402
 from controller.inputs.load import parse_profile  # noqa: E402
 from controller.planning.cost import missed  # noqa: E402
-from controller.inputs.reader import load_repo  # noqa: E402
 from controller.planning.plan import EXACT_MAX_MODELS, EXACT_MAX_PAIRS, plan  # noqa: E402
 from controller.types import SLO, ElasticModel, GpuSlot, Inputs  # noqa: E402
 
-FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
 PRODUCTS = {"NVIDIA-H200": 143771, "NVIDIA-L4": 23034, "Tesla-T4": 15360}  # MiB per GPU
 GiB = 1 << 30
 
@@ -82,7 +80,7 @@ def criteria(result) -> tuple:
 
 
 def small_fleets(n: int, seed: int) -> None:
-    profiles = load_repo(FLEET).profiles
+    profiles = shipped_profiles()
     rng = random.Random(seed)
     names = ("refused", "+ elastic", "+ swap", "+ total TPOT (within 0.1 %)")
     for pinned in (True, False):
@@ -119,7 +117,7 @@ MIXED = {"NVIDIA-H200": 143771, "NVIDIA-L4": 23034, A100.product: 81920}  # MiB 
 
 def mixed_profiles() -> tuple:
     """The shipped H200 and L4 profiles and the same four models estimated on an A100."""
-    shipped = tuple(p for p in load_repo(FLEET).profiles if p.gpu_product in MIXED)
+    shipped = tuple(p for p in shipped_profiles() if p.gpu_product in MIXED)
     a100 = []
     for model_id, config in sorted(PUBLISHED_CONFIGS.items()):
         doc = estimate_profile(architecture_from_config(config, source=config_source(model_id)), model_id, A100)
@@ -266,7 +264,7 @@ def issue_fleet(rng: random.Random, profiles) -> Inputs:
 
 
 def against_exact(per_size: int, issue: int, seed: int) -> None:
-    profiles = load_repo(FLEET).profiles
+    profiles = shipped_profiles()
     rng = random.Random(seed)
     kinds = [(f"{m} models on {g} GPUs", lambda m=m, g=g: sized_fleet(rng, profiles, m, g), per_size, m, g)
              for m, g in SIZES]

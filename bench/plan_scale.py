@@ -24,8 +24,14 @@ FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet"
 GiB = 1 << 30
 
 
+def shipped_profiles() -> tuple:
+    """examples/fleet's profiles of models in their checkpoint's own precision (weight dtype auto): what the
+    benches' fleets are made of (the int8 and int4 profiles beside them are for models that ask for those)."""
+    return tuple(p for p in load_repo(FLEET).profiles if p.weight_dtype == "auto")
+
+
 def synthetic_inputs(n_models: int, n_slots: int, seed: int = 7) -> Inputs:
-    profiles = tuple(sorted((p for p in load_repo(FLEET).profiles if p.gpu_product == "NVIDIA-H200"),
+    profiles = tuple(sorted((p for p in shipped_profiles() if p.gpu_product == "NVIDIA-H200"),
                             key=lambda p: p.weight_bytes))
     mix = (0.45, 0.4, 0.12, 0.03)  # 0.5B, 8B, 32B, 70B: mostly small models, as on a shared cluster
     rng = random.Random(seed)

@@ -78,3 +78,14 @@ def test_quantized_bench_streams_half_the_bytes_in_int8_and_a_quarter_in_int4():
     assert float(rows["int8"][3]) <= 0.51 and float(rows["int4"][3]) <= 0.30
     assert rows["bfloat16"][1] == rows["bfloat16"][2]  # a step streams every decoder byte once
     assert "missed: []" in done.stdout
+
+
+def test_plan_benches_build_their_fleets_from_the_shipped_profiles():
+    """bench/plan_scale.py and bench/capacity.py draw their fleets from examples/fleet's profiles of each model's
+    own precision: a profile added beside them (the int8 and int4 ones) must not break the draw or the mix."""
+    done = run(str(REPO_ROOT / "bench" / "plan_scale.py"), "--models", "200", "--slots", "20", "--repeat", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "plan 200 models over 20 slots: " in done.stdout
+    done = run(str(REPO_ROOT / "bench" / "capacity.py"), "--fleets", "10", "--models", "50", timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refusals 0 (exact 0)" in done.stdout and "50 models on an H200 pool" in done.stdout

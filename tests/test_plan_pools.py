@@ -78,6 +78,43 @@ def test_a_model_that_fits_whole_never_streams_on_a_new_node_but_one_whose_budge
     assert {d.mode for d in streaming.decisions} == {"elastic"} and nodes_used(streaming) == {"pool-small-0"}
 
 
+TOO_SMALL = [  # (case id, pools, prices, the second model's pool or None for refused, its mode)
+    ("no-pool-gpu-holds-it-whole-it-streams-on-the-cheapest", [pool("small", memory=1500, gpus=1)], (), "small",
+     "elastic"),
+    ("a-dearer-pool-that-holds-it-whole-takes-it-whole", [pool("small", memory=1500, gpus=1), pool("big")],
+     ((PRODUCT, 1.0),), "big", "resident"),
+    ("no-pool-gpu-holds-its-elastic-minimum", [pool("tiny", memory=1200, gpus=1)], (), None, "refused"),
+]
+
+
+@pytest.mark.parametrize("method", ["exact", "greedy"])
+@pytest.mark.parametrize("pools, prices, expected_pool, mode", [c[1:] for c in TOO_SMALL],
+                         ids=[c[0] for c in TOO_SMALL])
+def test_a_model_that_fits_whole_only_on_a_full_fixed_gpu_streams_on_a_new_node(method, pools, prices,
+                                                                                 expected_pool, mode):
+    # two models of need 2,100 (elastic minimum 1,300): the fixed GPU (2,500) holds one whole, and the other
+    # fits whole on no pool GPU but the big pool's
+    fleet = models(2, budget=2100)
+    result = plan(inputs(fleet, [toy_slot(usable=2500)], pools, prices), method=method)
+    fixed, other = sorted(result.decisions, key=lambda d: d.pool is not None or d.mode == "refused")
+    assert (fixed.slot, fixed.mode) == ("node-a/gpu0", "resident")
+    assert (other.pool, other.mode) == (expected_pool, mode), other.reason
+
+
+@pytest.mark.parametrize("method", ["exact", "greedy"])
+def test_a_new_model_that_streams_on_any_pool_gpu_opens_a_node_rather_than_moving_a_placed_one(method):
+    # the last plan: m0 on the fixed GPU with room beside it, m1 and m2 on the pool's two nodes (minNodes 2); the
+    # new model fits whole only on the fixed GPU, beside nothing: a third node opens for it, and nothing moves
+    fleet = [toy_model(f"m{i}", 1201, context=1, ttft_ms=NO_SWAP if i % 2 else None) for i in range(3)]
+    data = inputs(fleet, [toy_slot("fixed-0", 2500)], [pool(memory=1500, gpus=1, least=2, most=6)])
+    first = plan(data, method=method)
+    grown = replace(data, models=(*data.models, toy_model("zz-new", 2100, ttft_ms=NO_SWAP)))
+    second = by_name(plan(grown, {d.key: d for d in first.decisions}, method=method))
+    assert [(second[d.name].slot, second[d.name].mode) for d in first.decisions] == \
+        [(d.slot, d.mode) for d in first.decisions]
+    assert second["zz-new"].mode == "elastic" and second["zz-new"].pool == "small"
+
+
 def test_existing_gpus_are_filled_first_streaming_a_model_there_before_a_node_opens():
     # an existing GPU with room for one model whole and a second's elastic minimum: no node is opened
     fixed = [toy_slot(usable=3500)]

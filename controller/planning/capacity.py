@@ -102,7 +102,7 @@ def open_nodes(refused: list[Ask], choices: Mapping[tuple[str, str], list[Ask]],
     that may run on one product only first: they decide which pools open) and the plan that refuses fewest, then
     costs least, then keeps fewest GPUs is kept; its new nodes' states are appended to `states`. On a new node a
     model that fits whole runs whole (resident, or in a swap group where its TTFT allows); only one its budget
-    makes stream streams. Returns the models still refused."""
+    makes stream, or one no pool's GPU holds whole (streams_on_any), streams. Returns the models still refused."""
     best = None
     for i, order in enumerate(ORDERS):
         trial = {name: replace(room, free=list(room.free)) for name, room in rooms.items()}
@@ -129,17 +129,27 @@ def _open_in(order: list[Ask], choices: Mapping[tuple[str, str], list[Ask]], roo
         if any(place(option, [s for s in opened if s.slot.product == option.profile.gpu_product], squeeze=False)
                for option in options):
             continue
-        for room, option in _pools_for(options, rooms):
+        pairs = _pools_for(options, rooms)
+        squeeze = streams_on_any(pairs)
+        for room, option in pairs:
             if not room.free:
                 continue
             fresh = node_states(room.pool, room.free[0], first_position + len(opened))
-            if place(option, fresh, squeeze=False):
+            if place(option, fresh, squeeze=squeeze):
                 room.free.pop(0)
                 opened.extend(fresh)
                 break
         else:
             still.append(ask)
     return opened, still
+
+
+def streams_on_any(pairs: Sequence[tuple[PoolRoom, Ask]]) -> bool:
+    """Whether the model streams on whichever pool's GPU it gets: no pool it may run on has a GPU that holds it
+    whole. Then a new node of the cheapest pool takes it streaming (as a fixed GPU too small for it would),
+    rather than refusing it and leaving a re-plan to move placed models for it."""
+    return not any(option.whole and option.need_bytes <= room.pool.slots(0)[0].usable_bytes
+                   for room, option in pairs)
 
 
 def refusals(refused: Sequence[Ask]) -> tuple[int, int]:
@@ -195,10 +205,12 @@ def limit_hits(refused: Sequence[Ask], choices: Mapping[tuple[str, str], list[As
             planned.setdefault(state.slot.pool.name, set()).add(state.slot.node)
     hits = {}
     for ask in refused:
-        for room, option in _pools_for(choices.get(ask.key, [ask]), rooms):
+        pairs = _pools_for(choices.get(ask.key, [ask]), rooms)
+        squeeze = streams_on_any(pairs)
+        for room, option in pairs:
             if room.free:
                 continue
-            if place(option, node_states(room.pool, room.pool.max_nodes, 0), squeeze=False):
+            if place(option, node_states(room.pool, room.pool.max_nodes, 0), squeeze=squeeze):
                 hits[ask.key] = LimitHit(room.pool, len(planned.get(room.pool.name, ())))
                 break
     return hits

@@ -59,7 +59,8 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False,
     bench/plan_quality.py measures the planner's SLO share against (the best plan with the same refusals).
     `new_nodes`: the pool nodes it may open (controller.planning.capacity.candidates), each at the cost of its
     node, ranked right after moves: only where that refuses fewer, never for a model that keeps its place, and
-    never streaming a model that fits whole there (it runs whole on a new node, or shares it in a swap group).
+    never streaming a model that fits whole there (it runs whole on a new node, or shares it in a swap group;
+    one that no new node's GPU holds whole streams on one).
     The states returned are `states` and the new nodes' GPUs it opened; their ordinals leave `rooms`' free."""
     base = list(states)
     asks = sorted(asks, key=lambda a: a.key)  # stable: each model's asks stay in its order of preference
@@ -75,10 +76,14 @@ def solve(asks: list[Ask], states: list[SlotState], *, slo_first: bool = False,
         opening.append((room, k, fresh))
     existing = {s.slot.id for s in base}
     fresh_at = {s.position for _, _, fresh in opening for s in fresh}
+    # a new node: whole models whole, unless no new node's GPU holds the model whole (then it streams on one, as
+    # the greedy's opening stage does: capacity.streams_on_any)
+    held_whole = {a.key for a in asks for _, _, fresh in opening for s in fresh
+                  if s.slot.product == a.profile.gpu_product and a.whole and a.need_bytes <= s.slot.usable_bytes}
     options = [o for a in asks for s in states if s.slot.product == a.profile.gpu_product
                and not (s.position in fresh_at and a.previous is not None and a.previous.slot in existing)
                for o in _options(a, s, n)
-               if not (s.position in fresh_at and a.whole and o.mode == "elastic")]  # a new node: whole models whole
+               if not (s.position in fresh_at and a.whole and a.key in held_whole and o.mode == "elastic")]
     model = cp_model.CpModel()
     x = [model.NewBoolVar(f"x{i}") for i in range(len(options))]
     by_key: dict = {k: [] for k in keys}
