@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from controller.cli.fleet import cluster_name
 from controller.cli.common import (cluster_target, controller_copy, credentials_from, default_workdir, fail,
@@ -151,21 +152,19 @@ def _reconcile(args) -> int:
         from controller.cli.cluster_loop import run_cluster
 
         return run_cluster(args)
-    try:
-        passes = [_offline_pass(args, cluster, install) for cluster in _offline_clusters(args)]
-    except GitError as exc:
-        return fail(exc)
-    except ClusterNotFound as exc:
-        print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
-        return 2
+    passes: dict[str | None, Callable[[PublishResult | None], OfflineResult]] = {}
 
-    def every_pass(previous: list[PublishResult] | None) -> _Each:
-        results = []
-        for i, one_pass in enumerate(passes):
+    def every_pass(previous: dict[str | None, PublishResult] | None) -> _Each:
+        """Each cluster's pass. The clusters are read at the first pass (not before the loop: a git failure
+        while reading them is that pass's, retried as any other), and kept for the process's life."""
+        if not passes:
+            passes.update((cluster, _offline_pass(args, cluster, install)) for cluster in _offline_clusters(args))
+        results = {}
+        for cluster, one_pass in passes.items():
             if len(passes) > 1 and not args.interval:
-                print(f"== cluster {one_pass.cluster} ==")
-            results.append(one_pass(None if previous is None else previous[i]))
-        return _Each(tuple(results))
+                print(f"== cluster {cluster} ==")
+            results[cluster] = one_pass((previous or {}).get(cluster))
+        return _Each(results)
 
     if not args.interval:
         try:
@@ -175,19 +174,19 @@ def _reconcile(args) -> int:
         except ClusterNotFound as exc:
             print(f"gpushare: [{exc.reason}] {exc.message}\n  fix: {exc.fix}", file=sys.stderr)
             return 2
-        return 1 if any(result.hold is not None for result in each.results) else 0
+        return 1 if any(result.hold is not None for result in each.results.values()) else 0
     return poll(every_pass, args.interval)
 
 
 @dataclass(frozen=True)
 class _Each:
-    """The passes of every cluster an offline run reconciles, in order."""
+    """The passes of every cluster an offline run reconciles, in order, by cluster."""
 
-    results: tuple[OfflineResult, ...]
+    results: dict[str | None, OfflineResult]
 
     @property
-    def published(self) -> list[PublishResult]:
-        return [result.published for result in self.results]
+    def published(self) -> dict[str | None, PublishResult]:
+        return {cluster: result.published for cluster, result in self.results.items()}
 
 
 def _offline_clusters(args) -> list[str | None]:
@@ -241,7 +240,6 @@ def _offline_pass(args, cluster: str | None, install):
         review(result.published)
         return result
 
-    one_pass.cluster = cluster
     return one_pass
 
 
