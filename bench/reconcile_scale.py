@@ -25,6 +25,9 @@ before and after the clusters; the target is each controller within 1.2x of it. 
 all of them) or `placed` (models/, N x M documents, each with spec.placement naming its one cluster: every
 controller reads every document to find its own).
 
+The remotes allow filtered fetches (`uploadpack.allowFilter`, as forges do): a new work directory is a partial
+clone. `--plain-remote` measures remotes that refuse them (a plain git daemon: every copy a full clone).
+
 Run: .venv/bin/python bench/reconcile_scale.py [--models N --slots M] [--compare REV [--runs K]]
      .venv/bin/python bench/reconcile_scale.py --clusters 10 --models 1000 [--spread own|shared|placed]
 """
@@ -114,7 +117,17 @@ def seed_remote(base: Path, n_models: int, n_slots: int, write=None) -> Path:
     git("add", "--all", cwd=seed)
     git("commit", "-q", "-m", "fleet", cwd=seed)
     git("clone", "-q", "--bare", str(seed), str(remote), cwd=base)
+    like_a_forge(remote)
     return remote
+
+
+PLAIN_REMOTE = False  # --plain-remote: the remotes refuse filtered fetches
+
+
+def like_a_forge(remote: Path) -> None:
+    """Let `remote` serve filtered fetches (a partial clone), as forges do; not with --plain-remote."""
+    if not PLAIN_REMOTE:
+        git("config", "uploadpack.allowFilter", "true", cwd=remote)
 
 
 # ---------------------------------------------------------------- one measurement, in its own process
@@ -224,6 +237,7 @@ def measure(project: Path, seed: Path, base: Path, tag: str, fresh: bool = True)
     with nothing new from another fresh process and directory."""
     remote = base / f"remote-{tag}.git"
     git("clone", "-q", "--bare", str(seed), str(remote), cwd=base)
+    like_a_forge(remote)
     load = os.getloadavg()[0]
     full = run_child(project, "full", remote, base / f"controller-{tag}")
     rerender = run_child(project, "rerender", remote, base / f"restarted-{tag}") if fresh else None
@@ -293,11 +307,15 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, help="a repository of this many clusters; --models, --slots: each")
     parser.add_argument("--spread", choices=("own", "shared", "placed"), default="own",
                         help="with --clusters: where the models are (default: clusters/<name>/models/)")
+    parser.add_argument("--plain-remote", action="store_true",
+                        help="remotes that refuse filtered fetches (a plain git daemon): full clones")
     parser.add_argument("--child", choices=("full", "rerender", "elsewhere"), help=argparse.SUPPRESS)
     parser.add_argument("--remote", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--cluster", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global PLAIN_REMOTE
+    PLAIN_REMOTE = args.plain_remote
     if args.child:
         print(json.dumps(child(args.child, args.remote, args.workdir, args.cluster)))
         return
@@ -376,7 +394,7 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str) -> 
         shutil.rmtree(base, ignore_errors=True)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {loads[0]:.1f} at start, "
-          f"{loads[1]:.1f} at the end")
+          f"{loads[1]:.1f} at the end; remotes {'refusing' if PLAIN_REMOTE else 'allowing'} filtered fetches")
     print(f"{n_clusters} clusters x {n_models} models on {n_slots} slots each (models: {spread}); the repository "
           f"holds {files} files after every controller's first pass")
     print("\nCPU seconds (this process and the git processes it ran; a shared machine's load moves them far less "
