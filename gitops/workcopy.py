@@ -9,10 +9,11 @@ The work tree may hold only part of the tree (git's sparse checkout, non-cone
 patterns given when the copy is opened: the controller checks out what a pass
 reads, not the tens of thousands of manifests it only writes); what a commit
 holds is listed from git (`entries`, `files`), never from the work tree.
-A new work directory is a partial clone (`--filter=blob:none`): it downloads every commit and tree but only
-the blobs it reads (the checkout fetches those of its sparse work tree in one batch, `prefetch` those a pass reads
-from git), not the tens of thousands of other clusters' manifests; a remote that refuses filters (a plain git
-daemon, `uploadpack.allowFilter` off) sends everything on the first fetch, and the copy goes on as a full one.
+A new work directory opened with `partial` (a cluster's controller of several) is a partial clone
+(`--filter=blob:none`): it downloads every commit and tree but only the blobs it reads (the checkout fetches
+those of its sparse work tree in one batch, `prefetch` those a pass reads from git), not the tens of thousands
+of other clusters' manifests; a remote that refuses filters (a plain git daemon, `uploadpack.allowFilter` off)
+sends everything on the first fetch, and the copy goes on as a full one.
 New trees are built in the object store alone (`entries`, `write_blobs`,
 `write_tree`: `ls-tree`, `fast-import`), so committing tens of
 thousands of generated files writes none of them to the work tree. Also the
@@ -125,16 +126,18 @@ class WorkingCopy:
     `sparse`: git's non-cone sparse-checkout patterns (gitignore syntax, rooted at the
     repository's top) naming what the work tree holds; the whole tree when None. Set
     each time the copy is opened (an existing work directory, full or not, takes the
-    new patterns at its next `checkout`)."""
+    new patterns at its next `checkout`). `partial`: a new work directory is a partial clone (an existing one
+    stays what it is)."""
 
     def __init__(self, url_or_path: str, branch: str, workdir: Path | str, *,
                  identity: Identity = DEFAULT_IDENTITY, credentials: Credentials | None = None,
-                 timeout_s: float = 120.0, sparse: tuple[str, ...] | None = None) -> None:
+                 timeout_s: float = 120.0, sparse: tuple[str, ...] | None = None, partial: bool = False) -> None:
         self.url = remote_url(url_or_path)
         self.branch = check_branch_name(branch)
         self.root = Path(workdir).resolve()
         self.sparse = FULL_TREE if sparse is None else tuple(sparse)
         self._checked_out: str | None = None  # the commit this copy last checked out, its sparse patterns applied
+        self._partial_clone = partial
         if credentials is not None:
             credentials.check()
         self._open(identity, credentials, timeout_s)
@@ -168,10 +171,10 @@ class WorkingCopy:
     def _create(self) -> None:
         Git(self.root, identity=self._identity).run("init", "-q", "-b", self.branch)
         self._configure()
-        # a partial clone: git's promisor remote, fetched with the filter until the remote is seen to refuse it
-        self.git.run("config", "remote.origin.promisor", "true")
-        self.git.run("config", "remote.origin.partialclonefilter", BLOB_FILTER)
-        self.partial = True
+        if self._partial_clone:  # git's promisor remote, fetched with the filter until the remote is seen to refuse it
+            self.git.run("config", "remote.origin.promisor", "true")
+            self.git.run("config", "remote.origin.partialclonefilter", BLOB_FILTER)
+            self.partial = True
 
     def _configure(self) -> None:
         git_dir = self.root / ".git"

@@ -4,9 +4,9 @@ Owns the daemon's lifecycle: started in its own process group on a free port
 (or a given one, to come back after a stop), ready when it accepts a TCP
 connection, stopped by signalling the whole group so no per-connection child
 survives. `filters`: its repositories allow filtered fetches (`uploadpack.allowFilter`, as real forges do,
-for the controller's partial clone); a plain daemon refuses them (`both_git_servers` gives each in turn). Also small helpers that act as a user of the remote (seed a repo,
-push a commit, read a branch). `serving()` (and the `git_server` fixture) yields a running
-server and always stops it. Used by tests/test_gitops_*.py.
+for a cluster controller's partial clone); a plain daemon refuses them (`both_git_servers` gives each in
+turn). Also small helpers that act as a user of the remote (seed a repo, push a commit, read a branch).
+`serving()` (and the `git_server` fixture) yields a running server and always stops it. Used by tests/test_gitops_*.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The controller's partial clone against a real git remote (`git daemon` on 127.0.0.1): a new work directory
+"""A cluster controller's partial clone against a real git remote (`git daemon` on 127.0.0.1): its new work directory
 downloads commits and trees and only the blobs it reads, against a remote that allows filtered fetches (as forges
-do); against one that refuses them (a plain daemon) it is a full clone. Either way it commits the same trees.
+do); against one that refuses them (a plain daemon) it is a full clone. Either way it commits the same trees. The
+single-cluster layout's copy is a full clone, as before.
 """
 from __future__ import annotations
 
@@ -78,6 +79,14 @@ def test_against_a_remote_that_refuses_filters_the_copy_is_a_full_clone(tmp_path
         assert "promisor" not in git("config", "--local", "--list", cwd=root), cluster
 
 
+def test_the_single_cluster_layout_clones_in_full_even_where_the_remote_filters(tmp_path):
+    with serving(tmp_path / "remote", filters=True) as server:
+        server.create_repo("fleet.git", {"gpus.yaml": b"nodes: []\n", "models/a.yaml": b"{}\n"})
+        copy = controller_copy(server.url("fleet.git"), "main", tmp_path / "wd")
+        copy.sync()
+        assert not copy.partial and not _missing(copy.root)
+
+
 def test_a_restarted_controller_fetches_the_records_it_reads_in_one_batch_and_commits_nothing(tmp_path):
     with serving(tmp_path / "remote", filters=True) as server:
         server.create_repo(REPO, _tree())
@@ -100,6 +109,24 @@ def test_a_restarted_controller_fetches_the_records_it_reads_in_one_batch_and_co
         server.start()
         again = reconcile_once(restarted, cluster="eu-1")
         assert not again.published.changed, "the restarted controller read its records and found nothing new"
+
+
+def test_reading_many_missing_records_is_one_fetch_not_one_per_record(tmp_path):
+    with serving(tmp_path / "remote", filters=True) as server:
+        server.create_repo(REPO, _tree())
+        layout = Layout("eu-1")
+        assert reconcile_once(controller_copy(server.url(REPO), "main", tmp_path / "first", layout=layout),
+                              cluster="eu-1").published.changed
+        restarted = controller_copy(server.url(REPO), "main", tmp_path / "restarted", layout=layout)
+        head = restarted.sync()["main"]
+        git("config", "fetch.unpackLimit", "1", cwd=restarted.root)  # every fetch, git's lazy ones too, keeps a pack
+        entries = restarted.entries(head, layout.generated)
+        records = [p for p in entries if entries[p][1] in _missing(restarted.root)]
+        assert len(records) > 1
+        packs = set((restarted.root / ".git" / "objects" / "pack").glob("*.pack"))
+        read = restarted.read_files(entries, records, 1 << 20)
+        assert set(read) == set(records) and not {entries[p][1] for p in records} & _missing(restarted.root)
+        assert len(set((restarted.root / ".git" / "objects" / "pack").glob("*.pack")) - packs) == 1
 
 
 def test_a_partial_copy_refuses_a_tree_naming_a_blob_it_does_not_hold(tmp_path):
