@@ -9,8 +9,13 @@ The work tree may hold only part of the tree (git's sparse checkout, non-cone
 patterns given when the copy is opened: the controller checks out what a pass
 reads, not the tens of thousands of manifests it only writes); what a commit
 holds is listed from git (`entries`, `files`), never from the work tree.
+A new work directory opened with `partial` (a cluster's controller of several) is a partial clone
+(`--filter=blob:none`): it downloads every commit and tree but only the blobs it reads (the checkout fetches
+those of its sparse work tree in one batch, `prefetch` those a pass reads from git), not the tens of thousands
+of other clusters' manifests; a remote that refuses filters (a plain git daemon, `uploadpack.allowFilter` off)
+sends everything on the first fetch, and the copy goes on as a full one.
 New trees are built in the object store alone (`entries`, `write_blobs`,
-`write_tree`: `ls-tree`, `fast-import`, a scratch index), so committing tens of
+`write_tree`: `ls-tree`, `fast-import`), so committing tens of
 thousands of generated files writes none of them to the work tree. Also the
 ancestry check cluster mode uses to tell whether the revision Argo CD synced
 contains a decision commit.
@@ -52,8 +57,24 @@ _TRANSPORT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")  # <transport>::<ad
 _SHA = re.compile(r"[0-9a-f]{7,64}")
 _MISSING_REF = re.compile(r"couldn't find remote ref refs/heads/(\S+)")
 _REGULAR_FILE_MODES = ("100644", "100755")
+BLOB_FILTER = "blob:none"  # a new work directory's partial clone: commits and trees, blobs when read
+_FILTER_REFUSED = "filtering not recognized by server"  # git's warning when the remote ignores the filter
+TREE_EDIT_REF = "refs/gpushare/tree-edit"  # write_tree's scratch commit (fast-import writes trees through a commit)
 MANY_NEW_FILES = 1000  # a push of more new files skips the delta search (WorkingCopy.push)
 _BYTES_PER_IMPORTER = 8 << 20  # a share of new content worth its own fast-import process; a usual pass has one
+
+
+def _fast_import_path(path: str) -> bytes:
+    """`path` as fast-import reads it: C-style quoted, so any byte (a space, a quote, a newline) stays itself."""
+    quoted = bytearray(b'"')
+    for byte in path.encode("utf-8", errors="surrogateescape"):
+        if byte in (0x22, 0x5C):  # '"' and '\\'
+            quoted += b"\\" + bytes([byte])
+        elif byte < 0x20 or byte >= 0x7F:
+            quoted += b"\\%03o" % byte
+        else:
+            quoted.append(byte)
+    return bytes(quoted + b'"')
 
 
 def check_branch_name(name: str) -> str:
@@ -105,16 +126,18 @@ class WorkingCopy:
     `sparse`: git's non-cone sparse-checkout patterns (gitignore syntax, rooted at the
     repository's top) naming what the work tree holds; the whole tree when None. Set
     each time the copy is opened (an existing work directory, full or not, takes the
-    new patterns at its next `checkout`)."""
+    new patterns at its next `checkout`). `partial`: a new work directory is a partial clone (an existing one
+    stays what it is)."""
 
     def __init__(self, url_or_path: str, branch: str, workdir: Path | str, *,
                  identity: Identity = DEFAULT_IDENTITY, credentials: Credentials | None = None,
-                 timeout_s: float = 120.0, sparse: tuple[str, ...] | None = None) -> None:
+                 timeout_s: float = 120.0, sparse: tuple[str, ...] | None = None, partial: bool = False) -> None:
         self.url = remote_url(url_or_path)
         self.branch = check_branch_name(branch)
         self.root = Path(workdir).resolve()
         self.sparse = FULL_TREE if sparse is None else tuple(sparse)
         self._checked_out: str | None = None  # the commit this copy last checked out, its sparse patterns applied
+        self._partial_clone = partial
         if credentials is not None:
             credentials.check()
         self._open(identity, credentials, timeout_s)
@@ -148,6 +171,10 @@ class WorkingCopy:
     def _create(self) -> None:
         Git(self.root, identity=self._identity).run("init", "-q", "-b", self.branch)
         self._configure()
+        if self._partial_clone:  # git's promisor remote, fetched with the filter until the remote is seen to refuse it
+            self.git.run("config", "remote.origin.promisor", "true")
+            self.git.run("config", "remote.origin.partialclonefilter", BLOB_FILTER)
+            self.partial = True
 
     def _configure(self) -> None:
         git_dir = self.root / ".git"
@@ -157,6 +184,8 @@ class WorkingCopy:
                        timeout_s=self._timeout_s)
         self.git.run("config", "remote.origin.url", self.url)
         self._set_sparse(git_dir)
+        self.partial = self.git.run("config", "--local", "--get", "remote.origin.promisor",
+                                    ok_codes=(0, 1)).stdout.strip() == b"true"
         self.object_format = self.git.text("rev-parse", "--show-object-format")
         self._workdir.mark(self.url, self.branch)
 
@@ -243,8 +272,10 @@ class WorkingCopy:
             try:
                 # no submodule recursion: the controller checks none out, and looking for them reads the sparse
                 # index: most of a pass with nothing new at 10,000 models (bench/reconcile_scale.py)
-                self.git.run("fetch", "-q", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", "origin",
-                             *specs)
+                fetched = self.git.run("fetch", "-q", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
+                                       "origin", *specs)
+                if self.partial and _FILTER_REFUSED in fetched.stderr:
+                    self._unfiltered()
                 break
             except BranchNotFound as error:
                 missing = _MISSING_REF.search(error.message)
@@ -255,6 +286,25 @@ class WorkingCopy:
         ids = self.git.text("rev-parse", *(f"refs/remotes/origin/{b}" for b in branches)).split()
         heads = dict(zip(branches, ids, strict=True))
         return {b: heads.get(b) for b in (self.branch, *also)}
+
+    def _unfiltered(self) -> None:
+        """The remote refused the blob filter and sent every object: the copy is a full one from now on."""
+        log.info("the remote %s does not allow filtered fetches (uploadpack.allowFilter): the work directory %s "
+                 "holds every object of the repository", redact(self.url), self.root)
+        for key in ("remote.origin.promisor", "remote.origin.partialclonefilter"):
+            self.git.run("config", "--unset", key, ok_codes=(0, 5))
+        self.partial = False
+
+    def prefetch(self, ids: Iterable[str]) -> None:
+        """Bring the blobs `ids` that a partial copy lacks in one fetch (git asks for one object at a time where a
+        missing one is read, a round trip each: thousands for a cluster's decision records); a full copy, or one that
+        holds them all, fetches nothing (git skips the remote when every object asked for is here)."""
+        wanted = list(dict.fromkeys(ids))
+        if not self.partial or not wanted:
+            return
+        self.git.run("fetch", "-q", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
+                     f"--filter={BLOB_FILTER}", "--stdin", "origin", config={"fetch.negotiationAlgorithm": "noop"},
+                     stdin=("\n".join(wanted) + "\n").encode())
 
     def checkout(self, commit: str) -> None:
         """Make the work tree exactly `commit`'s files that the sparse patterns name (local changes and untracked
@@ -325,6 +375,7 @@ class WorkingCopy:
         ids = list(dict.fromkeys(wanted.values()))
         if not ids:
             return {}
+        self.prefetch(ids)
         sizes = {}
         checked = self.git.run("cat-file", "--batch-check", stdin=("\n".join(ids) + "\n").encode()).stdout
         for line in checked.decode("ascii", errors="replace").splitlines():
@@ -371,23 +422,38 @@ class WorkingCopy:
     def write_tree(self, commit: str, edit: TreeEdit) -> str:
         """The id of `commit`'s tree with `edit` applied, built in git's object store alone.
 
-        The new blobs go in first (`write_blobs`); the tree is built in a scratch
-        index (`.git/gpushare-index`: read-tree, update-index --index-info,
-        write-tree), and write-tree refuses a blob id that is not in the store.
-        The work tree and its index are not touched: they stay at the checked-out
-        commit until the next `checkout`.
+        The new blobs go in first (`write_blobs`) and are checked to be there (`cat-file
+        --batch-check`); then one `git fast-import` commits the edit on top of `commit` to a
+        scratch ref (TREE_EDIT_REF) and the tree is that commit's. fast-import reads and writes
+        only the trees on the edited paths: the cost follows the edit, not the repository (a
+        scratch index of the whole tree cost 0.1 s at 47,000 paths, ten clusters' trees), and
+        no other entry's blob is read (in a partial copy they are the remote's). The work tree
+        and its index are not touched: they stay at the checked-out commit until the next
+        `checkout`.
         """
         if edit.empty:
             return self.tree_of(commit)
         if edit.blobs:
             self.write_blobs(edit.blobs)
-        lines = [f"0 {'0' * len(commit)}\t{path}" for path in edit.remove]  # mode 0: remove the entry
-        lines += [f"{mode} {blob}\t{path}" for path, (mode, blob) in edit.add.items()]
-        scratch = {"GIT_INDEX_FILE": str(self.root / ".git" / "gpushare-index")}
-        self.git.run("read-tree", commit, env=scratch)
-        self.git.run("update-index", "-z", "--index-info", env=scratch,
-                     stdin="\0".join(lines).encode("utf-8", errors="surrogateescape") + b"\0")
-        return self.git.run("write-tree", env=scratch).stdout.decode().strip()
+        self._check_present({blob for _, blob in edit.add.values()})
+        lines = [b"commit " + TREE_EDIT_REF.encode(), b"committer gpushare <gpushare@localhost> 0 +0000", b"data 0",
+                 b"from " + commit.encode()]
+        lines += [b"D " + _fast_import_path(path) for path in edit.remove]
+        lines += [f"M {mode} {blob} ".encode() + _fast_import_path(path) for path, (mode, blob) in edit.add.items()]
+        self.git.run("fast-import", "--quiet", "--force", "--done", config={"core.compression": "1"},
+                     stdin=b"\n".join(lines) + b"\n\ndone\n")
+        return self.tree_of(TREE_EDIT_REF)
+
+    def _check_present(self, ids: set[str]) -> None:
+        """Each of `ids` is a blob in the object store, else InvalidWriteBack."""
+        if not ids:
+            return
+        listed = self.git.run("cat-file", "--batch-check", stdin=("\n".join(sorted(ids)) + "\n").encode()).stdout
+        missing = [line.split(" ")[0] for line in listed.decode("ascii", errors="replace").splitlines()
+                   if line.split(" ")[1:2] != ["blob"]]
+        if missing:
+            raise InvalidWriteBack(f"the new tree names {len(missing)} blob(s) that are not in the object store "
+                                   f"(first: {missing[0]})", "this is a bug of the controller: report it with the log")
 
     def changed_between(self, old: str, new: str, pathspecs: tuple[str, ...]) -> bool:
         """Whether any path `pathspecs` name differs between commits `old` and `new` (git's tree diff, which skips

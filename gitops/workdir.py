@@ -11,8 +11,8 @@ Owns:
 - the mark `.git/gpushare-workdir` (the remote and branch): written when the controller creates or adopts
   the directory; only a marked directory is ever emptied (`empty`) to be cloned again;
 - the leftovers of a git process killed mid-command: every `*.lock` file under `.git` (index.lock, HEAD.lock,
-  ORIG_HEAD.lock, config.lock, packed-refs.lock, shallow.lock, refs/**/NAME.lock, the scratch index's lock)
-  and temporary packs (objects/pack/tmp_*), and with them temporary loose objects (objects/??/tmp_obj_*).
+  ORIG_HEAD.lock, config.lock, packed-refs.lock, shallow.lock, refs/**/NAME.lock, the tree edit's scratch ref
+  included) and temporary packs (objects/pack/tmp_*), and with them temporary loose objects (objects/??/tmp_obj_*).
   git writes a file by writing its lock (or a temporary) and renaming it, so the files themselves are whole:
   a leftover is only in the way;
 - who else runs git in the directory (`others`): from /proc, a git process whose working directory lies in

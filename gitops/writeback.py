@@ -6,8 +6,8 @@ fetch and hard-reset to the tracked branch's remote head; call the pure
 commit holds as git lists it: a sparse work tree holds only some); plan the edit that makes the owned
 paths exactly the Change (gitops.change: add what differs from upstream's
 `ls-tree` by blob id, remove owned files that are neither generated nor kept);
-build the new tree in git's object store (new blobs through `fast-import`, the
-tree from a scratch index), never writing generated files to the work tree,
+build the new tree in git's object store (new blobs and the tree edit through
+`fast-import`), never writing generated files to the work tree,
 which stays at upstream until the next pass's reset; if the tree equals the
 previous one, stop with "no change"; else create one commit and push it as a
 fast-forward. A push rejected because upstream moved (non-fast-forward, fetch

@@ -3,9 +3,10 @@
 Owns the daemon's lifecycle: started in its own process group on a free port
 (or a given one, to come back after a stop), ready when it accepts a TCP
 connection, stopped by signalling the whole group so no per-connection child
-survives. Also small helpers that act as a user of the remote (seed a repo,
-push a commit, read a branch). `serving()` (and the `git_server` fixture) yields a running
-server and always stops it. Used by tests/test_gitops_*.py.
+survives. `filters`: its repositories allow filtered fetches (`uploadpack.allowFilter`, as real forges do,
+for a cluster controller's partial clone); a plain daemon refuses them (`both_git_servers` gives each in
+turn). Also small helpers that act as a user of the remote (seed a repo, push a commit, read a branch).
+`serving()` (and the `git_server` fixture) yields a running server and always stops it. Used by tests/test_gitops_*.py.
 """
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def free_port() -> int:
 class GitServer:
     """`git daemon` serving every bare repository under `base` at git://127.0.0.1:PORT/NAME."""
 
-    def __init__(self, base: Path, port: int | None = None) -> None:
+    def __init__(self, base: Path, port: int | None = None, *, filters: bool = False) -> None:
         self.base = Path(base)
+        self.filters = filters
         self.base.mkdir(parents=True, exist_ok=True)
         self._may_move = port is None
         self.port = port or free_port()
@@ -101,6 +103,8 @@ class GitServer:
         """A bare repository whose `branch` holds `files`; its URL. Like most hosts' unprotected
         branches it accepts a forced push, so a test sees a force as lost history."""
         git("init", "-q", "--bare", "-b", branch, str(self.path(name)))
+        if self.filters:
+            git("config", "uploadpack.allowFilter", "true", cwd=self.path(name))
         self.push_files(name, files, "initial content", branch)
         return self.url(name)
 
@@ -146,9 +150,9 @@ class GitServer:
 
 
 @contextlib.contextmanager
-def serving(base: Path) -> Iterator[GitServer]:
+def serving(base: Path, *, filters: bool = False) -> Iterator[GitServer]:
     """A started GitServer for the repositories under `base`, stopped on exit whatever happens."""
-    server = GitServer(base)
+    server = GitServer(base, filters=filters)
     server.start()
     try:
         yield server
@@ -159,4 +163,12 @@ def serving(base: Path) -> Iterator[GitServer]:
 @pytest.fixture
 def git_server(tmp_path: Path) -> Iterator[GitServer]:
     with serving(tmp_path / "remote") as server:
+        yield server
+
+
+@pytest.fixture(params=[False, True], ids=["remote-refuses-filters", "remote-allows-filters"])
+def both_git_servers(request, tmp_path: Path) -> Iterator[GitServer]:
+    """A git daemon whose repositories refuse filtered fetches (the controller's copy is a full clone), then one
+    whose repositories allow them (a partial clone, as against a forge)."""
+    with serving(tmp_path / "remote", filters=request.param) as server:
         yield server

@@ -21,7 +21,13 @@ from controller.inputs.reader import read_repo
 from controller.inputs.repofiles import owned_files
 from gitops import Change, Checkout, WorkingCopy
 from gitops.errors import UnsafePath
-from tests.gitserver import git_server, serving  # noqa: F401  (fixture)
+from tests.gitserver import both_git_servers, serving  # noqa: F401  (the fixture)
+
+
+@pytest.fixture
+def git_server(both_git_servers):  # noqa: F811
+    """Each test against a remote that refuses filtered fetches and one that allows them (a partial clone)."""
+    return both_git_servers
 
 pytestmark = pytest.mark.integration
 publish = functools.partial(gitops.publish, owned=GENERATED)

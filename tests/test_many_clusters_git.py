@@ -20,7 +20,13 @@ from controller.cli.common import controller_copy
 from controller.cli.offline import reconcile_once
 from controller.inputs.layout import Layout
 from tests.conftest import REPO_ROOT
-from tests.gitserver import git, git_server  # noqa: F401  (the fixture)
+from tests.gitserver import git, both_git_servers  # noqa: F401  (the fixture)
+
+
+@pytest.fixture
+def git_server(both_git_servers):  # noqa: F811
+    """Each test against a remote that refuses filtered fetches and one that allows them (a partial clone)."""
+    return both_git_servers
 
 pytestmark = pytest.mark.integration
 

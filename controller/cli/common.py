@@ -74,8 +74,10 @@ def controller_copy(repo: str, branch: str, workdir: Path, credentials: Credenti
                     layout: Layout = SINGLE) -> WorkingCopy:
     """The controller's working copy of `repo`: only what a pass of `layout`'s cluster reads is checked out
     (Layout.checked_out), the generated paths come from git; an existing full checkout is made sparse at its next
-    pass."""
-    return WorkingCopy(repo, branch, workdir, credentials=credentials, sparse=layout.checked_out)
+    pass. A cluster's new work directory in a repository of several is a partial clone (gitops.WorkingCopy): it
+    downloads no other cluster's manifests."""
+    return WorkingCopy(repo, branch, workdir, credentials=credentials, sparse=layout.checked_out,
+                       partial=layout.cluster is not None)
 
 
 def show(result: OfflineResult, out=None, *, table: bool = True) -> None:

@@ -109,11 +109,13 @@ class Layout:
         generated tree either. A pass reads the files it needs of those from git (gitops.Checkout.read: the records
         and the workers' Deployments and ConfigMaps) and lists every generated path from git
         (gitops.Checkout.generated): a restarted controller writes the user's files and little else."""
+        # a folder is `/<folder>/**`, never `/<folder>/`: git resolves a folder-only pattern against each path of
+        # the tree it does not check out (three lstat calls each: 0.1 s of every checkout at 47,000 paths)
         own = ("/*", f"!/{self.rendered}/*/*", f"!/{self.decisions}/*/*.yaml", f"/{self.last_good}/*.yaml")
         if self.cluster is None:
             return own
-        return ("/*", f"!/{RENDERED_DIR}/*", f"!/{DECISIONS_DIR}/*", f"!/{CLUSTERS_DIR}/*/{MODELS_DIR}/",
-                f"/{self.own_models}/", f"/{self.plan_md}", f"/{self.decisions}/", *own[2:])
+        return ("/*", f"!/{RENDERED_DIR}/*", f"!/{DECISIONS_DIR}/*", f"!/{CLUSTERS_DIR}/*/{MODELS_DIR}/**",
+                f"/{self.own_models}/**", f"/{self.plan_md}", f"/{self.decisions}/**", *own[2:])
 
     def reads(self, clusters: Iterable[str]) -> tuple[str, ...] | None:
         """git pathspecs of everything a pass of this cluster reads (gitops.Change.reads), given the repository's

@@ -112,9 +112,10 @@ def _records_at(copy: WorkingCopy, commit: str, layout: Layout) -> Records:
     """The records `commit` holds (regular files under `layout`'s records folder), read from git without a
     checkout."""
     under = layout.rightsizing + "/"
-    blobs = {path: copy.git.run("cat-file", "blob", object_id).stdout
-             for path, (mode, object_id) in copy.entries(commit, (under,)).items()
+    files = {path: object_id for path, (mode, object_id) in copy.entries(commit, (under,)).items()
              if path.startswith(under) and mode in ("100644", "100755")}
+    copy.prefetch(files.values())  # a partial work directory: one fetch for the records it lacks
+    blobs = {path: copy.git.run("cat-file", "blob", object_id).stdout for path, object_id in files.items()}
     limit = max_state_bytes()
     # each decoded by records_from: one that is not UTF-8 is that model's RecordProblem
     return records_from({path: blob if len(blob) <= limit else RepoFileError(
