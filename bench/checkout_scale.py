@@ -66,8 +66,8 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()[0]:.1f}")
     for name, results in runs.items():
         first = results[0]
-        patterns = "" if modes[name] is None else f", {len(modes[name])} patterns"
-        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed{patterns}")
+        folders = "" if modes[name] is None else f", {len(modes[name])} folders (cone mode, a sparse index)"
+        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed{folders}")
         for key in ("fetch", "checkout", "list", "total"):
             values = [r[key] for r in results]
             print(f"  {key}: median {statistics.median(values):.2f} s (runs: "

@@ -170,6 +170,7 @@ class WorkingCopy:
         self.sparse = FULL_TREE if cone is None else cone_patterns(self.cone)
         self._checked_out: str | None = None  # the commit this copy last checked out, its sparse patterns applied
         self._partial_clone = partial
+        self._present: set[str] = set()  # blob ids this copy fetched or wrote: in its object store, never fetched again
         if credentials is not None:
             credentials.check()
         self._open(identity, credentials, timeout_s)
@@ -201,6 +202,7 @@ class WorkingCopy:
         self._configure()
 
     def _create(self) -> None:
+        self._present.clear()
         Git(self.root, identity=self._identity).run("init", "-q", "-b", self.branch)
         self._configure()
         if self._partial_clone:  # git's promisor remote, fetched with the filter until the remote is seen to refuse it
@@ -329,13 +331,15 @@ class WorkingCopy:
     def prefetch(self, ids: Iterable[str]) -> None:
         """Bring the blobs `ids` that a partial copy lacks in one fetch (git asks for one object at a time where a
         missing one is read, a round trip each: thousands for a cluster's decision records); a full copy, or one that
-        holds them all, fetches nothing (git skips the remote when every object asked for is here)."""
-        wanted = list(dict.fromkeys(ids))
+        holds them all, fetches nothing (git skips the remote when every object asked for is here). Blobs this copy
+        fetched or wrote before are not asked for again: a re-render on the same upstream starts no git process here."""
+        wanted = [object_id for object_id in dict.fromkeys(ids) if object_id not in self._present]
         if not self.partial or not wanted:
             return
         self.git.run("fetch", "-q", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
                      f"--filter={BLOB_FILTER}", "--stdin", "origin", config={"fetch.negotiationAlgorithm": "noop"},
                      stdin=("\n".join(wanted) + "\n").encode())
+        self._present.update(wanted)
 
     def checkout(self, commit: str) -> None:
         """Make the work tree exactly `commit`'s files that the sparse patterns name (local changes and untracked
@@ -465,6 +469,7 @@ class WorkingCopy:
             sizes[lightest] += len(data)
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(fast_import, shares))
+        self._present.update(blobs)
 
     def write_tree(self, commit: str, edit: TreeEdit) -> str:
         """The id of `commit`'s tree with `edit` applied, built in git's object store alone.

@@ -110,6 +110,7 @@ class Checkout:
     commit: str
     copy: WorkingCopy = field(repr=False, compare=False)
     entries: Mapping[str, tuple[str, str]] = field(repr=False, compare=False)  # listed under the owned prefixes
+    _elsewhere: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, copy: WorkingCopy, commit: str, entries: Mapping[str, tuple[str, str]],
@@ -126,16 +127,21 @@ class Checkout:
         """The content of each of `paths` that is a regular file of at most `limit` bytes in the commit; the others
         are left out, as a reader leaves out a file it cannot read."""
         paths = list(paths)
-        entries = self.entries
-        elsewhere = [path for path in paths if path not in entries]
-        if elsewhere:
-            entries = {**entries, **self.copy.entries_at(self.commit, elsewhere)}
-        return self.copy.read_files(entries, paths, limit)
+        return self.copy.read_files({**self.entries, **self._looked_up(paths)}, paths, limit)
 
     def kinds(self, paths: Iterable[str]) -> dict[str, str]:
         """What each of `paths` is in the commit (`file`, `symlink`, `submodule`; a folder or an absent path is left
         out): one `ls-tree` for them all."""
-        return {path: kind_of(mode) for path, (mode, _) in self.copy.entries_at(self.commit, paths).items()}
+        return {path: kind_of(mode) for path, (mode, _) in self._looked_up(paths).items()}
+
+    def _looked_up(self, paths: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """The commit's entries at those of `paths` outside the owned prefixes, each looked up in git once."""
+        paths = list(paths)
+        unknown = [path for path in paths if path not in self.entries and path not in self._elsewhere]
+        if unknown:
+            found = self.copy.entries_at(self.commit, unknown)
+            self._elsewhere.update({path: found.get(path) for path in unknown})
+        return {path: entry for path in paths if (entry := self._elsewhere.get(path)) is not None}
 
     def children(self, folder: str) -> dict[str, str] | None:
         """What the commit holds directly in `folder` (WorkingCopy.children); None when it is no folder."""
