@@ -249,6 +249,7 @@ def serving(base: Path, transport: str):
         yield
     finally:
         SERVER.stop()
+        SERVER._log.unlink(missing_ok=True)  # the daemon's log, written beside `base`
         SERVER = None
 
 
