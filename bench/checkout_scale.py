@@ -1,9 +1,9 @@
 """Git's share of a restarted controller's first pass: a fresh work directory fetched and checked out, whole
-(as before issue 18) or sparse (gitops.WorkingCopy with controller.inputs.layout.CHECKED_OUT), and the
+(as before issue 18) or sparse (gitops.WorkingCopy with the folders of controller.inputs.layout.CONE), and the
 generated paths listed (from the directory, or from `git ls-tree`); prints each run and the medians.
 
-The sparse copy holds the user's files, PLAN.md, the last good copies and the right-sizing records; a pass
-reads the decision records and the workers' Deployments and ConfigMaps from git (gitops.Checkout.read). The
+The sparse copy holds the user's folders, the last good copies and the right-sizing records; a pass reads the
+decision records, PLAN.md and the workers' Deployments and ConfigMaps from git (gitops.Checkout.read). The
 tree is the one bench/reconcile_scale.py builds and commits (10,000 models on 1,000 slots by default, one full
 pass first); the checkouts alternate, `--runs` of each. Run:
 .venv/bin/python bench/checkout_scale.py [--models N --slots M --runs K]
@@ -22,17 +22,17 @@ from pathlib import Path
 from reconcile_scale import checked_out, seed_remote
 
 from controller.cli.offline import reconcile_once
-from controller.inputs.layout import CHECKED_OUT, GENERATED
+from controller.inputs.layout import CONE, GENERATED
 from controller.inputs.repofiles import owned_files
 from gitops import WorkingCopy
 from gitops.workcopy import owned_paths
 
 
-def one(remote: Path, workdir: Path, patterns: tuple[str, ...] | None) -> dict:
+def one(remote: Path, workdir: Path, folders: tuple[str, ...] | None) -> dict:
     """Open a working copy in the fresh `workdir`, sync it, list the generated paths: the seconds of each."""
-    sparse = patterns is not None
+    sparse = folders is not None
     begin = time.perf_counter()
-    copy = WorkingCopy(str(remote), "main", workdir, sparse=patterns)
+    copy = WorkingCopy(str(remote), "main", workdir, cone=folders)
     heads = copy.fetch()
     fetched = time.perf_counter()
     copy.checkout(heads["main"])
@@ -53,7 +53,7 @@ def main() -> None:
     try:
         remote = seed_remote(base, args.models, args.slots)
         reconcile_once(WorkingCopy(str(remote), "main", base / "first"))  # the generated tree, committed
-        modes = {"whole tree": None, "sparse": CHECKED_OUT}
+        modes = {"whole tree": None, "sparse": CONE}
         runs: dict[str, list[dict]] = {name: [] for name in modes}
         for run in range(args.runs):
             for name in (list(modes) if run % 2 == 0 else list(modes)[::-1]):
@@ -66,8 +66,8 @@ def main() -> None:
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()[0]:.1f}")
     for name, results in runs.items():
         first = results[0]
-        patterns = "" if modes[name] is None else f", {len(modes[name])} patterns"
-        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed{patterns}")
+        folders = "" if modes[name] is None else f", {len(modes[name])} folders (cone mode, a sparse index)"
+        print(f"{name}: {first['files']} files written, {first['paths']} generated paths listed{folders}")
         for key in ("fetch", "checkout", "list", "total"):
             values = [r[key] for r in results]
             print(f"  {key}: median {statistics.median(values):.2f} s (runs: "

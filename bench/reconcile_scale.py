@@ -28,14 +28,20 @@ the repository as it was before it, the last against the repository itself) and 
 median CPU seconds kept: single runs on a shared machine vary by a fifth and more.
 
 The remotes allow filtered fetches (`uploadpack.allowFilter`, as forges do): a new work directory is a partial
-clone. `--plain-remote` measures remotes that refuse them (a plain git daemon: every copy a full clone).
+clone. `--plain-remote` measures remotes that refuse them (a plain git daemon: every copy a full clone). They are
+served by `git daemon` on 127.0.0.1 (tests/gitserver.py), as a forge serves them: from processes of its own, so
+the CPU seconds counted are the controller's (its process and the git processes it runs), not the server's packing
+of what it sends and checking of what it receives. `--transport file` reads them as local paths instead (git runs
+the server's side as a child of the controller's git: counted with it, as before 2026-12-07).
 
 Run: .venv/bin/python bench/reconcile_scale.py [--models N --slots M] [--compare REV [--runs K]]
      .venv/bin/python bench/reconcile_scale.py --clusters 10 --models 1000 [--spread own|shared|placed] [--repeat K]
+     [--transport daemon|file]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -225,9 +231,36 @@ def checked_out(workdir: Path) -> int:
     return count
 
 
+SERVER = None  # the git daemon serving the remotes (tests.gitserver.GitServer); None: --transport file
+
+
+@contextlib.contextmanager
+def serving(base: Path, transport: str):
+    """Serve the bare repositories under `base` with git daemon (`transport` daemon) while the bench runs."""
+    global SERVER
+    if transport == "file":
+        yield
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.gitserver import GitServer
+    SERVER = GitServer(base)
+    SERVER.start()
+    try:
+        yield
+    finally:
+        SERVER.stop()
+        SERVER._log.unlink(missing_ok=True)  # the daemon's log, written beside `base`
+        SERVER = None
+
+
+def address(remote: Path) -> str:
+    """How the controller reaches `remote`: its git:// URL while a daemon serves it, else its path."""
+    return str(remote) if SERVER is None else SERVER.url(Path(remote).relative_to(SERVER.base).as_posix())
+
+
 def run_child(project: Path, kind: str, remote: Path, workdir: Path, cluster: str | None = None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(project)}
-    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, "--remote", str(remote),
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, "--remote", address(remote),
                            "--workdir", str(workdir), *(["--cluster", cluster] if cluster else [])], env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -235,14 +268,14 @@ def run_child(project: Path, kind: str, remote: Path, workdir: Path, cluster: st
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(project: Path, seed: Path, base: Path, tag: str, fresh: bool = True) -> dict:
+def measure(project: Path, seed: Path, base: Path, tag: str, fresh: bool = True, cluster: str | None = None) -> dict:
     """A full pass (fresh process and directory) against a copy of the seed remote, then (`fresh`) a re-render
-    with nothing new from another fresh process and directory."""
+    with nothing new from another fresh process and directory; `cluster`: that cluster's controller."""
     remote = base / f"remote-{tag}.git"
     git("clone", "-q", "--bare", str(seed), str(remote), cwd=base)
     like_a_forge(remote)
     load = os.getloadavg()[0]
-    full = run_child(project, "full", remote, base / f"controller-{tag}")
+    full = run_child(project, "full", remote, base / f"controller-{tag}", cluster)
     rerender = run_child(project, "rerender", remote, base / f"restarted-{tag}") if fresh else None
     shutil.rmtree(remote, ignore_errors=True)
     for directory in (base / f"controller-{tag}", base / f"restarted-{tag}"):
@@ -315,6 +348,9 @@ def main() -> None:
                              "the median CPU time of each kept")
     parser.add_argument("--plain-remote", action="store_true",
                         help="remotes that refuse filtered fetches (a plain git daemon): full clones")
+    parser.add_argument("--transport", choices=("daemon", "file"), default="daemon",
+                        help="serve the remotes with git daemon on 127.0.0.1 (default: the server's CPU is not "
+                             "counted), or read them as local paths (the server's side runs under the controller)")
     parser.add_argument("--child", choices=("full", "rerender", "elsewhere"), help=argparse.SUPPRESS)
     parser.add_argument("--remote", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -327,7 +363,7 @@ def main() -> None:
         return
     if args.clusters:
         many_clusters(args.clusters, args.models, args.slots if args.slots != SLOTS else args.models // 10,
-                      args.spread, args.repeat)
+                      args.spread, args.repeat, args.transport)
         return
     runs = args.runs or (2 if args.compare else 1)
     base = Path(tempfile.mkdtemp(prefix="gpushare-bench-"))
@@ -341,18 +377,19 @@ def main() -> None:
             versions.append((f"{args.compare} ({commit[:12]})", other))
         seed = seed_remote(base, args.models, args.slots)
         rows = []
-        for run in range(runs):
-            order = versions if run % 2 == 0 else versions[::-1]
-            for name, project in order:
-                rows.append((name, measure(project, seed, base, f"{len(rows)}")))
-        small_seed = seed_remote(base, args.models // 10, args.slots // 10)
-        small = measure(ROOT, small_seed, base, "small", fresh=False)
+        with serving(base, args.transport):
+            for run in range(runs):
+                order = versions if run % 2 == 0 else versions[::-1]
+                for name, project in order:
+                    rows.append((name, measure(project, seed, base, f"{len(rows)}")))
+            small_seed = seed_remote(base, args.models // 10, args.slots // 10)
+            small = measure(ROOT, small_seed, base, "small", fresh=False)
     finally:
         if other is not None:
             git("worktree", "remove", "--force", str(other), cwd=ROOT)
         shutil.rmtree(base, ignore_errors=True)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; remotes {served(args.transport)}")
     print_lines(args.models, args.slots, next(run for name, run in rows if name == versions[0][0]), small)
     print_table(args.models, args.slots, rows, len(versions))
 
@@ -381,57 +418,87 @@ def clusters_fleet(n_clusters: int, n_models: int, n_slots: int, spread: str):
     return names, clusters
 
 
+MEDIANS = ("cpu_s", "same_cpu_s", "s", "pass_s", "same_s", "same_pass_s", "idle_s")  # what --repeat takes the median of
+
+
 def median_cpu(runs: list[dict]) -> dict:
-    """The last of `runs`, with the median CPU seconds of them all for its full pass and its re-render."""
-    return {**runs[-1], **{key: statistics.median(run[key] for run in runs) for key in ("cpu_s", "same_cpu_s")}}
+    """The last of `runs`, with the median of them all of each time of its full pass, re-render and pass with nothing
+    new (CPU and wall seconds)."""
+    return {**runs[-1], **{key: statistics.median(run[key] for run in runs) for key in MEDIANS}}
 
 
-def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, repeat: int = 1) -> None:
-    """Each controller in turn, each right after one cluster of its size alone (the load of a shared machine moves
-    both alike; `repeat` times each, against copies of the repository as it was, the median CPU time kept); then
-    each again in a fresh process with every tree in the repository."""
+def served(transport: str) -> str:
+    """How the remotes were served, for the printout."""
+    return ("served by git daemon on 127.0.0.1 (the server's CPU not counted)" if transport == "daemon" else
+            "read as local paths (the server's side counted with the controller's git)")
+
+
+def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, repeat: int = 1,
+                  transport: str = "daemon") -> None:
+    """Each controller in turn, each beside one cluster of its size alone, in either layout (the load of a shared
+    machine moves them alike; `repeat` times each, against copies of the repository as it was, the controller first
+    in every other round; the median time and the median of the paired ratios kept); then each again in a fresh
+    process with every tree in the repository."""
     base = Path(tempfile.mkdtemp(prefix="gpushare-bench-clusters-"))
     try:
         names, write = clusters_fleet(n_clusters, n_models, n_slots, spread)
         single = seed_remote(base, n_models, n_slots)
+        (lone,), write_one = clusters_fleet(1, n_models, n_slots, spread)
+        write_one.__name__ = f"one-{write_one.__name__}"
+        one_cluster = seed_remote(base, n_models, n_slots, write_one)
         remote = seed_remote(base, n_models, n_slots, write)
-        loads, full, alone = [os.getloadavg()[0]], {}, {}
+        loads, full, alone, layout_alone, ratios = [os.getloadavg()[0]], {}, {}, {}, {}
+        stack = contextlib.ExitStack()
+        stack.enter_context(serving(base, transport))
         for name in names:
-            solos, runs = [], []
+            solos, lones, runs = [], [], []
             for k in range(repeat):  # the last run against the repository itself, the others against copies
-                solos.append(measure(ROOT, single, base, f"alone-{name}-{k}", fresh=False)["full"])
-                if k == repeat - 1:
-                    runs.append(run_child(ROOT, "full", remote, base / f"controller-{name}", name))
-                    continue
-                scratch = base / f"scratch-{name}.git"
-                git("clone", "-q", "--bare", str(remote), str(scratch), cwd=base)
-                like_a_forge(scratch)
-                runs.append(run_child(ROOT, "full", scratch, base / f"scratch-{name}", name))
-                for directory in (scratch, base / f"scratch-{name}"):
-                    shutil.rmtree(directory, ignore_errors=True)
-            alone[name], full[name] = median_cpu(solos), median_cpu(runs)
+                def controller(k: int = k, name: str = name) -> None:
+                    if k == repeat - 1:
+                        runs.append(run_child(ROOT, "full", remote, base / f"controller-{name}", name))
+                        return
+                    scratch = base / f"scratch-{name}.git"
+                    git("clone", "-q", "--bare", str(remote), str(scratch), cwd=base)
+                    like_a_forge(scratch)
+                    runs.append(run_child(ROOT, "full", scratch, base / f"scratch-{name}", name))
+                    for directory in (scratch, base / f"scratch-{name}"):
+                        shutil.rmtree(directory, ignore_errors=True)
+
+                steps = [lambda: solos.append(measure(ROOT, single, base, f"alone-{name}-{k}", fresh=False)["full"]),
+                         lambda: lones.append(measure(ROOT, one_cluster, base, f"one-{name}-{k}", False, lone)["full"]),
+                         controller]
+                for step in steps if k % 2 == 0 else steps[::-1]:  # either goes first as often: no order favoured
+                    step()
+            alone[name], layout_alone[name], full[name] = median_cpu(solos), median_cpu(lones), median_cpu(runs)
+            ratios[name] = tuple(statistics.median(run[key] / base_run[key] for run, base_run in zip(runs, against))
+                                 for against in (solos, lones) for key in ("cpu_s", "same_cpu_s"))
         later = {name: run_child(ROOT, "elsewhere", remote, base / f"controller-{name}", name) for name in names}
         loads.append(os.getloadavg()[0])
         files = int(git("ls-tree", "-r", "--name-only", "main", cwd=remote).count("\n")) + 1
     finally:
+        stack.close()
         shutil.rmtree(base, ignore_errors=True)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {loads[0]:.1f} at start, "
-          f"{loads[1]:.1f} at the end; remotes {'refusing' if PLAIN_REMOTE else 'allowing'} filtered fetches")
+          f"{loads[1]:.1f} at the end; remotes {'refusing' if PLAIN_REMOTE else 'allowing'} filtered fetches, "
+          f"{served(transport)}")
     print(f"{n_clusters} clusters x {n_models} models on {n_slots} slots each (models: {spread}); the repository "
           f"holds {files} files after every controller's first pass")
     print("\nCPU seconds (this process and the git processes it ran; a shared machine's load moves them far less "
-          "than wall time), each controller against one cluster alone run just before it"
-          + (f" (the median of {repeat} runs of each; wall time: the last run)" if repeat > 1 else "") + ":")
-    print("\n| controller | full pass, CPU | alone | x | re-render, CPU | alone | x | another cluster committed, CPU |")
-    print("|---|---|---|---|---|---|---|---|")
-    ratios = []
+          "than wall time), each controller against one cluster of its size alone run just before it: `alone` in the "
+          "single-cluster layout (gpus.yaml, a full clone), `alone, clusters/` as the only cluster of a repository "
+          "in the clusters/ layout (its own partial clone; its tree also holds each model's ElasticModel)"
+          + (f" (times: the median of {repeat} runs of each, wall time too; x: the median of the {repeat} ratios "
+             "of a controller's run to the alone run beside it, which a slow drift of the machine's speed moves "
+             "less)" if repeat > 1 else "") + ":")
+    print("\n| controller | full pass, CPU | alone | x | alone, clusters/ | x | re-render, CPU | alone | x | "
+          "alone, clusters/ | x | another cluster committed, CPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
-        one, again, solo = full[name], later[name], alone[name]
-        pair = (one["cpu_s"] / solo["cpu_s"], one["same_cpu_s"] / solo["same_cpu_s"])
-        ratios.append(pair)
-        print(f"| {name} | {one['cpu_s']:.2f} s | {solo['cpu_s']:.2f} s | {pair[0]:.2f} | {one['same_cpu_s']:.2f} s | "
-              f"{solo['same_cpu_s']:.2f} s | {pair[1]:.2f} | {again['elsewhere_cpu_s'] * 1000:.0f} ms |")
+        one, again, solo, lone, pair = full[name], later[name], alone[name], layout_alone[name], ratios[name]
+        print(f"| {name} | {one['cpu_s']:.2f} s | {solo['cpu_s']:.2f} s | {pair[0]:.2f} | {lone['cpu_s']:.2f} s | "
+              f"{pair[2]:.2f} | {one['same_cpu_s']:.2f} s | {solo['same_cpu_s']:.2f} s | {pair[1]:.2f} | "
+              f"{lone['same_cpu_s']:.2f} s | {pair[3]:.2f} | {again['elsewhere_cpu_s'] * 1000:.0f} ms |")
     print(f"\nwall time, the same runs:\n\n| controller | full pass | one cluster alone, just before | re-render | alone "
           "| nothing new | re-render, fresh process, every tree there | another cluster committed | files checked out |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -443,12 +510,19 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
               f"{split(again['s'], again['pass_s'])} | {again['elsewhere_s'] * 1000:.0f} ms "
               f"({'rendered' if again['elsewhere_rendered'] else 'not rendered'}) | {again['checked_out']:,} |")
     print()
-    for what, index in (("full pass", 0), ("re-render", 1)):
-        values = sorted(pair[index] for pair in ratios)
+    walls = [(full[name]["s"] / alone[name]["s"], full[name]["same_s"] / alone[name]["same_s"]) for name in names]
+    for what, index, against in (("full pass", 0, "one cluster alone"), ("re-render", 1, "one cluster alone"),
+                                 ("full pass", 2, "one cluster alone in the clusters/ layout"),
+                                 ("re-render", 3, "one cluster alone in the clusters/ layout")):
+        values = sorted(pair[index] for pair in ratios.values())
         median = values[len(values) // 2]
-        print(f"{what} (CPU), each controller against one cluster alone: median {median:.2f}x, worst "
+        print(f"{what} (CPU), each controller against {against}: median {median:.2f}x, worst "
               f"{values[-1]:.2f}x [{'met' if values[-1] <= CLUSTER_GOAL else 'MISSED'}: target <= {CLUSTER_GOAL}x, "
               "each controller]")
+    for what, index in (("full pass", 0), ("re-render", 1)):
+        values = sorted(pair[index] for pair in walls)
+        print(f"{what} (wall time, the server's work included; moved by the machine's load): median "
+              f"{values[len(values) // 2]:.2f}x, worst {values[-1]:.2f}x")
 
 
 if __name__ == "__main__":

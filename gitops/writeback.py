@@ -3,7 +3,7 @@
 Owns `publish`, the one write path from the controller into git. Each attempt:
 fetch and hard-reset to the tracked branch's remote head; call the pure
 `render(Checkout) -> Change` on that tree (its root, and every owned path the
-commit holds as git lists it: a sparse work tree holds only some); plan the edit that makes the owned
+commit holds as git lists it: a sparse work tree holds some folders only); plan the edit that makes the owned
 paths exactly the Change (gitops.change: add what differs from upstream's
 `ls-tree` by blob id, remove owned files that are neither generated nor kept);
 build the new tree in git's object store (new blobs and the tree edit through
@@ -54,7 +54,7 @@ from pathlib import Path
 from gitops.change import Change, check_change, plan_edit
 from gitops.errors import InvalidWriteBack, PushRejected, PushRetriesExhausted
 from gitops.paths import normalize_owned
-from gitops.workcopy import WorkingCopy, check_branch_name, owned_paths
+from gitops.workcopy import WorkingCopy, check_branch_name, kind_of, owned_paths
 
 log = logging.getLogger("gpushare.gitops")
 NO_CHANGE = "no change"
@@ -99,20 +99,53 @@ class PublishResult:
 
 @dataclass(frozen=True)
 class Checkout:
-    """What a render is given: the work tree's `root` (the files the copy's sparse patterns name) and every
-    file, symlink and submodule under the owned prefixes in the checked-out commit, from `git ls-tree`
-    (`generated`, sorted): list the controller's files from it, never from the work tree; `read(paths, limit)`
-    gives the content of those of them that are regular files within `limit` bytes, from git's object store
-    (the sparse work tree does not hold them all)."""
+    """What a render is given: the work tree's `root` (the folders the copy's sparse checkout holds), the checked-out
+    `commit`, and every file, symlink and submodule under the owned prefixes in it, from `git ls-tree` (`generated`,
+    sorted): list the controller's files from it, never from the work tree. `read`, `kinds` and `children` answer
+    from git's object store for any path of the commit, whether or not the work tree holds it (a sparse work tree
+    holds some folders only)."""
 
     root: Path
     generated: tuple[str, ...]
-    read: Callable[[Iterable[str], int], dict[str, bytes]]
+    commit: str
+    copy: WorkingCopy = field(repr=False, compare=False)
+    entries: Mapping[str, tuple[str, str]] = field(repr=False, compare=False)  # listed under the owned prefixes
+    _elsewhere: dict[str, tuple[str, str] | None] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def of(cls, copy: WorkingCopy, entries: Mapping[str, tuple[str, str]], owned: tuple[str, ...]) -> Checkout:
-        """The checkout of `copy`, whose commit `entries` lists (WorkingCopy.entries over `owned`)."""
-        return cls(copy.root, owned_paths(entries, owned), lambda paths, limit: copy.read_files(entries, paths, limit))
+    def of(cls, copy: WorkingCopy, commit: str, entries: Mapping[str, tuple[str, str]],
+           owned: tuple[str, ...]) -> Checkout:
+        """The checkout of `copy` at `commit`, whose owned paths `entries` lists (WorkingCopy.entries over `owned`)."""
+        return cls(copy.root, owned_paths(entries, owned), commit, copy, entries)
+
+    @classmethod
+    def at(cls, copy: WorkingCopy, commit: str, owned: tuple[str, ...]) -> Checkout:
+        """The checkout of `copy` at `commit`, its paths under `owned` listed from git."""
+        return cls.of(copy, commit, copy.entries(commit, owned), owned)
+
+    def read(self, paths: Iterable[str], limit: int) -> dict[str, bytes]:
+        """The content of each of `paths` that is a regular file of at most `limit` bytes in the commit; the others
+        are left out, as a reader leaves out a file it cannot read."""
+        paths = list(paths)
+        return self.copy.read_files({**self.entries, **self._looked_up(paths)}, paths, limit)
+
+    def kinds(self, paths: Iterable[str]) -> dict[str, str]:
+        """What each of `paths` is in the commit (`file`, `symlink`, `submodule`; a folder or an absent path is left
+        out): one `ls-tree` for them all."""
+        return {path: kind_of(mode) for path, (mode, _) in self._looked_up(paths).items()}
+
+    def _looked_up(self, paths: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """The commit's entries at those of `paths` outside the owned prefixes, each looked up in git once."""
+        paths = list(paths)
+        unknown = [path for path in paths if path not in self.entries and path not in self._elsewhere]
+        if unknown:
+            found = self.copy.entries_at(self.commit, unknown)
+            self._elsewhere.update({path: found.get(path) for path in unknown})
+        return {path: entry for path in paths if (entry := self._elsewhere.get(path)) is not None}
+
+    def children(self, folder: str) -> dict[str, str] | None:
+        """What the commit holds directly in `folder` (WorkingCopy.children); None when it is no folder."""
+        return self.copy.children(self.commit, folder)
 
 
 Render = Callable[[Checkout], Change]
@@ -157,7 +190,7 @@ def _render_on(copy: WorkingCopy, upstream: str, base: str, render: Render, owne
         log.info("upstream moved only outside what the render read: its change lands on %s unrendered", upstream[:12])
     else:
         copy.checkout(upstream)
-        change = render(Checkout.of(copy, entries, owned))
+        change = render(Checkout.of(copy, upstream, entries, owned))
     check_change(change, owned)
     edit = plan_edit(change, entries, owned, copy.object_format)
     tree = copy.write_tree(upstream, edit)

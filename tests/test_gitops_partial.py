@@ -137,3 +137,42 @@ def test_a_partial_copy_refuses_a_tree_naming_a_blob_it_does_not_hold(tmp_path):
         assert copy.partial
         with pytest.raises(InvalidWriteBack, match="not in the object store"):
             copy.write_tree(head, TreeEdit(add={"rendered/eu-1/x.yaml": ("100644", "1" * 40)}))
+
+
+def _fetches_of(copy) -> list[tuple[str, ...]]:
+    """The git fetch commands `copy` runs from now on (its Git wrapped)."""
+    fetches: list[tuple[str, ...]] = []
+    run = copy.git.run
+
+    def counted(*args, **kwargs):
+        if args[0] == "fetch":
+            fetches.append(args)
+        return run(*args, **kwargs)
+
+    copy.git.run = counted
+    return fetches
+
+
+def test_blobs_read_or_written_once_are_never_fetched_again(tmp_path):
+    """A re-render on the same upstream reads its records and writes nothing new: it starts no fetch beside the
+    pass's own (WorkingCopy keeps the ids of the blobs it fetched or wrote); a second read of records fetched
+    once starts none."""
+    with serving(tmp_path / "remote", filters=True) as server:
+        server.create_repo(REPO, _tree())
+        layout = Layout("eu-1")
+        copy = controller_copy(server.url(REPO), "main", tmp_path / "wd", layout=layout)
+        assert reconcile_once(copy, cluster="eu-1").published.changed
+        fetches = _fetches_of(copy)
+        again = reconcile_once(copy, cluster="eu-1")
+        assert not again.published.changed and again.output is not None, "rendered again, nothing new"
+        assert len(fetches) == 1 and "--stdin" not in fetches[0], f"only the pass's own fetch: {fetches}"
+
+        restarted = controller_copy(server.url(REPO), "main", tmp_path / "restarted", layout=layout)
+        head = restarted.sync()["main"]
+        entries = restarted.entries(head, layout.generated)
+        records = [p for p in entries if entries[p][1] in _missing(restarted.root)]
+        fetches = _fetches_of(restarted)
+        assert records and set(restarted.read_files(entries, records, 1 << 20)) == set(records)
+        assert len(fetches) == 1, "one batch for the missing records"
+        assert set(restarted.read_files(entries, records, 1 << 20)) == set(records)
+        assert len(fetches) == 1, "and none for a second read of them"

@@ -1,7 +1,8 @@
 """The controller's sparse working copy against a real remote served on 127.0.0.1.
 
-gitops.WorkingCopy(sparse=...) with the controller's patterns (controller.inputs.layout.CHECKED_OUT, through
-controller.cli.common.controller_copy) checks out what a pass reads and nothing else; the render is handed
+gitops.WorkingCopy(cone=...) with the controller's folders (controller.inputs.layout.CONE, through
+controller.cli.common.controller_copy) checks out what a pass reads as files and nothing else, with a sparse
+index (a folder left out is one entry of git's index); the render is handed
 every generated path from git (gitops.Checkout.generated), so a manifest that is not checked out is still
 pruned, kept or left as it is, and the prune guard counts the whole tree. An existing full work directory
 becomes sparse at its next pass, and back.
@@ -9,6 +10,7 @@ becomes sparse at its next pass, and back.
 from __future__ import annotations
 
 import functools
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,8 @@ TREE = {
     "rendered/llm/nested/deployment-deep.yaml": b"deeper than a worker\n",
 }
 NOT_CHECKED_OUT = {"decisions/llm/chat.yaml", WORKER,  # a decision record, a worker's files: read from git
+                   "rendered/PLAN.md",  # read from git too: the rendered tree is never checked out
+                   "apps/argocd.yaml",  # a folder of the user's that no pass reads
                    "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml",
                    "rendered/gpushare-system/networkpolicy-worker-n-gpu0-default.yaml",
                    "rendered/gpushare-system/role-worker-n-gpu0-default.yaml", SERVICE,
@@ -105,11 +109,22 @@ def test_the_render_is_given_every_generated_path_from_git(remote, tmp_path):
     assert not result.changed
     (checkout,) = seen
     assert checkout.generated == tuple(sorted(p for p in TREE if p.startswith(GENERATED)))
-    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout.read)
+    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout)
     assert tree.last.paths == tuple(sorted(p for p in TREE if p.startswith(("decisions/", "rendered/"))))
     assert set(tree.last.workers) == {WORKER, "rendered/gpushare-system/configmap-worker-n-gpu0-default.yaml"}
     assert [p.path for p in tree.rightsizing.problems] == ["decisions/rightsizing/llm/chat.yaml"], \
         "the record under decisions/rightsizing/ is read (and found garbled)"
+    assert tree.last.plan_md == TREE["rendered/PLAN.md"].decode(), "PLAN.md is read from git"
+
+
+def test_the_index_holds_one_entry_for_each_folder_left_out(synced):
+    """git's sparse index: the rendered tree and a user's folder no pass reads are one entry each, not one per
+    file (what keeps a cluster's reset and clean from growing with the other clusters' trees)."""
+    listed = subprocess.run(["git", "-C", str(synced), "ls-files", "--sparse"], check=True, capture_output=True,
+                            text=True).stdout.splitlines()
+    assert {"rendered/", "apps/"} <= set(listed)
+    assert not [path for path in listed if path.startswith(("rendered/", "apps/")) and not path.endswith("/")]
+    assert "models/llm/chat.yaml" in listed and "decisions/_last-good/_owners.yaml" in listed
 
 
 # (case id, the generated files, kept prefixes, what the branch holds at SERVICE afterwards (None: removed),
@@ -198,7 +213,7 @@ def test_the_decision_records_are_read_from_git_as_a_full_checkout_reads_them(gi
     seen: list = []
 
     def render(checkout: Checkout) -> Change:
-        seen.append(read_repo(checkout.root, generated=checkout.generated, committed=checkout.read).last.records)
+        seen.append(read_repo(checkout.root, generated=checkout.generated, committed=checkout).last.records)
         return Change({}, "nothing", keep=frozenset(checkout.generated))
 
     restarted = controller_copy(git_server.url(REPO), "main", tmp_path / "restarted")

@@ -19,6 +19,8 @@ from controller.cli.commands import main
 from controller.cli.common import controller_copy
 from controller.cli.offline import reconcile_once
 from controller.inputs.layout import Layout
+from controller.inputs.reader import read_repo, repository_clusters
+from gitops import Checkout
 from tests.conftest import REPO_ROOT
 from tests.gitserver import git, both_git_servers  # noqa: F401  (the fixture)
 
@@ -196,23 +198,30 @@ def test_a_cluster_asked_for_in_a_single_cluster_repository_is_refused(git_serve
     assert "[UnknownCluster]" in capsys.readouterr().err and git_server.head(REPO) == seed
 
 
-def test_the_sparse_work_tree_of_a_cluster_holds_its_own_plan_and_no_other_clusters_tree(git_server, tmp_path):  # noqa: F811
+def test_the_sparse_work_tree_of_a_cluster_holds_its_own_folder_and_reads_the_rest_from_git(git_server, tmp_path):  # noqa: F811
     git_server.create_repo(REPO, _tree())
     url = git_server.url(REPO)
     for cluster in CLUSTERS:
         reconcile_once(controller_copy(url, "main", tmp_path / cluster, layout=Layout(cluster)), cluster=cluster)
-    copy = controller_copy(url, "main", tmp_path / "eu-1", layout=Layout("eu-1"))
-    copy.sync()
+    layout = Layout("eu-1")
+    copy = controller_copy(url, "main", tmp_path / "eu-1", layout=layout)
+    head = copy.sync()["main"]
     held = {p.relative_to(copy.root).as_posix() for p in copy.root.rglob("*") if p.is_file() and ".git" not in p.parts}
-    assert "rendered/eu-1/PLAN.md" in held and "clusters/us-1/gpus.yaml" in held
-    assert "clusters/staging/models/llm/canary.yaml" not in held, "another cluster's own models"
-    assert not any(p.startswith(("rendered/us-1", "rendered/staging", "decisions/us-1", "decisions/staging"))
-                   for p in held)
-    assert not any(p.startswith("rendered/eu-1/") and p != "rendered/eu-1/PLAN.md" for p in held)
+    assert "clusters/eu-1/gpus.yaml" in held
+    assert "clusters/us-1/gpus.yaml" not in held and "clusters/staging/models/llm/canary.yaml" not in held, \
+        "another cluster's folder"
+    assert not any(p.startswith(("rendered/", "decisions/us-1", "decisions/staging")) for p in held)
     assert any(p.startswith("decisions/eu-1/_last-good/") for p in held)
-    entries = copy.entries(copy.git.text("rev-parse", "HEAD"), Layout("eu-1").cluster_generated)
-    assert entries and all(p.startswith(Layout("eu-1").cluster_generated) for p in entries)
+    entries = copy.entries(head, layout.cluster_generated)
+    assert entries and all(p.startswith(layout.cluster_generated) for p in entries)
     assert yaml.safe_load((copy.root / "clusters/eu-1/gpus.yaml").read_text())["labels"]["region"] == "eu"
+
+    checkout = Checkout.at(copy, head, layout.cluster_generated)
+    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout, cluster="eu-1")
+    assert tree.clusters == CLUSTERS, "every cluster, listed from git"
+    assert tree.last.plan_md == git_server.files(REPO)["rendered/eu-1/PLAN.md"].decode(), "its PLAN.md, from git"
+    assert repository_clusters(copy.root, checkout) == CLUSTERS
+    assert repository_clusters(copy.root) == ("eu-1",), "the work tree alone holds its own folder only"
 
 
 def test_the_work_directories_of_two_clusters_never_collide(tmp_path):

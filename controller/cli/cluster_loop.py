@@ -329,7 +329,7 @@ class ClusterReconciler:
             warmed()
             with gc_paused():
                 tree = read_repo(checkout.root, available_processes(), generated=checkout.generated,
-                                 committed=checkout.read, cluster=self.layout.cluster)
+                                 committed=checkout, cluster=self.layout.cluster)
                 if self.rightsizing is not None and self.rightsizing.pending:  # records awaiting review: the status
                     tree = replace(tree, models=observed_models(tree.models, self.rightsizing.pending))
                 rendered = render_in_cluster(tree, facts, self.max_prune_share, self.install)

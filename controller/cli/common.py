@@ -72,11 +72,11 @@ def default_workdir(repo: str, branch: str, cluster: str | None = None) -> Path:
 
 def controller_copy(repo: str, branch: str, workdir: Path, credentials: Credentials | None = None,
                     layout: Layout = SINGLE) -> WorkingCopy:
-    """The controller's working copy of `repo`: only what a pass of `layout`'s cluster reads is checked out
-    (Layout.checked_out), the generated paths come from git; an existing full checkout is made sparse at its next
+    """The controller's working copy of `repo`: only the folders a pass of `layout`'s cluster reads are checked out
+    (Layout.cone), the rest is listed and read from git; an existing full checkout is made sparse at its next
     pass. A cluster's new work directory in a repository of several is a partial clone (gitops.WorkingCopy): it
     downloads no other cluster's manifests."""
-    return WorkingCopy(repo, branch, workdir, credentials=credentials, sparse=layout.checked_out,
+    return WorkingCopy(repo, branch, workdir, credentials=credentials, cone=layout.cone,
                        partial=layout.cluster is not None)
 
 

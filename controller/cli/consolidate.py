@@ -150,7 +150,7 @@ def publish_proposal(copy: WorkingCopy, max_moves: int, now: float, *, facts: Cl
     share = prune_share_setting() if max_prune_share is None else max_prune_share
     heads = copy.sync()
     owned = layout.cluster_generated
-    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], owned), owned)
+    checkout = Checkout.at(copy, heads[copy.branch], owned)
     if not _propose_on(checkout, max_moves, now, facts, install, layout).proposal.changed:
         return None
     found: list[Outcome] = []
@@ -174,7 +174,7 @@ def publish_proposal(copy: WorkingCopy, max_moves: int, now: float, *, facts: Cl
 
 def _propose_on(checkout: Checkout, max_moves: int, now: float, facts: ClusterFacts | None,
                 install: Mapping[str, object] | None, layout: Layout) -> Outcome:
-    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout.read, cluster=layout.cluster)
+    tree = read_repo(checkout.root, generated=checkout.generated, committed=checkout, cluster=layout.cluster)
     return propose_tree(tree, max_moves, now, facts, install)
 
 

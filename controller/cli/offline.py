@@ -3,7 +3,7 @@
 Owns the adapter between the pure pass and gitops: read the checked-out tree
 (controller.inputs.reader: models/, gpus.yaml, profiles/, compositions/, the last
 decisions/ and PLAN.md, with the generated paths as git lists them: the working copy
-checks out only what a pass reads), run controller.passes.reconcile.run_pass, hold the commit
+checks out only what a pass reads as files, the rest is read from git), run controller.passes.reconcile.run_pass, hold the commit
 when it would prune too much (controller.passes.reconcile.guarded_change), hand its
 files to gitops.publish. With clusters/, one cluster's pass: its own paths only (Layout), what it read
 named in the Change so another cluster's commit never makes it render again. Called by `gpushare
@@ -38,8 +38,8 @@ def pass_over(root: Path, processes: int | None = None, install: Mapping[str, ob
     """The pass over a checked-out GitOps tree (pure but for reading files), called as cluster mode calls it
     but with no cluster facts; `install`: the install's composition parameters (controller.rendering.site),
     in place of the defaults the compositions leave unset; `generated`: the generated paths as git lists them
-    (controller.inputs.reader.read_repo; None: a plain directory, listed as it is) and `committed` what reads
-    the files the controller's sparse work tree leaves out (gitops.Checkout.read); `cluster`: the cluster planned, in
+    (controller.inputs.reader.read_repo; None: a plain directory, listed as it is) and `committed` the commit in
+    git, for the files the controller's sparse work tree leaves out (gitops.Checkout); `cluster`: the cluster planned, in
     a repository with clusters/ (controller.inputs.reader.ClusterNotFound when it has none of that name)."""
     processes = processes or available_processes()
     with gc_paused():
@@ -62,7 +62,7 @@ def reconcile_once(copy: WorkingCopy, target: Target | str = "direct",
     def render(checkout: Checkout) -> Change:
         progress("reading, planning and rendering the checkout")
         warmed()
-        out = pass_over(checkout.root, install=install, generated=checkout.generated, committed=checkout.read,
+        out = pass_over(checkout.root, install=install, generated=checkout.generated, committed=checkout,
                         cluster=cluster)
         guarded = guarded_change(checkout.generated, out.files, share, keep=out.keep, layout=layout)
         outputs.append((out, guarded.hold))

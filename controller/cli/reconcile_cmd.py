@@ -36,7 +36,7 @@ from controller.inputs.reader import ClusterNotFound, repository_clusters
 from controller.rightsizing.cli import print_pass as show_rightsizing
 from controller.rendering.site import InstallParameterInvalid
 from contract.durations import duration_flag
-from gitops import GitError, Identity, PublishResult, parse_target
+from gitops import Checkout, GitError, Identity, PublishResult, parse_target
 from gitops.forge import KINDS
 from gitops.git import Git
 
@@ -196,8 +196,8 @@ def _offline_clusters(args) -> list[str | None]:
         return [args.cluster]
     probe = controller_copy(args.repo, args.branch, args.workdir or default_workdir(args.repo, args.branch),
                             credentials_from(args))
-    probe.sync()
-    names = repository_clusters(probe.root)
+    head = probe.sync()[probe.branch]
+    names = repository_clusters(probe.root, Checkout.at(probe, head, ()))
     if names is None:
         return [None]
     if not names:

@@ -7,9 +7,9 @@ controller owns `rendered/` (manifests and PLAN.md), `decisions/` and, in cluste
 parsed cleanly (what a pass reads while that file is broken) and each model's generated paths (kept
 while the model fails to render). The reader (controller.inputs.reader) reads the user's paths; the
 shells hand a `Layout`'s `generated` (or `cluster_generated`) prefixes to gitops, which writes nothing
-outside the prefixes it is given. `checked_out` names what the controller's own working copy checks
-out: what a pass reads as files (everything but the rendered manifests other than PLAN.md, and the
-decision records, which it reads from git).
+outside the prefixes it is given. `cone` names the folders the controller's own working copy checks
+out: what a pass reads as files (the user's folders, the last good copies, the right-sizing records; never
+the rendered manifests, PLAN.md or the decision records, which it reads from git).
 
 A repository without `clusters/` is one implicit cluster whose paths are the ones above (`SINGLE`, the
 module constants). With `clusters/<name>/gpus.yaml`, each cluster is planned on its own (`Layout(name)`):
@@ -67,13 +67,18 @@ class Layout:
         return (MODELS_DIR,) if self.cluster is None else (MODELS_DIR, self.own_models)
 
     @property
+    def folder(self) -> str:
+        """clusters/<name>: the cluster's own folder (its gpus.yaml and its own models)."""
+        return f"{CLUSTERS_DIR}/{self.cluster}"
+
+    @property
     def own_models(self) -> str:
         """clusters/<name>/models/: the models of this cluster alone."""
-        return f"{CLUSTERS_DIR}/{self.cluster}/{MODELS_DIR}"
+        return f"{self.folder}/{MODELS_DIR}"
 
     @property
     def inventory(self) -> str:
-        return INVENTORY_FILE if self.cluster is None else f"{CLUSTERS_DIR}/{self.cluster}/{INVENTORY_FILE}"
+        return INVENTORY_FILE if self.cluster is None else f"{self.folder}/{INVENTORY_FILE}"
 
     @property
     def plan_md(self) -> str:
@@ -102,20 +107,16 @@ class Layout:
         return (*self.generated, f"{self.measured}/")
 
     @property
-    def checked_out(self) -> tuple[str, ...]:
-        """git's non-cone sparse-checkout patterns of the controller's working copy (gitops.WorkingCopy): every path
-        but rendered/<namespace>/** and the decision records (decisions/<namespace>/<name>.yaml), the last good
-        copies directly under decisions/_last-good/ included again; with clusters, none of another cluster's
-        generated tree either. A pass reads the files it needs of those from git (gitops.Checkout.read: the records
-        and the workers' Deployments and ConfigMaps) and lists every generated path from git
-        (gitops.Checkout.generated): a restarted controller writes the user's files and little else."""
-        # a folder is `/<folder>/**`, never `/<folder>/`: git resolves a folder-only pattern against each path of
-        # the tree it does not check out (three lstat calls each: 0.1 s of every checkout at 47,000 paths)
-        own = ("/*", f"!/{self.rendered}/*/*", f"!/{self.decisions}/*/*.yaml", f"/{self.last_good}/*.yaml")
-        if self.cluster is None:
-            return own
-        return ("/*", f"!/{RENDERED_DIR}/*", f"!/{DECISIONS_DIR}/*", f"!/{CLUSTERS_DIR}/*/{MODELS_DIR}/**",
-                f"/{self.own_models}/**", f"/{self.plan_md}", f"/{self.decisions}/**", *own[2:])
+    def cone(self) -> tuple[str, ...]:
+        """The folders the controller's working copy checks out (gitops.WorkingCopy's cone-mode sparse checkout:
+        the files at the top of the tree and every file under these): what a pass reads as files, the user's
+        folders, the cluster's own folder, its last good copies and its right-sizing records. The rest a pass reads
+        from git (gitops.Checkout: the decision records, the workers' Deployments and ConfigMaps, PLAN.md and, with
+        clusters, every cluster's gpus.yaml) and lists every generated path from git (gitops.Checkout.generated): a
+        restarted controller writes the user's files and little else, and git's index holds one entry for each
+        folder left out (another cluster's tree is one entry, not thousands)."""
+        own = (self.folder,) if self.cluster is not None else ()
+        return (MODELS_DIR, PROFILES_DIR, COMPOSITIONS_DIR, *own, self.last_good, self.rightsizing)
 
     def reads(self, clusters: Iterable[str]) -> tuple[str, ...] | None:
         """git pathspecs of everything a pass of this cluster reads (gitops.Change.reads), given the repository's
@@ -146,4 +147,4 @@ OWNERS_FILE = SINGLE.owners
 RIGHTSIZING_DIR = SINGLE.rightsizing
 GENERATED = SINGLE.generated
 CLUSTER_GENERATED = SINGLE.cluster_generated
-CHECKED_OUT = SINGLE.checked_out
+CONE = SINGLE.cone

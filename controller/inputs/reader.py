@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from contract.wire import SOURCE_ANNOTATION
 from controller.cpu import forked_map, runs
@@ -64,7 +64,19 @@ def load_repo(root: Path) -> Inputs:
     return read_repo(root).inputs
 
 
-Committed = Callable[[Iterable[str], int], Mapping[str, bytes]]  # (paths, size limit) -> their committed content
+class Committed(Protocol):
+    """The checked-out commit as git holds it (gitops.Checkout), for the files the controller's sparse work tree
+    leaves out: the decision records, the workers' Deployments and ConfigMaps, PLAN.md and every cluster's
+    gpus.yaml."""
+
+    def read(self, paths: Iterable[str], limit: int) -> Mapping[str, bytes]:
+        """The content of each of `paths` that is a regular file of at most `limit` bytes; the others left out."""
+
+    def kinds(self, paths: Iterable[str]) -> Mapping[str, str]:
+        """What each of `paths` that is there and no folder is: `file`, `symlink` or `submodule`."""
+
+    def children(self, folder: str) -> Mapping[str, str] | None:
+        """name -> `folder`, `file`, `symlink` or `submodule` directly in `folder`; None when it is no folder."""
 
 
 class ClusterNotFound(ValueError):
@@ -78,10 +90,11 @@ class ClusterNotFound(ValueError):
         self.message, self.fix = message, fix
 
 
-def repository_clusters(root: Path) -> tuple[str, ...] | None:
+def repository_clusters(root: Path, committed: Committed | None = None) -> tuple[str, ...] | None:
     """The clusters a repository plans (folders under clusters/ with a gpus.yaml and a usable name), sorted; None
-    for the single-cluster layout (no clusters/ folder)."""
-    catalog = read_catalog(root)
+    for the single-cluster layout (no clusters/ folder). `committed`: list them from git (a controller's sparse
+    work tree holds no other cluster's folder), as read_repo takes it."""
+    catalog = read_catalog(root, committed=committed)
     return None if catalog is None else catalog.names
 
 
@@ -92,14 +105,14 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     are read sorted. `processes`: how many processes may read a large fleet's decision records. `generated`:
     every path under the controller's prefixes (a Layout's cluster_generated, or the shell's own) as git holds
     them in the checked-out commit, of which the work tree may hold only those a pass reads; None: list them from
-    the directory (a plain directory, not the controller's checkout). `committed`: reads controller files from git
-    (gitops.Checkout.read), for the decision records the controller's sparse work tree leaves out; None: read
-    them from the directory. `cluster`: the cluster to read in a repository with clusters/ (its inventory, the
+    the directory (a plain directory, not the controller's checkout). `committed`: the checked-out commit in git
+    (gitops.Checkout), for what the controller's sparse work tree leaves out (the decision records, the rendered
+    workers, PLAN.md, the clusters' folders and inventories); None: read them from the directory. `cluster`: the cluster to read in a repository with clusters/ (its inventory, the
     models that select it, its own generated tree and no other's); None in the single-cluster layout.
     ClusterNotFound when that does not fit the repository."""
     root = Path(root)
     layout = Layout(cluster)
-    catalog = read_catalog(root, layout)
+    catalog = read_catalog(root, layout, committed)
     check_cluster(catalog, cluster)
     models, model_errors = read_models(root, processes, keep_documents=catalog is not None, layout=layout)
     models, placement_errors = placed(models, cluster, catalog)
@@ -133,36 +146,60 @@ def check_cluster(catalog: Catalog | None, cluster: str | None) -> None:
                               f"name one of them with --cluster NAME, or add {inventory_path(cluster or '<name>')}")
 
 
-def read_catalog(root: Path, own: Layout = SINGLE) -> Catalog | None:
+def read_catalog(root: Path, own: Layout = SINGLE, committed: Committed | None = None) -> Catalog | None:
     """The clusters under clusters/ (controller.inputs.clusters.Catalog): each folder with a usable name and a
     gpus.yaml, with the labels it declares; None without a clusters/ folder (the single-cluster layout). `own`:
     the cluster being read, whose labels come from its last good gpus.yaml while that file is broken (so a broken
-    file never moves a model off it); another cluster's labels are None while its file cannot be read."""
-    base = Path(root) / CLUSTERS_DIR
-    if base.is_symlink() or not base.is_dir():
+    file never moves a model off it); another cluster's labels are None while its file cannot be read.
+    `committed`: the folders and inventories are read from git (a controller's sparse work tree holds its own
+    cluster's folder only), else from the directory."""
+    listing = _cluster_folders(root, committed)
+    if listing is None:
         return None
-    try:
-        folders = sorted(entry.name for entry in os.scandir(base) if entry.is_dir(follow_symlinks=False))
-    except OSError:
-        folders = []
-    has = {name: is_file(root, inventory_path(name)) for name in folders}
+    folders, has, texts = listing
     errors = folder_errors(folders, has, is_file(root, INVENTORY_FILE))
     labels: dict[str, Mapping[str, str] | None] = {}
     for name in folders:
         if cluster_name_problem(name) is not None or not has[name]:
             continue
-        found, problems = _cluster_labels(root, inventory_path(name))
+        rel = inventory_path(name)
+        found, problems = _cluster_labels(texts.get(rel), rel)
         if found is None and name == own.cluster:
-            found, _ = _cluster_labels(root, last_good_path(inventory_path(name), own))
+            kept = last_good_path(rel, own)
+            found, _ = _cluster_labels(read_optional(root, kept), kept)
         labels[name] = found
         errors += problems
     return Catalog(MappingProxyType(labels), tuple(errors))
 
 
-def _cluster_labels(root: Path, rel: str) -> tuple[dict[str, str] | None, list[InputError]]:
-    """The `labels:` of a cluster's gpus.yaml ({} when it has none); None when the file cannot be read or its labels
-    break Kubernetes' rules (each reported; a file that is no YAML is the inventory's error to report)."""
-    text = read_optional(root, rel)
+def _cluster_folders(root: Path, committed: Committed | None
+                     ) -> tuple[list[str], dict[str, bool], dict[str, str]] | None:
+    """The folders under clusters/ (sorted), whether each holds a gpus.yaml, and the text of each that can be read
+    (a usable folder name's only); None without a clusters/ folder. From git with `committed`, else the directory."""
+    if committed is None:
+        base = Path(root) / CLUSTERS_DIR
+        if base.is_symlink() or not base.is_dir():
+            return None
+        try:
+            folders = sorted(entry.name for entry in os.scandir(base) if entry.is_dir(follow_symlinks=False))
+        except OSError:
+            folders = []
+        has = {name: is_file(root, inventory_path(name)) for name in folders}
+        return folders, has, {rel: text for name in folders if has[name] and cluster_name_problem(name) is None
+                              if (text := read_optional(root, rel := inventory_path(name))) is not None}
+    children = committed.children(CLUSTERS_DIR)
+    if children is None:
+        return None
+    folders = sorted(name for name, kind in children.items() if kind == "folder")
+    there = committed.kinds(inventory_path(name) for name in folders)
+    has = {name: inventory_path(name) in there for name in folders}
+    wanted = [inventory_path(name) for name in folders if has[name] and cluster_name_problem(name) is None]
+    return folders, has, _decoded(committed.read(wanted, max_file_bytes()))
+
+
+def _cluster_labels(text: str | None, rel: str) -> tuple[dict[str, str] | None, list[InputError]]:
+    """The `labels:` of a cluster's gpus.yaml `rel` of `text` ({} when it has none); None when the file cannot be
+    read or its labels break Kubernetes' rules (each reported; a file that is no YAML is the inventory's error)."""
     docs = load_documents(text, rel)[0] if text is not None else []
     if not docs or not isinstance(docs[0][1], dict):
         return None, []
@@ -189,7 +226,7 @@ def read_last_pass(root: Path, processes: int = 1, generated: Iterable[str] | No
     `read_repo` takes it) and rendered workers."""
     paths = controller_paths(root, generated, layout)
     records = load_decision_records(root, processes, None if generated is None else paths, committed, layout)
-    return LastPass(records, read_plan_md(root, layout), read_owners(root, layout), paths,
+    return LastPass(records, read_plan_md(root, layout, committed), read_owners(root, layout), paths,
                     read_rendered_workers(root, paths, committed, layout))
 
 
@@ -221,17 +258,24 @@ def read_rendered_workers(root: Path, paths: Iterable[str] | None = None,
     return _texts(root, names, committed)
 
 
-def _texts(root: Path, paths: list[str], committed: Committed | None) -> dict[str, str]:
-    """The UTF-8 text of each of the controller's `paths` that can be read, from git when `committed` is given
-    (the controller's sparse work tree does not hold them), else from the directory; the others are left out."""
+def _texts(root: Path, paths: list[str], committed: Committed | None, limit: int | None = None) -> dict[str, str]:
+    """The UTF-8 text of each of the controller's `paths` that can be read within `limit` bytes (default: an input
+    file's), from git when `committed` is given (the controller's sparse work tree does not hold them), else from
+    the directory; the others are left out."""
+    limit = max_file_bytes() if limit is None else limit
     if committed is None:
-        return {rel: text for rel, text in read_texts(root, paths).items() if isinstance(text, str)}
+        return {rel: text for rel, text in read_texts(root, paths, limit).items() if isinstance(text, str)}
+    return _decoded(committed.read(paths, limit))
+
+
+def _decoded(contents: Mapping[str, bytes]) -> dict[str, str]:
+    """Each of `contents` that is UTF-8, as text (the others left out, as read_text refuses them)."""
     texts = {}
-    for rel, data in committed(paths, max_file_bytes()).items():
+    for rel, data in contents.items():
         try:
             texts[rel] = data.decode("utf-8")
         except UnicodeDecodeError:
-            continue  # as read_text refuses it
+            continue
     return texts
 
 
@@ -262,8 +306,10 @@ def _json_body(text: str) -> object | None:
         return None
 
 
-def read_plan_md(root: Path, layout: Layout = SINGLE) -> str | None:
-    return read_optional(Path(root), layout.plan_md, max_state_bytes())
+def read_plan_md(root: Path, layout: Layout = SINGLE, committed: Committed | None = None) -> str | None:
+    """The last PLAN.md of `layout`'s cluster (None when absent or unreadable): from git with `committed` (the
+    controller's work tree does not hold the rendered tree), else from the directory."""
+    return _texts(root, [layout.plan_md], committed, max_state_bytes()).get(layout.plan_md)
 
 
 def _file_error(rel: str, exc: RepoFileError) -> InputError:

@@ -63,11 +63,11 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
     layout = Layout(cluster)
     heads = copy.sync(*((review,) if review else ()))
     root = copy.root
-    # models, records, prices and inventory, through the one reader and its limits; the controller's paths and the
-    # decision records from git (the controller's sparse work tree leaves them out)
+    # models, records, prices and inventory, through the one reader and its limits; the controller's paths, the
+    # decision records and the clusters' inventories from git (the controller's sparse work tree leaves them out)
     owned = layout.cluster_generated
-    checkout = Checkout.of(copy, copy.entries(heads[copy.branch], owned), owned)
-    tree = read_repo(root, generated=checkout.generated, committed=checkout.read, cluster=cluster)
+    checkout = Checkout.at(copy, heads[copy.branch], owned)
+    tree = read_repo(root, generated=checkout.generated, committed=checkout, cluster=cluster)
     inputs = tree.inputs
     usage_error, held, grid = None, {}, {}
     try:
