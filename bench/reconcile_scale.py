@@ -440,6 +440,7 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
     in every other round; the median time and the median of the paired ratios kept); then each again in a fresh
     process with every tree in the repository."""
     base = Path(tempfile.mkdtemp(prefix="gpushare-bench-clusters-"))
+    stack = contextlib.ExitStack()
     try:
         names, write = clusters_fleet(n_clusters, n_models, n_slots, spread)
         single = seed_remote(base, n_models, n_slots)
@@ -448,7 +449,6 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
         one_cluster = seed_remote(base, n_models, n_slots, write_one)
         remote = seed_remote(base, n_models, n_slots, write)
         loads, full, alone, layout_alone, ratios = [os.getloadavg()[0]], {}, {}, {}, {}
-        stack = contextlib.ExitStack()
         stack.enter_context(serving(base, transport))
         for name in names:
             solos, lones, runs = [], [], []

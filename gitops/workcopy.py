@@ -59,7 +59,6 @@ _SCHEMES = ("https", "http", "ssh", "git", "file")
 _TRANSPORT_HELPER = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*::")  # <transport>::<address>
 _SHA = re.compile(r"[0-9a-f]{7,64}")
 _MISSING_REF = re.compile(r"couldn't find remote ref refs/heads/(\S+)")
-_REGULAR_FILE_MODES = ("100644", "100755")
 BLOB_FILTER = "blob:none"  # a new work directory's partial clone: commits and trees, blobs when read
 _FILTER_REFUSED = "filtering not recognized by server"  # git's warning when the remote ignores the filter
 TREE_EDIT_REF = "refs/gpushare/tree-edit"  # write_tree's scratch commit (fast-import writes trees through a commit)
@@ -422,7 +421,7 @@ class WorkingCopy:
         processes for any number of files: sizes first, then the contents within the limit); the others are left
         out, as a reader leaves out a file it cannot read."""
         wanted = {path: entries[path][1] for path in paths
-                  if path in entries and entries[path][0] in _REGULAR_FILE_MODES}
+                  if path in entries and kind_of(entries[path][0]) == "file"}
         ids = list(dict.fromkeys(wanted.values()))
         if not ids:
             return {}

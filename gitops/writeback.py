@@ -127,21 +127,23 @@ class Checkout:
         """The content of each of `paths` that is a regular file of at most `limit` bytes in the commit; the others
         are left out, as a reader leaves out a file it cannot read."""
         paths = list(paths)
-        return self.copy.read_files({**self.entries, **self._looked_up(paths)}, paths, limit)
+        return self.copy.read_files(self._entries_of(paths), paths, limit)
 
     def kinds(self, paths: Iterable[str]) -> dict[str, str]:
         """What each of `paths` is in the commit (`file`, `symlink`, `submodule`; a folder or an absent path is left
-        out): one `ls-tree` for them all."""
-        return {path: kind_of(mode) for path, (mode, _) in self._looked_up(paths).items()}
+        out): one `ls-tree` for those outside the owned prefixes."""
+        return {path: kind_of(mode) for path, (mode, _) in self._entries_of(paths).items()}
 
-    def _looked_up(self, paths: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """The commit's entries at those of `paths` outside the owned prefixes, each looked up in git once."""
+    def _entries_of(self, paths: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """The commit's entries at `paths`: from `entries` under the owned prefixes, each other one looked up in
+        git once."""
         paths = list(paths)
         unknown = [path for path in paths if path not in self.entries and path not in self._elsewhere]
         if unknown:
             found = self.copy.entries_at(self.commit, unknown)
             self._elsewhere.update({path: found.get(path) for path in unknown})
-        return {path: entry for path in paths if (entry := self._elsewhere.get(path)) is not None}
+        return {path: entry for path in paths
+                if (entry := self.entries.get(path) or self._elsewhere.get(path)) is not None}
 
     def children(self, folder: str) -> dict[str, str] | None:
         """What the commit holds directly in `folder` (WorkingCopy.children); None when it is no folder."""
