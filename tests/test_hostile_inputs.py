@@ -170,6 +170,32 @@ def test_a_symlink_inside_the_repository_is_followed(tmp_path):
     assert any(m.source.file == "models/research/big.yaml" for m in snapshot.inputs.models)
 
 
+@pytest.mark.parametrize("rel, target", [
+    pytest.param("models/config.yaml", "../.git/config", id="model-file-to-git-config"),
+    pytest.param("gpus.yaml", ".git/config", id="inventory-to-git-config"),
+    pytest.param("models/gitdir", "../.git", id="model-folder-to-the-git-folder"),
+    pytest.param("compositions/x.yaml", "../models/../.git/./config", id="a-winding-way-into-git"),
+])
+def test_a_symlink_into_the_repositorys_git_folder_is_refused_without_its_content(rel, target, tmp_path, capsys):
+    """.git holds the remote's URL (a credential may sit in it) and hooks: no commit's input, though inside the
+    checkout's directory."""
+    root = fleet_copy(tmp_path / "fleet")
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text(f"[remote \"origin\"]\n\turl = https://ci:{SECRET}@forge.invalid/x\n")
+    (root / ".git" / "x.yaml").write_text(f"{SECRET}: [\n")
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    if (root / rel).exists():
+        (root / rel).unlink()
+    (root / rel).symlink_to(target)
+
+    snapshot = read_repo(root)
+
+    assert [(e.file, e.reason) for e in snapshot.inputs.errors] == [(rel, "UnsafePath")]
+    no_secret(snapshot)
+    main(["validate", str(root)])
+    assert SECRET not in capsys.readouterr().out
+
+
 def test_last_good_copies_and_decisions_are_not_read_through_a_symlink(tmp_path):
     root = fleet_copy(tmp_path / "fleet")
     secret = _outside_secret(tmp_path)

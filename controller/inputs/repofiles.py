@@ -50,8 +50,11 @@ def _inside(root_real: str, path: str) -> bool:
 
 
 def _within(root_real: str, real: str) -> bool:
-    """Whether the resolved path `real` is the resolved root `root_real` or lies under it."""
-    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+    """Whether the resolved path `real` is the resolved root `root_real` or lies under it, and not in its .git
+    folder: git's own files (the remote's URL, with any credential in it; the hooks) are no input of any commit."""
+    inside = root_real.rstrip(os.sep) + os.sep
+    return real == root_real or (real.startswith(inside) and not
+                                 (real + os.sep).startswith(inside + ".git" + os.sep))
 
 
 def yaml_files(root: Path, sub: str) -> list[str]:
@@ -134,7 +137,7 @@ def _read_real(root_real: str, rel: str, real: str, limit: int | None) -> str:
     limit = max_file_bytes() if limit is None else limit
     if not _within(root_real, real):
         raise RepoFileError("UnsafePath", f"{rel} is a symlink (or lies under one) that points outside the "
-                            "repository; it is not read",
+                            "repository or into its .git folder; it is not read",
                             "replace the symlink with the file itself, committed in the repository")
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
