@@ -422,7 +422,13 @@ class WorkingCopy:
         out, as a reader leaves out a file it cannot read."""
         wanted = {path: entries[path][1] for path in paths
                   if path in entries and kind_of(entries[path][0]) == "file"}
-        ids = list(dict.fromkeys(wanted.values()))
+        contents = self.read_blobs(wanted.values(), limit)
+        return {path: contents[object_id] for path, object_id in wanted.items() if object_id in contents}
+
+    def read_blobs(self, ids: Iterable[str], limit: int) -> dict[str, bytes]:
+        """The content of each blob of `ids` of at most `limit` bytes (the others left out), fetched first where a
+        partial copy lacks it."""
+        ids = list(dict.fromkeys(ids))
         if not ids:
             return {}
         self.prefetch(ids)
@@ -442,7 +448,7 @@ class WorkingCopy:
                 size = int(out[at:header_end].split(b" ")[2])
                 contents[object_id] = out[header_end + 1:header_end + 1 + size]
                 at = header_end + 1 + size + 1
-        return {path: contents[object_id] for path, object_id in wanted.items() if object_id in contents}
+        return contents
 
     def write_blobs(self, blobs: Mapping[str, bytes]) -> None:
         """Store `blobs` with `git fast-import`: one pack per process, no loose object per file.

@@ -44,6 +44,7 @@ any object is written. Called by the reconcile loop.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import time
@@ -58,6 +59,8 @@ from gitops.workcopy import WorkingCopy, check_branch_name, kind_of, owned_paths
 
 log = logging.getLogger("gpushare.gitops")
 NO_CHANGE = "no change"
+LINK_HOPS = 40  # the symlinks Checkout.read follows on one path at most (Linux's path walk gives up after 40)
+LINK_BYTES = 4096  # the longest symlink target it reads (PATH_MAX)
 
 
 @dataclass(frozen=True)
@@ -125,9 +128,47 @@ class Checkout:
 
     def read(self, paths: Iterable[str], limit: int) -> dict[str, bytes]:
         """The content of each of `paths` that is a regular file of at most `limit` bytes in the commit; the others
-        are left out, as a reader leaves out a file it cannot read."""
+        are left out, as a reader leaves out a file it cannot read. A symlink is followed while it stays inside the
+        repository, as a reader of the checked-out directory follows it (controller.inputs.repofiles): one that
+        points out of it, loops or takes more than LINK_HOPS links is left out."""
         paths = list(paths)
-        return self.copy.read_files(self._entries_of(paths), paths, limit)
+        entries = self._entries_of(paths)
+        real = {path: path if path in entries and kind_of(entries[path][0]) != "symlink" else self._real(path)
+                for path in paths}
+        targets = sorted({target for target in real.values() if target is not None})
+        contents = self.copy.read_files(self._entries_of(targets), targets, limit)
+        return {path: contents[target] for path, target in real.items() if target in contents}
+
+    def _real(self, path: str) -> str | None:
+        """`path` with every symlink on its way resolved inside the commit, as `os.path.realpath` resolves it in a
+        work tree; None where that leaves the repository, loops, or passes through a file."""
+        done: list[str] = []
+        rest, hops = path.split("/"), 0
+        while rest:
+            part = rest.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not done:
+                    return None  # above the repository's root
+                done.pop()
+                continue
+            here = "/".join([*done, part])
+            if here not in self.entries and here not in self._elsewhere:  # this part and the plain ones after it
+                run = [part, *itertools.takewhile(lambda name: name not in ("", ".", ".."), rest)]
+                self._entries_of(["/".join([*done, *run[:depth]]) for depth in range(1, len(run) + 1)])
+            entry = self.entries.get(here) or self._elsewhere.get(here)
+            if entry is not None and kind_of(entry[0]) == "symlink":
+                hops += 1
+                target = self.copy.read_blobs([entry[1]], LINK_BYTES).get(entry[1])
+                if hops > LINK_HOPS or target is None or target.startswith(b"/"):
+                    return None
+                rest = target.decode("utf-8", errors="surrogateescape").split("/") + rest
+                continue
+            if entry is not None and rest:
+                return None  # a file or a submodule where a folder should be
+            done.append(part)
+        return "/".join(done) or None
 
     def kinds(self, paths: Iterable[str]) -> dict[str, str]:
         """What each of `paths` is in the commit (`file`, `symlink`, `submodule`; a folder or an absent path is left

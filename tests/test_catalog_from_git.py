@@ -25,6 +25,10 @@ def inventory(labels: str = "") -> bytes:
     return f"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\n{labels}nodes: []\n".encode()
 
 
+class Link(str):
+    """A symlink in a case's repository, to this target."""
+
+
 MODEL = b"apiVersion: gpushare.dev/v1alpha1\nkind: ElasticModel\nmetadata: {name: a, namespace: llm}\n"
 
 # (case id, the repository's files, the cluster whose controller reads it: None for the single-cluster layout)
@@ -71,6 +75,29 @@ CASES = [
         "gpus.yaml": inventory(),
         "models/llm/a.yaml": MODEL,
     }, None),
+    ("another-clusters-inventory-is-a-symlink-to-a-file-in-the-repository", {
+        "clusters/eu-1/gpus.yaml": inventory(),
+        "clusters/us-1/gpus.yaml": Link("../../shared/us.yaml"),
+        "shared/us.yaml": inventory("labels: {region: us}\n"),
+    }, "eu-1"),
+    ("a-chain-of-symlinks-through-a-linked-folder", {
+        "clusters/eu-1/gpus.yaml": inventory(),
+        "clusters/us-1/gpus.yaml": Link("../../inventories/current/us.yaml"),
+        "inventories/current": Link("v2"),
+        "inventories/v2/us.yaml": Link("./../v2/real.yaml"),
+        "inventories/v2/real.yaml": inventory("labels: {region: us, generation: '2'}\n"),
+    }, "eu-1"),
+    ("a-symlink-out-of-the-repository", {
+        "clusters/eu-1/gpus.yaml": inventory(),
+        "clusters/us-1/gpus.yaml": Link("../../../outside.yaml"),
+        "clusters/ap-1/gpus.yaml": Link("/etc/hostname"),
+    }, "eu-1"),
+    ("a-symlink-loop-and-a-link-to-a-folder", {
+        "clusters/eu-1/gpus.yaml": inventory(),
+        "clusters/us-1/gpus.yaml": Link("gpus.yaml"),
+        "clusters/ap-1/gpus.yaml": Link("../eu-1"),
+        "clusters/sa-1/gpus.yaml": Link("../eu-1/gpus.yaml/more"),
+    }, "eu-1"),
     ("the-probe-of-every-cluster-through-a-single-layout-copy", {
         "clusters/eu-1/gpus.yaml": inventory("labels: {region: eu}\n"),
         "clusters/us-1/gpus.yaml": inventory("labels: {region: us}\n"),
@@ -88,10 +115,16 @@ def test_the_catalog_read_from_git_is_the_directorys(tmp_path, case, files, clus
     plain = tmp_path / "plain"
     for path, data in files.items():
         (plain / path).parent.mkdir(parents=True, exist_ok=True)
-        (plain / path).write_bytes(data)
+        if isinstance(data, Link):
+            (plain / path).symlink_to(data)
+        else:
+            (plain / path).write_bytes(data)
     layout = SINGLE if cluster is None else Layout(cluster)
     with serving(tmp_path / "remote", filters=True) as server:
-        server.create_repo("fleet.git", files)
+        server.create_repo("fleet.git", {path: data for path, data in files.items() if not isinstance(data, Link)})
+        links = {path: str(data) for path, data in files.items() if isinstance(data, Link)}
+        if links:
+            server.push_files("fleet.git", {}, "symlinks", links=links)
         copy = controller_copy(server.url("fleet.git"), "main", tmp_path / "wd", layout=layout)
         head = copy.sync()["main"]
         checkout = Checkout.at(copy, head, layout.cluster_generated)
