@@ -25,7 +25,9 @@ before and after the clusters; the target is each controller within 1.2x of it. 
 all of them) or `placed` (models/, N x M documents, each with spec.placement naming its one cluster: every
 controller reads every document to find its own). `--repeat K`: each controller's full pass (against copies of
 the repository as it was before it, the last against the repository itself) and its cluster alone K times each, the
-median CPU seconds kept: single runs on a shared machine vary by a fifth and more.
+least CPU seconds of each kept: single runs on a shared machine vary by a fifth and more, and another process's load
+only ever slows a run. The spread of the alone runs (the same work beside every controller) is printed: what this
+measurement can tell apart.
 
 The remotes allow filtered fetches (`uploadpack.allowFilter`, as forges do): a new work directory is a partial
 clone. `--plain-remote` measures remotes that refuse them (a plain git daemon: every copy a full clone). They are
@@ -191,7 +193,7 @@ def child(kind: str, remote: str, workdir: Path, cluster: str | None = None) -> 
         same_s, same_pass_s, again = timed(lambda: reconcile(copy))
         idle_s, _, idle = timed(lambda: reconcile(copy, previous=again.published))
         out.update(same_s=same_s, same_pass_s=same_pass_s, same_committed=again.published.changed, idle_s=idle_s,
-                   idle_committed=idle.published.changed, same_cpu_s=cpu[1])
+                   idle_committed=idle.published.changed, same_cpu_s=cpu[1], idle_cpu_s=cpu[2])
     if kind == "elsewhere":
         other_commits(remote, workdir.parent / f"{workdir.name}-other", cluster)
         else_s, else_pass_s, other = timed(lambda: reconcile(copy, previous=first.published))
@@ -345,7 +347,7 @@ def main() -> None:
                         help="with --clusters: where the models are (default: clusters/<name>/models/)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="with --clusters: measure each controller and one cluster alone this many times, "
-                             "the median CPU time of each kept")
+                             "the least CPU time of each kept")
     parser.add_argument("--plain-remote", action="store_true",
                         help="remotes that refuse filtered fetches (a plain git daemon): full clones")
     parser.add_argument("--transport", choices=("daemon", "file"), default="daemon",
@@ -418,13 +420,16 @@ def clusters_fleet(n_clusters: int, n_models: int, n_slots: int, spread: str):
     return names, clusters
 
 
-MEDIANS = ("cpu_s", "same_cpu_s", "s", "pass_s", "same_s", "same_pass_s", "idle_s")  # what --repeat takes the median of
+CPU = ("cpu_s", "same_cpu_s", "idle_cpu_s")  # the CPU seconds of a full pass, a re-render and a pass with nothing new
+WALL = ("s", "pass_s", "same_s", "same_pass_s", "idle_s")  # their wall seconds (the pure pass's apart)
 
 
-def median_cpu(runs: list[dict]) -> dict:
-    """The last of `runs`, with the median of them all of each time of its full pass, re-render and pass with nothing
-    new (CPU and wall seconds)."""
-    return {**runs[-1], **{key: statistics.median(run[key] for run in runs) for key in MEDIANS}}
+def least_cpu(runs: list[dict]) -> dict:
+    """The last of `runs`, with the least CPU time of them all of its full pass, re-render and pass with nothing new
+    (what another process's load adds to a run only ever makes it slower: the fastest of several runs is the one the
+    machine's load moved least, as `timeit` advises) and the median of each wall time."""
+    return {**runs[-1], **{key: min(run[key] for run in runs) for key in CPU},
+            **{key: statistics.median(run[key] for run in runs) for key in WALL}}
 
 
 def served(transport: str) -> str:
@@ -435,10 +440,9 @@ def served(transport: str) -> str:
 
 def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, repeat: int = 1,
                   transport: str = "daemon") -> None:
-    """Each controller in turn, each beside one cluster of its size alone, in either layout (the load of a shared
-    machine moves them alike; `repeat` times each, against copies of the repository as it was, the controller first
-    in every other round; the median time and the median of the paired ratios kept); then each again in a fresh
-    process with every tree in the repository."""
+    """Each controller in turn, each beside one cluster of its size alone, in either layout (`repeat` times each,
+    against copies of the repository as it was, the controller first in every other round; the least CPU time of
+    each kept); then each again in a fresh process with every tree in the repository."""
     base = Path(tempfile.mkdtemp(prefix="gpushare-bench-clusters-"))
     stack = contextlib.ExitStack()
     try:
@@ -448,7 +452,7 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
         write_one.__name__ = f"one-{write_one.__name__}"
         one_cluster = seed_remote(base, n_models, n_slots, write_one)
         remote = seed_remote(base, n_models, n_slots, write)
-        loads, full, alone, layout_alone, ratios = [os.getloadavg()[0]], {}, {}, {}, {}
+        loads, full, alone, layout_alone = [os.getloadavg()[0]], {}, {}, {}
         stack.enter_context(serving(base, transport))
         for name in names:
             solos, lones, runs = [], [], []
@@ -469,9 +473,7 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
                          controller]
                 for step in steps if k % 2 == 0 else steps[::-1]:  # either goes first as often: no order favoured
                     step()
-            alone[name], layout_alone[name], full[name] = median_cpu(solos), median_cpu(lones), median_cpu(runs)
-            ratios[name] = tuple(statistics.median(run[key] / base_run[key] for run, base_run in zip(runs, against))
-                                 for against in (solos, lones) for key in ("cpu_s", "same_cpu_s"))
+            alone[name], layout_alone[name], full[name] = least_cpu(solos), least_cpu(lones), least_cpu(runs)
         later = {name: run_child(ROOT, "elsewhere", remote, base / f"controller-{name}", name) for name in names}
         loads.append(os.getloadavg()[0])
         files = int(git("ls-tree", "-r", "--name-only", "main", cwd=remote).count("\n")) + 1
@@ -484,23 +486,33 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
           f"{served(transport)}")
     print(f"{n_clusters} clusters x {n_models} models on {n_slots} slots each (models: {spread}); the repository "
           f"holds {files} files after every controller's first pass")
+    print_clusters(names, full, alone, layout_alone, later, repeat)
+
+
+def print_clusters(names: list[str], full: dict, alone: dict, layout_alone: dict, later: dict, repeat: int) -> None:
+    """The tables and the verdicts of `many_clusters`: each controller's CPU time against one cluster alone measured
+    beside it, in either layout; the spread of the alone runs, the same work each time, is the measurement's own."""
     print("\nCPU seconds (this process and the git processes it ran; a shared machine's load moves them far less "
-          "than wall time), each controller against one cluster of its size alone run just before it: `alone` in the "
+          "than wall time), each controller against one cluster of its size alone run beside it: `alone` in the "
           "single-cluster layout (gpus.yaml, a full clone), `alone, clusters/` as the only cluster of a repository "
           "in the clusters/ layout (its own partial clone; its tree also holds each model's ElasticModel)"
-          + (f" (times: the median of {repeat} runs of each, wall time too; x: the median of the {repeat} ratios "
-             "of a controller's run to the alone run beside it, which a slow drift of the machine's speed moves "
-             "less)" if repeat > 1 else "") + ":")
+          + (f" (the least of {repeat} runs of each: another process's load only ever adds to a run)"
+             if repeat > 1 else "") + "; x: the controller's time over the alone one:")
     print("\n| controller | full pass, CPU | alone | x | alone, clusters/ | x | re-render, CPU | alone | x | "
-          "alone, clusters/ | x | another cluster committed, CPU |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "alone, clusters/ | x | nothing new, CPU | alone | x | another cluster committed, CPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ratios = {name: {key: (full[name][key] / alone[name][key], full[name][key] / layout_alone[name][key])
+                     for key in CPU} for name in names}
     for name in names:
-        one, again, solo, lone, pair = full[name], later[name], alone[name], layout_alone[name], ratios[name]
-        print(f"| {name} | {one['cpu_s']:.2f} s | {solo['cpu_s']:.2f} s | {pair[0]:.2f} | {lone['cpu_s']:.2f} s | "
-              f"{pair[2]:.2f} | {one['same_cpu_s']:.2f} s | {solo['same_cpu_s']:.2f} s | {pair[1]:.2f} | "
-              f"{lone['same_cpu_s']:.2f} s | {pair[3]:.2f} | {again['elsewhere_cpu_s'] * 1000:.0f} ms |")
-    print(f"\nwall time, the same runs:\n\n| controller | full pass | one cluster alone, just before | re-render | alone "
-          "| nothing new | re-render, fresh process, every tree there | another cluster committed | files checked out |")
+        one, solo, lone, x = full[name], alone[name], layout_alone[name], ratios[name]
+        print(f"| {name} | {one['cpu_s']:.2f} s | {solo['cpu_s']:.2f} s | {x['cpu_s'][0]:.2f} | {lone['cpu_s']:.2f} s "
+              f"| {x['cpu_s'][1]:.2f} | {one['same_cpu_s']:.2f} s | {solo['same_cpu_s']:.2f} s | "
+              f"{x['same_cpu_s'][0]:.2f} | {lone['same_cpu_s']:.2f} s | {x['same_cpu_s'][1]:.2f} | "
+              f"{one['idle_cpu_s'] * 1000:.0f} ms | {solo['idle_cpu_s'] * 1000:.0f} ms | {x['idle_cpu_s'][0]:.2f} | "
+              f"{later[name]['elsewhere_cpu_s'] * 1000:.0f} ms |")
+    print(f"\nwall time (medians of the same runs):\n\n| controller | full pass | one cluster alone | re-render | "
+          "alone | nothing new | re-render, fresh process, every tree there | another cluster committed | "
+          "files checked out |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         one, again, solo = full[name], later[name], alone[name]
@@ -510,19 +522,16 @@ def many_clusters(n_clusters: int, n_models: int, n_slots: int, spread: str, rep
               f"{split(again['s'], again['pass_s'])} | {again['elsewhere_s'] * 1000:.0f} ms "
               f"({'rendered' if again['elsewhere_rendered'] else 'not rendered'}) | {again['checked_out']:,} |")
     print()
-    walls = [(full[name]["s"] / alone[name]["s"], full[name]["same_s"] / alone[name]["same_s"]) for name in names]
-    for what, index, against in (("full pass", 0, "one cluster alone"), ("re-render", 1, "one cluster alone"),
-                                 ("full pass", 2, "one cluster alone in the clusters/ layout"),
-                                 ("re-render", 3, "one cluster alone in the clusters/ layout")):
-        values = sorted(pair[index] for pair in ratios.values())
-        median = values[len(values) // 2]
-        print(f"{what} (CPU), each controller against {against}: median {median:.2f}x, worst "
-              f"{values[-1]:.2f}x [{'met' if values[-1] <= CLUSTER_GOAL else 'MISSED'}: target <= {CLUSTER_GOAL}x, "
-              "each controller]")
-    for what, index in (("full pass", 0), ("re-render", 1)):
-        values = sorted(pair[index] for pair in walls)
-        print(f"{what} (wall time, the server's work included; moved by the machine's load): median "
-              f"{values[len(values) // 2]:.2f}x, worst {values[-1]:.2f}x")
+    for what, key in (("full pass", "cpu_s"), ("re-render", "same_cpu_s"), ("nothing new", "idle_cpu_s")):
+        for index, against in enumerate(("one cluster alone", "one cluster alone in the clusters/ layout")):
+            values = sorted(ratios[name][key][index] for name in names)
+            print(f"{what} (CPU), each controller against {against}: median {values[len(values) // 2]:.2f}x, worst "
+                  f"{values[-1]:.2f}x [{'met' if values[-1] <= CLUSTER_GOAL else 'MISSED'}: target <= "
+                  f"{CLUSTER_GOAL}x, each controller]")
+    for what, key in (("full pass", "cpu_s"), ("re-render", "same_cpu_s")):
+        runs = [alone[name][key] for name in names]
+        print(f"the measurement's own spread: one cluster alone, the same {what} beside each controller, "
+              f"{min(runs):.2f} to {max(runs):.2f} s of CPU ({max(runs) / min(runs):.2f}x)")
 
 
 if __name__ == "__main__":

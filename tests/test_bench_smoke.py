@@ -89,3 +89,19 @@ def test_plan_benches_build_their_fleets_from_the_shipped_profiles():
     done = run(str(REPO_ROOT / "bench" / "capacity.py"), "--fleets", "10", "--models", "50", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "refusals 0 (exact 0)" in done.stdout and "50 models on an H200 pool" in done.stdout
+
+
+@pytest.mark.slow
+def test_many_cluster_bench_prints_each_controller_and_every_verdict():
+    """bench/reconcile_scale.py --clusters: a row per controller in both tables, a verdict per measure and layout,
+    and the spread of the alone runs (what the measurement can tell apart); no target is judged here."""
+    done = run(str(REPO_ROOT / "bench" / "reconcile_scale.py"), "--clusters", "2", "--models", "10", "--repeat", "2",
+               timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| c-00 |", "| c-01 |"))]
+    assert len(rows) == 4 and all(row.count("|") in (16, 10) for row in rows), rows
+    for what in ("full pass", "re-render", "nothing new"):
+        for against in ("one cluster alone:", "one cluster alone in the clusters/ layout:"):
+            assert f"{what} (CPU), each controller against {against} median " in done.stdout, (what, against)
+    assert done.stdout.count("the measurement's own spread: one cluster alone") == 2
+    assert "(the least of 2 runs of each" in done.stdout
