@@ -105,3 +105,11 @@ class WorkdirDamaged(GitError):
     repository any more): the controller re-clones it."""
 
     reason = "WorkdirDamaged"
+
+
+class PartialCloneRefused(GitError):
+    """The remote serves filtered fetches but will not send an object asked for by its id (a server of git's
+    protocol v0 without uploadpack.allowAnySHA1InWant), which a partial clone needs: the controller clones the whole
+    repository instead."""
+
+    reason = "PartialCloneRefused"

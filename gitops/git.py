@@ -26,7 +26,7 @@ from typing import Literal
 
 from gitops.credentials import Credentials, redact
 from gitops.errors import (BranchNotFound, GitAuthFailed, GitCommandFailed, GitError, GitLocked,
-                           GitUnreachable, RepoNotFound, WorkdirDamaged)
+                           GitUnreachable, PartialCloneRefused, RepoNotFound, WorkdirDamaged)
 
 log = logging.getLogger("gpushare.gitops")
 
@@ -36,7 +36,13 @@ _FIX_DAMAGED = ("nothing to do by hand: the work directory is the controller's o
                 "so in its log); if this persists, check the disk under the work directory")
 # (lower-case needle in stderr, error class, fix). First match wins: auth and
 # not-found messages arrive together with the generic "Could not read from remote".
+_FIX_PARTIAL = ("nothing to do by hand: the controller clones the whole repository instead (it says so in its log); "
+                "to keep its work directory small, let the git server speak protocol v2 or set "
+                "uploadpack.allowAnySHA1InWant there")
 _FAILURES: tuple[tuple[str, type[GitError], str], ...] = (
+    # before the damaged-repository needles: git goes on with "unable to read" the object it was refused
+    ("does not allow request for unadvertised object", PartialCloneRefused, _FIX_PARTIAL),
+    ("upload-pack: not our ref", PartialCloneRefused, _FIX_PARTIAL),
     ("host key verification failed", GitAuthFailed,
      "add the server's host key to the known_hosts file passed with the SSH key"),
     ("authentication failed", GitAuthFailed, _FIX_AUTH),

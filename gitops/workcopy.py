@@ -29,8 +29,9 @@ git process left (stale locks, temporary packs) is removed and logged when no gi
 process runs there, and then the repository's objects are checked (`git fsck
 --connectivity-only`); a directory that cannot be trusted (not a repository any more,
 another remote, objects missing, an index or object git cannot read, at opening or
-during the pass) is emptied and cloned again, logged. Called by gitops.writeback and
-the reconcile loop.
+during the pass) is emptied and cloned again, logged; so is a partial clone whose remote will
+not send the objects it lacks (PartialCloneRefused: a protocol v0 server), as a whole one. Called by
+gitops.writeback and the reconcile loop.
 """
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ from typing import TypeVar
 
 from gitops.change import TreeEdit
 from gitops.credentials import Credentials, install_askpass, redact
-from gitops.errors import (BranchNotFound, GitError, InvalidWriteBack, RevisionNotFound, WorkdirBusy,
-                           WorkdirDamaged, WorkdirInUse)
+from gitops.errors import (BranchNotFound, GitError, InvalidWriteBack, PartialCloneRefused, RevisionNotFound,
+                           WorkdirBusy, WorkdirDamaged, WorkdirInUse)
 from gitops.git import DEFAULT_IDENTITY, Git, Identity, PushOutcome, classify, parse_push, running_in
 from gitops.paths import Prefixes
 from gitops.workdir import MARK, Workdir
@@ -249,6 +250,12 @@ class WorkingCopy:
             return action()
         except WorkdirDamaged as damaged:
             self.reclone(f"cannot be read by git ({damaged.message})")
+            return action()
+        except PartialCloneRefused as refused:
+            if not self.partial:
+                raise
+            self._partial_clone = False  # this copy, and each clone it starts again, holds every object
+            self.reclone(f"is a partial clone, and the remote will not send the objects it lacks ({refused.message})")
             return action()
 
     def recover(self) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from gitops.credentials import Credentials, redact
 from gitops.errors import (BranchNotFound, GitAuthFailed, GitCommandFailed, GitLocked, GitUnreachable,
-                           RepoNotFound, WorkdirDamaged)
+                           PartialCloneRefused, RepoNotFound, WorkdirDamaged)
 from gitops.git import MAX_GIT_TEXT, Identity, PushOutcome, classify, clean_env, git_text, parse_push
 
 # git 2.39's text for a lock file that exists (index.lock, a ref's lock, HEAD.lock, ...)
@@ -56,6 +56,11 @@ _READ_REMOTE = ("fatal: Could not read from remote repository.\n\n"
     pytest.param("fatal: not a git repository (or any of the parent directories): .git\n", WorkdirDamaged,
                  id="not-a-repository-any-more"),
     pytest.param("error: missing blob 5716ca5987cbf97d6bb54920bea6adde242d87e6\n", WorkdirDamaged, id="missing-blob"),
+    pytest.param("error: Server does not allow request for unadvertised object 00750edc07d6415dcc07ae0351e9397b0222b7ba"
+                 "\nfatal: could not fetch 00750edc07d6415dcc07ae0351e9397b0222b7ba from promisor remote\n",
+                 PartialCloneRefused, id="protocol-v0-refuses-a-lazy-fetch"),
+    pytest.param("fatal: remote error: upload-pack: not our ref 00750edc07d6415dcc07ae0351e9397b0222b7ba\n",
+                 PartialCloneRefused, id="protocol-v0-refuses-a-want-by-id"),
     pytest.param(_LOCKED.format(path="/w/.git/index.lock"), GitLocked, id="index-lock"),
     pytest.param("error: cannot lock ref 'refs/remotes/origin/main': " + _LOCKED.format(
         path="/w/.git/refs/remotes/origin/main.lock"), GitLocked, id="ref-lock"),

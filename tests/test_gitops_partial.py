@@ -5,9 +5,12 @@ single-cluster layout's copy is a full clone, as before.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
+
+import gitops.git
 
 from controller.cli.common import controller_copy
 from controller.cli.offline import reconcile_once
@@ -39,15 +42,16 @@ def _paths_of(root: Path, ids: set[str]) -> set[str]:
     return {line.split("\t", 1)[1] for line in listing if line.split("\t", 1)[0].split(" ")[2] in ids}
 
 
-def _every_cluster(base: Path, filters: bool) -> tuple[str, dict[str, Path]]:
-    """Each cluster's controller renders in turn in its own new work directory; the remote's final tree."""
+def _every_cluster(base: Path, filters: bool, partial: bool | None = None) -> tuple[str, dict[str, Path]]:
+    """Each cluster's controller renders in turn in its own new work directory; the remote's final tree. `partial`:
+    what each copy is after its first pass (default: a partial clone where the remote filters)."""
     with serving(base / "remote", filters=filters) as server:
         server.create_repo(REPO, _tree())
         copies = {cluster: controller_copy(server.url(REPO), "main", base / f"wd-{cluster}", layout=Layout(cluster))
                   for cluster in CLUSTERS}
         for cluster, copy in copies.items():
             assert reconcile_once(copy, cluster=cluster).published.changed, cluster
-            assert copy.partial is filters, f"{cluster}: the first fetch tells whether the remote filters"
+            assert copy.partial is (filters if partial is None else partial), f"{cluster}: partial clone or not"
         for cluster, copy in copies.items():  # each fetches the others' trees, and commits nothing
             assert not reconcile_once(copy, cluster=cluster).published.changed, cluster
         return git("rev-parse", "main^{tree}", cwd=server.path(REPO)), {c: copy.root for c, copy in copies.items()}
@@ -176,3 +180,24 @@ def test_blobs_read_or_written_once_are_never_fetched_again(tmp_path):
         assert len(fetches) == 1, "one batch for the missing records"
         assert set(restarted.read_files(entries, records, 1 << 20)) == set(records)
         assert len(fetches) == 1, "and none for a second read of them"
+
+
+def test_a_remote_that_filters_but_refuses_wants_by_id_gets_a_whole_clone_and_the_same_trees(tmp_path, monkeypatch,
+                                                                                              caplog):
+    """A protocol v0 server (here: every git the controller runs speaks v0) serves the filtered clone, then will not
+    send a blob by its id: the checkout's lazy fetch is refused. The pass clones again, whole, and commits the trees
+    a v2 remote gets."""
+    full_tree, _ = _every_cluster(tmp_path / "v2", filters=True)
+    plain_env = gitops.git.clean_env
+
+    def protocol_v0(identity, extra):
+        return {**plain_env(identity, extra), "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "protocol.version",
+                "GIT_CONFIG_VALUE_0": "0"}
+
+    monkeypatch.setattr(gitops.git, "clean_env", protocol_v0)
+    with caplog.at_level(logging.WARNING, logger="gpushare.gitops"):
+        tree, roots = _every_cluster(tmp_path / "v0", filters=True, partial=False)
+    assert tree == full_tree
+    assert all(not _missing(root) for root in roots.values()), "a copy still lacks objects"
+    recloned = [r.getMessage() for r in caplog.records if "will not send the objects it lacks" in r.getMessage()]
+    assert len(recloned) == len(CLUSTERS), recloned
