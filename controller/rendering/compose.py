@@ -178,7 +178,7 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
     propagated = _elastic_models(models, tree, errors) if layout.cluster is not None else set()
     _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
     if layout.cluster is not None:
-        tree, propagated = _moved(tree, layout), {_move(path, layout) for path in propagated}
+        tree, propagated = _moved(tree, layout), set(map(_mover(layout), propagated))
     failed = {error.ref for error in errors}  # never reported as new or placed: their objects are not rendered
     changes = tuple(c for c in decision_changes(last.previous, plan) if c.ref not in failed)
     rollouts = worker_rollouts(last.workers, tree.files, tree.deployments) if last.workers is not None else None
@@ -241,19 +241,30 @@ def elastic_model_path(model: ElasticModel, layout: Layout = SINGLE) -> str:
 
 def _move(path: str, layout: Layout) -> str:
     """A path compose built, under `layout`'s own rendered and decisions folders."""
-    for top, own in ((RENDERED, layout.rendered), (DECISIONS, layout.decisions)):
-        if path.startswith(top + "/"):
-            return own + path[len(top):]
-    return path
+    return _mover(layout)(path)
+
+
+def _mover(layout: Layout) -> Callable[[str], str]:
+    """`_move` for `layout`, its folders looked up once (a cluster's tree moves thousands of paths)."""
+    tops = tuple((top + "/", own + "/") for top, own in ((RENDERED, layout.rendered), (DECISIONS, layout.decisions)))
+
+    def move(path: str) -> str:
+        for top, own in tops:
+            if path.startswith(top):
+                return own + path[len(top):]
+        return path
+
+    return move
 
 
 def _moved(tree: _Tree, layout: Layout) -> _Tree:
     """The tree with every path under `layout`'s own folders (rendered/<cluster>/, decisions/<cluster>/)."""
+    move = _mover(layout)
     moved = _Tree(verdict_sources=tree.verdict_sources, urls=tree.urls)
-    moved.files = {_move(path, layout): text for path, text in tree.files.items()}
-    moved.owners.update({_move(path, layout): refs for path, refs in tree.owners.items()})
-    moved.objects = {_move(path, layout): obj for path, obj in tree.objects.items()}
-    moved.deployments = {_move(path, layout): doc for path, doc in tree.deployments.items()}
+    moved.files = {move(path): text for path, text in tree.files.items()}
+    moved.owners.update({move(path): refs for path, refs in tree.owners.items()})
+    moved.objects = {move(path): obj for path, obj in tree.objects.items()}
+    moved.deployments = {move(path): doc for path, doc in tree.deployments.items()}
     return moved
 
 
