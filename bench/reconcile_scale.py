@@ -528,6 +528,11 @@ def print_clusters(names: list[str], full: dict, alone: dict, layout_alone: dict
             print(f"{what} (CPU), each controller against {against}: median {values[len(values) // 2]:.2f}x, worst "
                   f"{values[-1]:.2f}x [{'met' if values[-1] <= CLUSTER_GOAL else 'MISSED'}: target <= "
                   f"{CLUSTER_GOAL}x, each controller]")
+    if len(names) > 1:  # the k-th controller's repository holds the trees of the k before it
+        for what, key in (("full pass", "cpu_s"), ("re-render", "same_cpu_s")):
+            slope = statistics.linear_regression(range(len(names)), [full[name][key] for name in names]).slope
+            print(f"{what} (CPU) for each cluster more in the repository: {slope * 1000:+.0f} ms (the least-squares "
+                  f"slope of the controllers' times over their order; {full[names[0]][key]:.2f} s for the first)")
     for what, key in (("full pass", "cpu_s"), ("re-render", "same_cpu_s")):
         runs = [alone[name][key] for name in names]
         print(f"the measurement's own spread: one cluster alone, the same {what} beside each controller, "

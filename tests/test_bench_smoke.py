@@ -104,4 +104,5 @@ def test_many_cluster_bench_prints_each_controller_and_every_verdict():
         for against in ("one cluster alone:", "one cluster alone in the clusters/ layout:"):
             assert f"{what} (CPU), each controller against {against} median " in done.stdout, (what, against)
     assert done.stdout.count("the measurement's own spread: one cluster alone") == 2
+    assert done.stdout.count("(CPU) for each cluster more in the repository: ") == 2
     assert "(the least of 2 runs of each" in done.stdout
