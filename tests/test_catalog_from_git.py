@@ -77,8 +77,8 @@ CASES = [
     }, None),
     ("another-clusters-inventory-is-a-symlink-to-a-file-in-the-repository", {
         "clusters/eu-1/gpus.yaml": inventory(),
-        "clusters/us-1/gpus.yaml": Link("../../shared/us.yaml"),
-        "shared/us.yaml": inventory("labels: {region: us}\n"),
+        "clusters/us-1/gpus.yaml": Link("../../common/us.yaml"),
+        "common/us.yaml": inventory("labels: {region: us}\n"),
     }, "eu-1"),
     ("a-chain-of-symlinks-through-a-linked-folder", {
         "clusters/eu-1/gpus.yaml": inventory(),
