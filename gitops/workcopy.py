@@ -67,10 +67,16 @@ MANY_NEW_FILES = 1000  # a push of more new files skips the delta search (Workin
 _BYTES_PER_IMPORTER = 8 << 20  # a share of new content worth its own fast-import process; a usual pass has one
 
 
+_UNESCAPED = re.compile(rb'[\x20\x21\x23-\x5b\x5d-\x7e]*\Z')  # printable ASCII but '"' and '\\': kept as they are
+
+
 def _fast_import_path(path: str) -> bytes:
     """`path` as fast-import reads it: C-style quoted, so any byte (a space, a quote, a newline) stays itself."""
+    raw = path.encode("utf-8", errors="surrogateescape")
+    if _UNESCAPED.match(raw):  # nearly every path: as it is (a loop over its bytes cost 15 ms a pass)
+        return b'"' + raw + b'"'
     quoted = bytearray(b'"')
-    for byte in path.encode("utf-8", errors="surrogateescape"):
+    for byte in raw:
         if byte in (0x22, 0x5C):  # '"' and '\\'
             quoted += b"\\" + bytes([byte])
         elif byte < 0x20 or byte >= 0x7F:

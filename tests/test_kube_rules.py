@@ -19,7 +19,7 @@ from controller.inputs import kube_rules
 from controller.rendering.compose import compose
 from controller.rendering.compose_errors import InvalidName, InvalidQuantity, InvalidToleration, NameCollision
 from controller.inputs.compositions import load_compositions, parse_composition, shipped_compositions
-from controller.inputs.kube_rules import object_problems
+from controller.inputs.kube_rules import custom_resource_problems, object_problems
 from controller.rendering.names import service_name
 from controller.rendering.site import InstallParameterInvalid, with_install_parameters
 from controller.types import Plan
@@ -146,6 +146,37 @@ def test_an_object_the_api_server_refuses_names_the_rule_and_field(kind, edit, r
     assert object_problems(doc) == []
     edit(doc)
     assert [(p.reason, p.where) for p in object_problems(doc)][:1] == [(reason, where)]
+
+
+ELASTIC_MODEL = {"apiVersion": "gpushare.dev/v1alpha1", "kind": "ElasticModel",
+                 "metadata": {"name": "chat", "namespace": "llm", "labels": {"team": "a"},
+                              "annotations": {"gpushare.dev/source": "clusters/eu-1/models/chat.yaml"}},
+                 "spec": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "memoryBudget": "4Gi"}}
+
+CUSTOM_RESOURCE_CASES = [
+    # (case id, edit, the first problem's (reason, field); None: the API server takes it)
+    ("as-written", lambda d: None, None),
+    ("name-with-capitals", lambda d: d["metadata"].update(name="Chat"), ("InvalidName", "metadata.name")),
+    ("name-with-a-dot-is-a-subdomain", lambda d: d["metadata"].update(name="chat.v2"), None),
+    ("namespace-with-a-dot", lambda d: d["metadata"].update(namespace="llm.a"), ("InvalidName", "metadata.namespace")),
+    ("label-key-with-a-space", lambda d: d["metadata"]["labels"].update({"a b": "x"}),
+     ("InvalidLabel", "metadata.labels")),
+    ("label-value-too-long", lambda d: d["metadata"]["labels"].update(team="x" * 64),
+     ("InvalidLabel", "metadata.labels.team")),
+    ("annotations-over-256-KiB", lambda d: d["metadata"]["annotations"].update(big="x" * (256 << 10)),
+     ("InvalidAnnotation", "metadata.annotations")),
+    # a custom resource's spec is its CRD schema's alone: a field there named like a Pod's is not a label map
+    ("spec-field-named-nodeSelector", lambda d: d["spec"].update(nodeSelector={"a b": "not a label"}), None),
+    ("spec-field-named-resources", lambda d: d["spec"].update(resources={"limits": {"cpu": "lots"}}), None),
+]
+
+
+@pytest.mark.parametrize("case, edit, first", CUSTOM_RESOURCE_CASES, ids=[c[0] for c in CUSTOM_RESOURCE_CASES])
+def test_a_custom_resource_is_held_to_the_rules_of_its_metadata_only(case, edit, first):
+    doc = copy.deepcopy(ELASTIC_MODEL)
+    edit(doc)
+    found = [(p.reason, p.where) for p in custom_resource_problems(doc)]
+    assert found[:1] == ([] if first is None else [first])
 
 
 def test_every_shipped_object_passes():

@@ -5,7 +5,8 @@ validation of the kinds gpushare renders): object names per kind (DNS-1123 label
 label for Services, a path segment for RBAC objects), namespaces, label keys and values (metadata,
 selectors, nodeSelector), annotation keys and their total size, resource quantities, and tolerations.
 Each rule returns the list of what is wrong ([] when the text passes), like its Go original; `object_problems`
-walks one rendered object and returns every Problem with the reason, the field and the rule broken.
+walks one rendered object and returns every Problem with the reason, the field and the rule broken;
+`custom_resource_problems` checks a custom resource's metadata, all the API server checks beyond its CRD.
 Pure. Called by controller.rendering.compose (every rendered object), controller.rendering.names (the
 names it makes), controller.inputs.compositions and controller.rendering.site (composition parameters,
 checked against the rules of the fields they fill).
@@ -249,13 +250,7 @@ def name_rule(kind: str) -> Callable[[str], list[str]]:
 def object_problems(doc: dict) -> list[Problem]:
     """Every rule a rendered object breaks: its name (per kind) and namespace, then, wherever they appear,
     labels and annotations, label selectors and nodeSelectors, resource quantities and tolerations."""
-    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    found = []
-    name, namespace = metadata.get("name"), metadata.get("namespace")
-    if isinstance(name, str):
-        found += [Problem("InvalidName", "metadata.name", name, m) for m in name_rule(str(doc.get("kind")))(name)]
-    if isinstance(namespace, str):
-        found += [Problem("InvalidName", "metadata.namespace", namespace, m) for m in dns1123_label(namespace)]
+    found = _identity_problems(doc)
     for at, key, value in _fields(doc, ()):
         where = _path(at, key)
         if key == "metadata" and isinstance(value, dict):
@@ -270,6 +265,27 @@ def object_problems(doc: dict) -> list[Problem]:
             found += tolerations(value, where)
         elif key == "resources" and isinstance(value, dict):
             found += resources(value, where)
+    return found
+
+
+def custom_resource_problems(doc: dict) -> list[Problem]:
+    """Every rule the API server holds a custom resource to beyond its CRD's schema: those of its own metadata (its
+    name and namespace, labels and annotations). Its spec is the schema's alone: a field there named like a Pod's
+    nodeSelector or resources is no label map or quantity to the API server, and is not checked as one."""
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    return (_identity_problems(doc) + labels(metadata.get("labels", {}), "metadata.labels")
+            + annotations(metadata.get("annotations", {}), "metadata.annotations"))
+
+
+def _identity_problems(doc: dict) -> list[Problem]:
+    """The rules `doc`'s metadata.name (its kind's) and metadata.namespace break."""
+    metadata = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    found = []
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    if isinstance(name, str):
+        found += [Problem("InvalidName", "metadata.name", name, m) for m in name_rule(str(doc.get("kind")))(name)]
+    if isinstance(namespace, str):
+        found += [Problem("InvalidName", "metadata.namespace", namespace, m) for m in dns1123_label(namespace)]
     return found
 
 

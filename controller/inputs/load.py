@@ -263,8 +263,10 @@ def _yaml_type(value: Any) -> str:
         type(value), type(value).__name__)
 
 
-def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[InputError]]:
-    """An ElasticModel from one document (a file's or a custom resource's), or the errors that prevent it."""
+def parse_model(doc: Any, source: Source, *, keep_document: bool = False
+                ) -> tuple[ElasticModel | None, list[InputError]]:
+    """An ElasticModel from one document (a file's or a custom resource's), or the errors that prevent it;
+    `keep_document`: the model holds `doc` (ElasticModel.document: a repository with clusters/ renders it)."""
     wrong = kind_error(doc, "ElasticModel", source.file, source.document)
     if wrong:
         return None, [wrong]
@@ -326,6 +328,7 @@ def parse_model(doc: Any, source: Source) -> tuple[ElasticModel | None, list[Inp
         rightsizing=rightsizing,
         weight_dtype=canonical((spec.get("weights") or {}).get("dtype")),
         placement=placement,
+        document=doc if keep_document else None,
     ), []
 
 

@@ -30,7 +30,7 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Protocol
@@ -396,8 +396,7 @@ def _parse_model_document(doc: Any, rel: str, index: int) -> tuple[ElasticModel 
 
 
 def _parse_model_keeping_document(doc: Any, rel: str, index: int) -> tuple[ElasticModel | None, list[InputError]]:
-    model, errors = parse_model(doc, Source(rel, index))
-    return (None if model is None else replace(model, document=doc)), errors
+    return parse_model(doc, Source(rel, index), keep_document=True)
 
 
 def read_profiles(root: Path) -> tuple[list[Profile], list[InputError]]:

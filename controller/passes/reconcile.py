@@ -143,7 +143,7 @@ def run_pass(tree: Tree, facts: ClusterFacts | None = None, *, install: Mapping[
     quiet = quiet_changes(last.records, planned.models, result)
     now, keep = kept_owners(rendered, last.owners, layout)
     if layout.cluster is not None:  # a model whose ElasticModel is not rendered now keeps the one it had
-        now, keep = _kept_objects(planned.models, rendered.files, last.paths or (), now, keep, layout)
+        now, keep = _kept_objects(planned.models, rendered, last.paths or (), now, keep, layout)
     message = commit_message(rendered.changes, rendered, revived, quiet=quiet, held=tree.held)
     committed = {}
     if measured is not None:
@@ -165,19 +165,22 @@ def cluster_subject(message: str, cluster: str) -> str:
     return f"{cluster}: {message}"
 
 
-def _kept_objects(models: Sequence[ElasticModel], files: Mapping[str, str], before: Iterable[str],
+def _kept_objects(models: Sequence[ElasticModel], rendered: Rendered, before: Iterable[str],
                   owners: dict[str, tuple[str, ...]], keep: frozenset[str], layout: Layout
                   ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
-    """The owners and kept paths with the rendered ElasticModel of each planned model that has none in `files`
+    """The owners and kept paths with the rendered ElasticModel of each planned model that has none rendered now
     kept as upstream holds it: a model served from its last good spec (its document is broken now), or whose
     object the API server would refuse; so the cluster keeps the last good object, never loses it."""
     upstream, owners, kept = set(before), dict(owners), set(keep)
+    done = {ref for path in rendered.models for ref in rendered.owners.get(path, ())}
     for model in models:
+        if model.ref in done:
+            continue
         try:
             path = elastic_model_path(model, layout)
         except ComposeError:  # a name that makes no path: nothing was ever rendered there
             continue
-        if path not in files and path in upstream:
+        if path not in rendered.files and path in upstream:
             kept.add(path)
             owners[model.ref] = tuple(sorted({*owners.get(model.ref, ()), path}))
     return dict(sorted(owners.items())), frozenset(kept)

@@ -38,7 +38,8 @@ from controller.rendering.compose_errors import (RULE_ERRORS, ComposeError, Host
                                                  UnknownComposition, UnknownSlot)
 from controller.rendering.kube_validate import KUBERNETES_VERSION, NoSchema, validate_object
 from controller.rendering.kube_validate import warm as warm_validators
-from controller.inputs.kube_rules import Problem, is_dns_label, is_label_value, object_problems
+from controller.inputs.kube_rules import (Problem, custom_resource_problems, is_dns_label, is_label_value,
+                                          object_problems)
 from controller.inputs.layout import SINGLE, Layout
 from controller.rendering.names import (dns_label, profile_configmap_name, profiler_job_name, service_name,
                                         worker_name)
@@ -178,7 +179,8 @@ def compose(models: Sequence[ElasticModel], plan: Plan, slots: Sequence[GpuSlot]
     propagated = _elastic_models(models, tree, errors) if layout.cluster is not None else set()
     _namespaces(tree, {str(c.parameters["workerNamespace"]) for c in compositions.values()})
     if layout.cluster is not None:
-        tree, propagated = _moved(tree, layout), set(map(_mover(layout), propagated))
+        move = _mover(layout)
+        tree, propagated = _moved(tree, move), set(map(move, propagated))
     failed = {error.ref for error in errors}  # never reported as new or placed: their objects are not rendered
     changes = tuple(c for c in decision_changes(last.previous, plan) if c.ref not in failed)
     rollouts = worker_rollouts(last.workers, tree.files, tree.deployments) if last.workers is not None else None
@@ -219,13 +221,13 @@ def _elastic_models(models: Sequence[ElasticModel], tree: _Tree, errors: list[Co
                            "annotations": {**(metadata.get("annotations") or {}), SOURCE_ANNOTATION: source}}
 
         def add(model: ElasticModel = model, doc: dict = doc) -> None:
-            problems = object_problems(doc)  # labels or annotations the API server refuses would fail the sync
+            problems = custom_resource_problems(doc)  # metadata the API server refuses would fail the sync
             if problems:
                 shown = "; ".join(f"{p.where} {_shown(p.value)}: {p.message}" for p in problems[:3])
                 raise RULE_ERRORS[problems[0].reason](
                     model.ref, f"its ElasticModel object: the Kubernetes API server would refuse it: {shown}",
                     "fix the field named there in the model's file (docs/limits.md, \"Rendered objects\")")
-            path = elastic_model_path(model)
+            path = _elastic_model_file(model)
             tree.add([_File(path, dump(doc), RenderedObject("ElasticModel", model.namespace, model.name))],
                      [model.ref])
             written.add(path)
@@ -236,16 +238,16 @@ def _elastic_models(models: Sequence[ElasticModel], tree: _Tree, errors: list[Co
 
 def elastic_model_path(model: ElasticModel, layout: Layout = SINGLE) -> str:
     """Where a cluster's tree holds one of its ElasticModels (under `layout`'s rendered tree)."""
-    return _move(_safe_path(model.ref, RENDERED, model.namespace, f"elasticmodel-{model.name}.yaml"), layout)
+    return _mover(layout)(_elastic_model_file(model))
 
 
-def _move(path: str, layout: Layout) -> str:
-    """A path compose built, under `layout`'s own rendered and decisions folders."""
-    return _mover(layout)(path)
+def _elastic_model_file(model: ElasticModel) -> str:
+    return _safe_path(model.ref, RENDERED, model.namespace, f"elasticmodel-{model.name}.yaml")
 
 
 def _mover(layout: Layout) -> Callable[[str], str]:
-    """`_move` for `layout`, its folders looked up once (a cluster's tree moves thousands of paths)."""
+    """A path compose built, under `layout`'s own rendered and decisions folders: the function that moves it, its
+    folders looked up once (a cluster's tree moves thousands of paths)."""
     tops = tuple((top + "/", own + "/") for top, own in ((RENDERED, layout.rendered), (DECISIONS, layout.decisions)))
 
     def move(path: str) -> str:
@@ -257,9 +259,8 @@ def _mover(layout: Layout) -> Callable[[str], str]:
     return move
 
 
-def _moved(tree: _Tree, layout: Layout) -> _Tree:
-    """The tree with every path under `layout`'s own folders (rendered/<cluster>/, decisions/<cluster>/)."""
-    move = _mover(layout)
+def _moved(tree: _Tree, move: Callable[[str], str]) -> _Tree:
+    """The tree with every path moved by `move` (a layout's _mover: under rendered/<cluster>/, decisions/<cluster>/)."""
     moved = _Tree(verdict_sources=tree.verdict_sources, urls=tree.urls)
     moved.files = {move(path): text for path, text in tree.files.items()}
     moved.owners.update({move(path): refs for path, refs in tree.owners.items()})
