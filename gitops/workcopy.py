@@ -73,7 +73,7 @@ _UNESCAPED = re.compile(rb'[\x20\x21\x23-\x5b\x5d-\x7e]*\Z')  # printable ASCII 
 def _fast_import_path(path: str) -> bytes:
     """`path` as fast-import reads it: C-style quoted, so any byte (a space, a quote, a newline) stays itself."""
     raw = path.encode("utf-8", errors="surrogateescape")
-    if _UNESCAPED.match(raw):  # nearly every path: as it is (a loop over its bytes cost 15 ms a pass)
+    if _UNESCAPED.match(raw):  # nearly every path: as it is, with no loop over its bytes
         return b'"' + raw + b'"'
     quoted = bytearray(b'"')
     for byte in raw:
