@@ -261,12 +261,12 @@ def _mover(layout: Layout) -> Callable[[str], str]:
 
 def _moved(tree: _Tree, move: Callable[[str], str]) -> _Tree:
     """The tree with every path moved by `move` (a layout's _mover: under rendered/<cluster>/, decisions/<cluster>/)."""
-    to = {path: move(path) for path in tree.files}  # each path moved once: the other maps hold files' paths
+    to = {path: move(path) for path in tree.files}  # each path moved once: the other maps hold files' paths only
     moved = _Tree(verdict_sources=tree.verdict_sources, urls=tree.urls)
     moved.files = {to[path]: text for path, text in tree.files.items()}
-    moved.owners.update({to.get(path) or move(path): refs for path, refs in tree.owners.items()})
-    moved.objects = {to.get(path) or move(path): obj for path, obj in tree.objects.items()}
-    moved.deployments = {to.get(path) or move(path): doc for path, doc in tree.deployments.items()}
+    moved.owners.update({to[path]: refs for path, refs in tree.owners.items()})
+    moved.objects = {to[path]: obj for path, obj in tree.objects.items()}
+    moved.deployments = {to[path]: doc for path, doc in tree.deployments.items()}
     return moved
 
 
