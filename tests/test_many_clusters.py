@@ -197,6 +197,49 @@ def test_a_bad_placement_is_an_error_at_the_model_in_every_cluster(regions, plac
         assert "llm/placed" not in {m.ref for m in tree.models}
 
 
+BROKEN_EU = _model("broken", {"clusters": ["eu-1"]}, budget="lots")
+FINE_US = _model("fine", {"clusters": ["us-1"]})
+PLACED_ELSEWHERE = [  # (case, text of models/llm/placed.yaml, {cluster: what it plans of it}, clusters reporting)
+    ("block-yaml-placed-on-one", BROKEN_EU, {"eu-1": set(), "us-1": set(), "staging": set()}, {"eu-1"}),
+    ("anchors-read-in-full", BROKEN_EU.replace("spec:", "spec: &spec"), {"eu-1": set(), "us-1": set()}, {"eu-1"}),
+    ("one-file-two-clusters", BROKEN_EU + "---\n" + FINE_US, {"eu-1": set(), "us-1": {"llm/fine"}}, {"eu-1"}),
+    ("unreadable-yaml-everywhere", BROKEN_EU + "  slo: [\n", {"eu-1": set(), "us-1": set(), "staging": set()},
+     {"eu-1", "us-1", "staging"}),
+    ("no-placement-everywhere", _model("everywhere", budget="lots"), {"us-1": set()}, {"eu-1", "us-1", "staging"}),
+]
+
+
+@pytest.mark.parametrize("text, plans, reporting", [c[1:] for c in PLACED_ELSEWHERE],
+                         ids=[c[0] for c in PLACED_ELSEWHERE])
+def test_a_model_placed_on_other_clusters_only_is_theirs_to_plan_and_report(regions, text, plans, reporting):
+    _write(regions, "models/llm/placed.yaml", text)
+    for cluster in LABELS:
+        tree = read_repo(regions, cluster=cluster)
+        errors = [e for e in tree.inputs.errors if e.file == "models/llm/placed.yaml"]
+        assert bool(errors) == (cluster in reporting), (cluster, errors)
+        if cluster in plans:
+            assert {m.ref for m in tree.models} - PLANNED[cluster] == plans[cluster], cluster
+
+
+def test_a_file_placed_on_other_clusters_only_is_not_read_further(regions, monkeypatch):
+    _write(regions, "models/llm/eu.yaml", "---\n".join(_model(f"m{i}", {"clusters": ["eu-1"]}) for i in range(3)))
+    _write(regions, "models/llm/mixed.yaml", _model("a", {"clusters": ["eu-1"]}) + "---\n" + _model("b"))
+    import controller.inputs.reader as reader
+    parsed: dict[str, list[str]] = {}
+    real = reader.load_documents
+
+    def counting(text, rel, *args):
+        parsed.setdefault(cluster, []).append(rel)
+        return real(text, rel, *args)
+
+    monkeypatch.setattr(reader, "load_documents", counting)
+    for cluster in ("eu-1", "us-1"):
+        refs = {m.ref for m in read_repo(regions, cluster=cluster).models}
+        assert ("llm/m0" in refs) == (cluster == "eu-1") and "llm/b" in refs
+    assert "models/llm/eu.yaml" in parsed["eu-1"] and "models/llm/eu.yaml" not in parsed["us-1"]
+    assert "models/llm/mixed.yaml" in parsed["us-1"], "a file with one model of its own is read in full"
+
+
 def test_a_model_in_a_clusters_own_folder_is_that_clusters_alone(regions):
     assert {c for c in LABELS if "llm/chat-canary" in {m.ref for m in read_repo(regions, cluster=c).models}} == {
         "staging"}

@@ -15,10 +15,17 @@ runs in that cluster alone (only its controller reads that folder), so a placeme
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
 
 from controller.inputs.kube_rules import dns1123_label
-from controller.inputs.layout import CLUSTERS_DIR, INVENTORY_FILE
+from controller.inputs.layout import CLUSTERS_DIR, INVENTORY_FILE, MODELS_DIR
+from controller.inputs.load import placement_of
+from controller.inputs.placement_probe import placement_blocks
+from controller.inputs.yaml_limits import YamlLimits
+from controller.inputs.yamlin import parse_documents
 from controller.placement import EVERYWHERE, Placement
 from controller.types import ElasticModel, InputError
 
@@ -93,20 +100,76 @@ def _selected(placement: Placement, catalog: Catalog) -> tuple[str, ...]:
     return tuple(name for name in catalog.names if placement.selects(name, catalog.labels[name] or {}))
 
 
+def elsewhere(placement: Placement, cluster: str, catalog: Catalog) -> bool:
+    """Whether `placement` runs a model on other clusters of `catalog` only, and is no error in any of them: such a
+    model is not `cluster`'s to read further, plan or report on (its own clusters do)."""
+    return _unplaced(placement, catalog) is None and cluster not in _selected(placement, catalog)
+
+
+@dataclass
+class Elsewhere:
+    """Which ElasticModels under models/ are another cluster's business alone, for `cluster`'s reader: a file whose
+    every document (found by controller.inputs.placement_probe) has a spec.placement that `elsewhere` holds is not
+    read further (`file`), and a broken document whose placement holds it is not `cluster`'s error (`document`):
+    its own clusters report it, as `validate` over the whole repository does. Everything it cannot be sure of is
+    read and reported as before. Each distinct placement text is judged once (a fleet repeats few)."""
+
+    cluster: str
+    catalog: Catalog
+    _judged: dict[str, bool] = field(default_factory=dict)
+
+    def file(self, rel: str, text: str) -> bool:
+        """Whether the file `rel` of `text` under models/ holds models placed on other clusters only."""
+        if not rel.startswith(MODELS_DIR + "/"):
+            return False  # a cluster's own folder: every model there is its own, placed or not (an error)
+        blocks = placement_blocks(text)
+        return bool(blocks) and all(self._block(block) for block in set(blocks))
+
+    def document(self, doc: Any) -> bool:
+        """Whether one parsed document has a spec.placement that runs it on other clusters only."""
+        spec = doc.get("spec") if isinstance(doc, dict) else None
+        if not isinstance(spec, dict) or "placement" not in spec:
+            return False
+        placement = placement_of(spec["placement"])
+        return placement is not None and elsewhere(placement, self.cluster, self.catalog)
+
+    def _block(self, block: str) -> bool:
+        judged = self._judged.get(block)
+        if judged is None:
+            judged = self._judged[block] = self._judge(block)
+        return judged
+
+    def _judge(self, block: str) -> bool:
+        if not block:
+            return False  # no placement: every cluster runs it
+        try:
+            found = parse_documents(block, unique_keys=True, limits=YamlLimits.from_env())
+        except (yaml.YAMLError, RecursionError, ValueError, OverflowError):
+            return False
+        if len(found) != 1 or not isinstance(found[0], dict) or list(found[0]) != ["placement"]:
+            return False
+        return self.document({"spec": found[0]})
+
+
 def _problem(model: ElasticModel, catalog: Catalog) -> InputError | None:
-    placement = model.placement
+    found = _unplaced(model.placement, catalog)
+    return None if found is None else _error(model, *found)
+
+
+def _unplaced(placement: Placement, catalog: Catalog) -> tuple[str, str, str, str] | None:
+    """(field, reason, message, fix) of a placement that names a cluster the repository lacks or selects none."""
     for i, name in enumerate(placement.clusters or ()):
         if name not in catalog.labels:
-            return _error(model, f"spec.placement.clusters[{i}]", "UnknownCluster",
-                          f"cluster {name!r} is not in the repository (clusters: {', '.join(catalog.names) or 'none'})",
-                          f"name one of those, or {NO_CLUSTER_FIX}")
+            return (f"spec.placement.clusters[{i}]", "UnknownCluster",
+                    f"cluster {name!r} is not in the repository (clusters: {', '.join(catalog.names) or 'none'})",
+                    f"name one of those, or {NO_CLUSTER_FIX}")
     if _selected(placement, catalog) or any(labels is None for labels in catalog.labels.values()):
         return None  # a cluster whose labels cannot be read now might match: no verdict until it is fixed
     where = "spec.placement.clusterSelector" if placement.selector is not None else "spec.placement"
-    return _error(model, where, "NoClusterSelected",
-                  f"spec.placement selects no cluster (clusters and their labels: {catalog.shown()})",
-                  "change the selector or the cluster names, or label a cluster in its "
-                  f"{CLUSTERS_DIR}/<name>/{INVENTORY_FILE} (`labels:`)")
+    return (where, "NoClusterSelected",
+            f"spec.placement selects no cluster (clusters and their labels: {catalog.shown()})",
+            "change the selector or the cluster names, or label a cluster in its "
+            f"{CLUSTERS_DIR}/<name>/{INVENTORY_FILE} (`labels:`)")
 
 
 def _error(model: ElasticModel, path: str, reason: str, message: str, fix: str) -> InputError:

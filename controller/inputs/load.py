@@ -31,7 +31,7 @@ from controller.inputs.pools import check_pools, pool_from
 from controller.inputs.profilecheck import profile_problem
 from controller.inputs.yamlin import YamlLimits, parse_documents
 from controller.inputs.kube_rules import label_value, labels as label_problems, qualified_name
-from controller.placement import PlacementError, parse_placement
+from controller.placement import Placement, PlacementError, parse_placement
 from controller.policy import PolicyError, parse_policy
 from controller.types import (DEFAULT_COMPOSITION, DEFAULT_NAMESPACE, SLO, Decision, ElasticModel,
                               GpuSlot, InputError, Inputs, Pool, Profile, Source)
@@ -330,6 +330,17 @@ def parse_model(doc: Any, source: Source, *, keep_document: bool = False
         placement=placement,
         document=doc if keep_document else None,
     ), []
+
+
+def placement_of(value: Any) -> Placement | None:
+    """The Placement an ElasticModel whose spec.placement is `value` runs with, or None where that value holds an
+    error parse_model reports. Checked as parse_model checks a model's (schema, operators, label rules), on a
+    model that has nothing else to get wrong, so the rules stay parse_model's alone; the reader asks it of the
+    placement it finds in a file before it reads the file further (controller.inputs.placement_probe)."""
+    model, errors = parse_model({"apiVersion": API_VERSION, "kind": "ElasticModel", "metadata": {"name": "placed"},
+                                 "spec": {"model": "placed", "memoryBudget": "1Gi", "placement": value}},
+                                Source("placement", None))
+    return None if errors or model is None else model.placement
 
 
 def _selector_problems(placement: Any) -> list[tuple[str, str]]:

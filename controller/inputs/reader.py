@@ -25,6 +25,7 @@ through its decision record. The only I/O of the input stage; the parsers it cal
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -37,11 +38,11 @@ from typing import Any, Callable, Protocol
 
 from contract.wire import SOURCE_ANNOTATION
 from controller.cpu import forked_map, runs
-from controller.inputs.clusters import Catalog, cluster_name_problem, folder_errors, inventory_path, placed
+from controller.inputs.clusters import Catalog, Elsewhere, cluster_name_problem, folder_errors, inventory_path, placed
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
 from controller.inputs.kube_rules import labels as label_problems
 from controller.inputs.layout import (CLUSTERS_DIR, COMPOSITIONS_DIR, INVENTORY_FILE, MEASURED_PROFILES_DIR,
-                                      PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
+                                      MODELS_DIR, PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
 from controller.inputs.load import (DecisionRecord, Inventory, load_documents, parse_gpu_inventory, parse_model,
                                     parse_prices, parse_profile)
 from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
@@ -114,7 +115,8 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     layout = Layout(cluster)
     catalog = read_catalog(root, layout, committed)
     check_cluster(catalog, cluster)
-    models, model_errors = read_models(root, processes, keep_documents=catalog is not None, layout=layout)
+    models, model_errors = read_models(root, processes, keep_documents=catalog is not None, layout=layout,
+                                       elsewhere=None if catalog is None else Elsewhere(cluster, catalog))
     models, placement_errors = placed(models, cluster, catalog)
     profiles, shared = read_profile_trees(root, layout, catalog)
     inventory = read_inventory(root, layout)
@@ -343,12 +345,15 @@ def last_good_path(rel: str, layout: Layout = SINGLE) -> str:
 
 
 def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list, list[InputError]]],
-                    *, last_good: bool = True, layout: Layout = SINGLE) -> TreeRead:
+                    *, last_good: bool = True, layout: Layout = SINGLE, read: str | RepoFileError | None = None
+                    ) -> TreeRead:
     """One input file through `parse(text, rel) -> (values, errors)`. A file with any error is read from
     its last good copy (under `layout`'s decisions) instead, when there is one and `last_good` is set; its errors
-    are still reported."""
+    are still reported. `read`: what `read_text` gave for it already (read_texts of a batch)."""
     try:
-        text = read_text(root, rel)
+        text = read_text(root, rel) if read is None else read
+        if isinstance(text, RepoFileError):
+            raise text
         values, errors = parse(text, rel)
     except RepoFileError as exc:
         values, errors = [], [_file_error(rel, exc)]
@@ -363,10 +368,14 @@ def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list
     return TreeRead(values, errors)
 
 
-def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]]
+def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]],
+                     skip: Callable[[str, str], bool] | None = None
                      ) -> Callable[[str, str], tuple[list, list[InputError]]]:
-    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors."""
+    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors; nothing
+    for a file that `skip(rel, text)` leaves unread."""
     def parse_text(text: str, rel: str) -> tuple[list, list[InputError]]:
+        if skip is not None and skip(rel, text):
+            return [], []
         docs, errors = load_documents(text, rel)
         values = []
         for index, doc in docs:
@@ -378,17 +387,31 @@ def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError
     return parse_text
 
 
-def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False, layout: Layout = SINGLE
-                ) -> tuple[list[ElasticModel], list[InputError]]:
+def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False, layout: Layout = SINGLE,
+                elsewhere: Elsewhere | None = None) -> tuple[list[ElasticModel], list[InputError]]:
     """Every ElasticModel under models/** (and, with clusters/, the cluster's own clusters/<name>/models/**), not
     yet checked for duplicates (`combine` does). A broken model keeps its last good spec through its decision file
     (controller.inputs.load.revive_last_good). A large fleet's files are read in `processes` processes
     (controller.cpu), the result the same. `keep_documents`: each model carries the document it was parsed from
-    (a repository with clusters/ renders it into each cluster that plans it)."""
+    (a repository with clusters/ renders it into each cluster that plans it). `elsewhere`: the cluster being read
+    leaves out what is placed on other clusters only (controller.inputs.clusters.Elsewhere): the files under
+    models/ that hold nothing else are not read further, and a broken model placed elsewhere is not its error."""
     parse = _parse_model_keeping_document if keep_documents else _parse_model_document
+    if elsewhere is not None:
+        parse = functools.partial(_parse_model_here, parse, elsewhere)
     paths = [rel for folder in layout.models for rel in yaml_files(Path(root), folder)]
-    found = _parse_paths(Path(root), paths, parse, last_good=False, processes=processes)
+    found = _parse_paths(Path(root), paths, parse, last_good=False, processes=processes,
+                         skip=None if elsewhere is None else elsewhere.file)
     return found.values, found.errors
+
+
+def _parse_model_here(parse: Callable[[Any, str, int], tuple[ElasticModel | None, list[InputError]]],
+                      elsewhere: Elsewhere, doc: Any, rel: str, index: int
+                      ) -> tuple[ElasticModel | None, list[InputError]]:
+    model, errors = parse(doc, rel, index)
+    if errors and rel.startswith(MODELS_DIR + "/") and elsewhere.document(doc):
+        return None, []  # a broken model of other clusters: theirs to report
+    return model, errors
 
 
 def _parse_model_document(doc: Any, rel: str, index: int) -> tuple[ElasticModel | None, list[InputError]]:
@@ -442,10 +465,11 @@ def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True
 
 
 def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bool = True, processes: int = 1,
-                 layout: Layout = SINGLE) -> TreeRead:
-    """Every one of `paths`, in order; in `processes` processes when the files hold PARALLEL_MIN_BYTES."""
+                 layout: Layout = SINGLE, skip: Callable[[str, str], bool] | None = None) -> TreeRead:
+    """Every one of `paths`, in order (but those `skip(rel, text)` leaves unread); in `processes` processes when the
+    files hold PARALLEL_MIN_BYTES."""
     wide = processes > 1 and len(paths) > 1 and _size(root, paths) >= PARALLEL_MIN_BYTES
-    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout)
+    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout, skip)
                                       for run in runs(paths, processes if wide else 1)])
     found = TreeRead()
     for part in parts:
@@ -453,10 +477,11 @@ def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bo
     return found
 
 
-def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool, layout: Layout) -> TreeRead:
-    found, parse_text = TreeRead(), documents_parser(parse)
-    for rel in paths:
-        found.add(read_input_file(root, rel, parse_text, last_good=last_good, layout=layout))
+def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool, layout: Layout,
+                 skip: Callable[[str, str], bool] | None = None) -> TreeRead:
+    found, parse_text = TreeRead(), documents_parser(parse, skip)
+    for rel, text in read_texts(root, paths).items():
+        found.add(read_input_file(root, rel, parse_text, last_good=last_good, layout=layout, read=text))
     return found
 
 
