@@ -445,12 +445,7 @@ class WorkingCopy:
         if not ids:
             return {}
         self.prefetch(ids)
-        sizes = {}
-        checked = self.git.run("cat-file", "--batch-check", stdin=("\n".join(ids) + "\n").encode()).stdout
-        for line in checked.decode("ascii", errors="replace").splitlines():
-            fields = line.split(" ")
-            if len(fields) == 3 and fields[1] == "blob" and fields[2].isdigit():
-                sizes[fields[0]] = int(fields[2])
+        sizes = self.blob_sizes(ids)
         small = [object_id for object_id in ids if sizes.get(object_id, limit + 1) <= limit]
         contents: dict[str, bytes] = {}
         if small:
@@ -462,6 +457,19 @@ class WorkingCopy:
                 contents[object_id] = out[header_end + 1:header_end + 1 + size]
                 at = header_end + 1 + size + 1
         return contents
+
+    def blob_sizes(self, ids: Iterable[str]) -> dict[str, int]:
+        """The size of each blob of `ids` this copy holds (`cat-file --batch-check`), the others left out."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return {}
+        sizes = {}
+        checked = self.git.run("cat-file", "--batch-check", stdin=("\n".join(ids) + "\n").encode()).stdout
+        for line in checked.decode("ascii", errors="replace").splitlines():
+            fields = line.split(" ")
+            if len(fields) == 3 and fields[1] == "blob" and fields[2].isdigit():
+                sizes[fields[0]] = int(fields[2])
+        return sizes
 
     def write_blobs(self, blobs: Mapping[str, bytes]) -> None:
         """Store `blobs` with `git fast-import`: one pack per process, no loose object per file.

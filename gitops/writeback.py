@@ -131,17 +131,74 @@ class Checkout:
         are left out, as a reader leaves out a file it cannot read. A symlink is followed while it stays inside the
         repository, as a reader of the checked-out directory follows it (controller.inputs.repofiles): one that
         points out of it, loops or takes more than LINK_HOPS links is left out."""
+        return {path: found for path, found in self.contents(paths, limit).items() if isinstance(found, bytes)}
+
+    def contents(self, paths: Iterable[str], limit: int) -> dict[str, bytes | int | str]:
+        """`read` of each of `paths`, and for each it leaves out, its size where it is a file over `limit`, else why
+        (as opening it in a work tree would fail): `outside` (a symlink out of the repository), `loop`,
+        `not-a-folder` (a file on its way where a folder should be), `missing` (a symlink to nothing) or
+        `not-a-file` (a folder or a submodule)."""
         paths = list(paths)
         entries = self._entries_of(paths)
-        real = {path: path if path in entries and kind_of(entries[path][0]) != "symlink" else self._real(path)
-                for path in paths}
-        targets = sorted({target for target in real.values() if target is not None})
-        contents = self.copy.read_files(self._entries_of(targets), targets, limit)
-        return {path: contents[target] for path, target in real.items() if target in contents}
+        walked = {path: (path, "") if path in entries and kind_of(entries[path][0]) != "symlink" else self._walk(path)
+                  for path in paths}
+        targets = sorted({target for target, _ in walked.values() if target is not None})
+        kinds = self._entries_of(targets)
+        contents = self.copy.read_files(kinds, targets, limit)
+        large = [target for target in targets if target not in contents and target in kinds
+                 and kind_of(kinds[target][0]) == "file"]
+        sizes = self.copy.blob_sizes(kinds[target][1] for target in large) if large else {}
+        found: dict[str, bytes | int | str] = {}
+        for path, (target, why) in walked.items():
+            if target is None:
+                found[path] = why
+            elif target in contents:
+                found[path] = contents[target]
+            elif target in large:
+                found[path] = sizes.get(kinds[target][1], limit + 1)
+            else:
+                found[path] = "not-a-file" if target in kinds or self._is_folder(target) else "missing"
+        return found
+
+    def files(self, folder: str) -> dict[str, str]:
+        """Every file, symlink and submodule under `folder` in the commit: path -> kind, as a reader lists a work
+        tree (controller.inputs.repofiles.yaml_files): a symlink to a folder inside the repository is listed
+        through, under its own path, each real folder once; `folder` itself, where it is a symlink that leaves the
+        repository, is listed as itself (its read says why it is not read)."""
+        found: dict[str, str] = {}
+        seen: set[str] = set()
+        pending = [folder.rstrip("/")]
+        while pending:
+            shown = pending.pop()
+            real = self._real(shown)
+            if real is None:
+                found[shown] = "symlink"
+                continue
+            if real in seen or self.copy.children(self.commit, real) is None:
+                continue
+            seen.add(real)
+            for path, entry in self.copy.entries(self.commit, (real,)).items():
+                if not path.startswith(real + "/"):
+                    continue  # a folder on the way to it
+                listed = shown + path[len(real):]
+                self._elsewhere.setdefault(path, entry)
+                if kind_of(entry[0]) == "symlink" and self._is_folder(listed):
+                    pending.append(listed)
+                else:
+                    found[listed] = kind_of(entry[0])
+        return dict(sorted(found.items()))
+
+    def _is_folder(self, path: str) -> bool:
+        real = self._real(path)
+        return real is not None and self.copy.children(self.commit, real) is not None
 
     def _real(self, path: str) -> str | None:
         """`path` with every symlink on its way resolved inside the commit, as `os.path.realpath` resolves it in a
         work tree; None where that leaves the repository, loops, or passes through a file."""
+        return self._walk(path)[0]
+
+    def _walk(self, path: str) -> tuple[str | None, str]:
+        """(`_real` of `path`, and where that is None why: `outside`, `loop` or `not-a-folder`)."""
         done: list[str] = []
         rest, hops = path.split("/"), 0
         while rest:
@@ -150,7 +207,7 @@ class Checkout:
                 continue
             if part == "..":
                 if not done:
-                    return None  # above the repository's root
+                    return None, "outside"  # above the repository's root
                 done.pop()
                 continue
             here = "/".join([*done, part])
@@ -161,14 +218,16 @@ class Checkout:
             if entry is not None and kind_of(entry[0]) == "symlink":
                 hops += 1
                 target = self.copy.read_blobs([entry[1]], LINK_BYTES).get(entry[1])
-                if hops > LINK_HOPS or target is None or target.startswith(b"/"):
-                    return None
+                if hops > LINK_HOPS:
+                    return None, "loop"
+                if target is None or target.startswith(b"/"):
+                    return None, "outside"
                 rest = target.decode("utf-8", errors="surrogateescape").split("/") + rest
                 continue
             if entry is not None and rest:
-                return None  # a file or a submodule where a folder should be
+                return None, "not-a-folder"  # a file or a submodule where a folder should be
             done.append(part)
-        return "/".join(done) or None
+        return "/".join(done) or None, "outside"
 
     def kinds(self, paths: Iterable[str]) -> dict[str, str]:
         """What each of `paths` is in the commit (`file`, `symlink`, `submodule`; a folder or an absent path is left

@@ -116,7 +116,16 @@ class Layout:
         restarted controller writes the user's files and little else, and git's index holds one entry for each
         folder left out (another cluster's tree is one entry, not thousands)."""
         own = (self.folder,) if self.cluster is not None else ()
-        return (MODELS_DIR, PROFILES_DIR, COMPOSITIONS_DIR, *own, self.last_good, self.rightsizing)
+        models = () if self.models_in_git else (MODELS_DIR,)
+        return (*models, PROFILES_DIR, COMPOSITIONS_DIR, *own, self.last_good, self.rightsizing)
+
+    @property
+    def models_in_git(self) -> bool:
+        """Whether the controller reads models/ from git (gitops.Checkout) and leaves it out of its checkout: with
+        clusters/, where models/ holds the models of every cluster and a cluster's controller reads most of its
+        files only to see that they are placed elsewhere (writing a file costs more than reading it from git's
+        object store, and a cluster's own models are in its own folder, which it checks out)."""
+        return self.cluster is not None
 
     def reads(self, clusters: Iterable[str]) -> tuple[str, ...] | None:
         """git pathspecs of everything a pass of this cluster reads (gitops.Change.reads), given the repository's

@@ -25,6 +25,7 @@ through its decision record. The only I/O of the input stage; the parsers it cal
 """
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -45,8 +46,9 @@ from controller.inputs.layout import (CLUSTERS_DIR, COMPOSITIONS_DIR, INVENTORY_
                                       MODELS_DIR, PROFILES_DIR, SINGLE, WORKER_FILES, Layout)
 from controller.inputs.load import (DecisionRecord, Inventory, load_documents, parse_gpu_inventory, parse_model,
                                     parse_prices, parse_profile)
-from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, is_file, max_file_bytes,
-                                         max_state_bytes, owned_files, read_optional, read_text, read_texts, yaml_files)
+from controller.inputs.repofiles import (STATE_FACTOR, YAML_SUFFIXES, RepoFileError, decoded, is_file,
+                                         max_file_bytes, max_state_bytes, not_a_file, owned_files, read_optional,
+                                         read_text, read_texts, too_large, unopenable, unsafe_path, yaml_files)
 from controller.inputs.rightsizing_records import Records, effective_models, records_from
 from controller.inputs.tree import LastPass, Tree
 from controller.inputs.yaml_limits import YamlLimits
@@ -67,11 +69,17 @@ def load_repo(root: Path) -> Inputs:
 
 class Committed(Protocol):
     """The checked-out commit as git holds it (gitops.Checkout), for the files the controller's sparse work tree
-    leaves out: the decision records, the workers' Deployments and ConfigMaps, PLAN.md and every cluster's
-    gpus.yaml."""
+    leaves out: the decision records, the workers' Deployments and ConfigMaps, PLAN.md, every cluster's gpus.yaml
+    and, with clusters/, the ElasticModels under models/."""
 
     def read(self, paths: Iterable[str], limit: int) -> Mapping[str, bytes]:
         """The content of each of `paths` that is a regular file of at most `limit` bytes; the others left out."""
+
+    def contents(self, paths: Iterable[str], limit: int) -> Mapping[str, bytes | int | str]:
+        """`read` of each of `paths`; for each it leaves out, its size (over `limit`) or why (gitops.Checkout)."""
+
+    def files(self, folder: str) -> Mapping[str, str]:
+        """Every file, symlink and submodule under `folder` (path -> kind), symlinked folders listed through."""
 
     def kinds(self, paths: Iterable[str]) -> Mapping[str, str]:
         """What each of `paths` that is there and no folder is: `file`, `symlink` or `submodule`."""
@@ -116,7 +124,8 @@ def read_repo(root: Path, processes: int = 1, *, generated: Iterable[str] | None
     catalog = read_catalog(root, layout, committed)
     check_cluster(catalog, cluster)
     models, model_errors = read_models(root, processes, keep_documents=catalog is not None, layout=layout,
-                                       elsewhere=None if catalog is None else Elsewhere(cluster, catalog))
+                                       elsewhere=None if catalog is None else Elsewhere(cluster, catalog),
+                                       committed=committed)
     models, placement_errors = placed(models, cluster, catalog)
     profiles, shared = read_profile_trees(root, layout, catalog)
     inventory = read_inventory(root, layout)
@@ -388,7 +397,8 @@ def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError
 
 
 def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False, layout: Layout = SINGLE,
-                elsewhere: Elsewhere | None = None) -> tuple[list[ElasticModel], list[InputError]]:
+                elsewhere: Elsewhere | None = None, committed: Committed | None = None
+                ) -> tuple[list[ElasticModel], list[InputError]]:
     """Every ElasticModel under models/** (and, with clusters/, the cluster's own clusters/<name>/models/**), not
     yet checked for duplicates (`combine` does). A broken model keeps its last good spec through its decision file
     (controller.inputs.load.revive_last_good). A large fleet's files are read in `processes` processes
@@ -399,10 +409,39 @@ def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False,
     parse = _parse_model_keeping_document if keep_documents else _parse_model_document
     if elsewhere is not None:
         parse = functools.partial(_parse_model_here, parse, elsewhere)
-    paths = [rel for folder in layout.models for rel in yaml_files(Path(root), folder)]
-    found = _parse_paths(Path(root), paths, parse, last_good=False, processes=processes,
-                         skip=None if elsewhere is None else elsewhere.file)
+    texts: dict[str, str | RepoFileError] = {}
+    for folder in layout.models:
+        if committed is not None and folder == MODELS_DIR and layout.models_in_git:
+            texts.update(committed_texts(committed, folder, max_file_bytes()))
+        else:
+            texts.update(read_texts(Path(root), yaml_files(Path(root), folder)))
+    found = _parse_paths(Path(root), list(texts), parse, last_good=False, processes=processes,
+                         skip=None if elsewhere is None else elsewhere.file, texts=texts)
     return found.values, found.errors
+
+
+_LEFT_OUT = {"outside": unsafe_path, "not-a-file": not_a_file,  # why Checkout.contents left a file out
+             "loop": lambda rel: unopenable(rel, errno.ELOOP),
+             "not-a-folder": lambda rel: unopenable(rel, errno.ENOTDIR),
+             "missing": lambda rel: unopenable(rel, errno.ENOENT)}
+
+
+def committed_texts(committed: Committed, folder: str, limit: int) -> dict[str, str | RepoFileError]:
+    """The YAML files under `folder` as `yaml_files` and `read_texts` give them from a work tree, from git instead:
+    rel -> its text, or the RepoFileError reading it from the work tree would raise (a symlink out of the
+    repository, no regular file, more than `limit` bytes, not UTF-8)."""
+    listed = committed.files(folder)
+    paths = [rel for rel in listed if rel.endswith(YAML_SUFFIXES) or rel == folder]
+    texts: dict[str, str | RepoFileError] = {}
+    for rel, found in committed.contents(paths, limit).items():
+        try:
+            if isinstance(found, bytes):
+                texts[rel] = decoded(rel, found)
+            else:
+                raise too_large(rel, limit, found) if isinstance(found, int) else _LEFT_OUT.get(found, not_a_file)(rel)
+        except RepoFileError as exc:
+            texts[rel] = exc
+    return texts
 
 
 def _parse_model_here(parse: Callable[[Any, str, int], tuple[ElasticModel | None, list[InputError]]],
@@ -465,11 +504,13 @@ def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True
 
 
 def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bool = True, processes: int = 1,
-                 layout: Layout = SINGLE, skip: Callable[[str, str], bool] | None = None) -> TreeRead:
+                 layout: Layout = SINGLE, skip: Callable[[str, str], bool] | None = None,
+                 texts: Mapping[str, str | RepoFileError] | None = None) -> TreeRead:
     """Every one of `paths`, in order (but those `skip(rel, text)` leaves unread); in `processes` processes when the
-    files hold PARALLEL_MIN_BYTES."""
-    wide = processes > 1 and len(paths) > 1 and _size(root, paths) >= PARALLEL_MIN_BYTES
-    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout, skip)
+    files hold PARALLEL_MIN_BYTES. `texts`: what reading each gave already (read_texts, or git's)."""
+    size = _size(root, paths) if texts is None else sum(len(t) for t in texts.values() if isinstance(t, str))
+    wide = processes > 1 and len(paths) > 1 and size >= PARALLEL_MIN_BYTES
+    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout, skip, texts)
                                       for run in runs(paths, processes if wide else 1)])
     found = TreeRead()
     for part in parts:
@@ -478,9 +519,11 @@ def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bo
 
 
 def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool, layout: Layout,
-                 skip: Callable[[str, str], bool] | None = None) -> TreeRead:
+                 skip: Callable[[str, str], bool] | None = None,
+                 texts: Mapping[str, str | RepoFileError] | None = None) -> TreeRead:
     found, parse_text = TreeRead(), documents_parser(parse, skip)
-    for rel, text in read_texts(root, paths).items():
+    read = read_texts(root, paths) if texts is None else {rel: texts[rel] for rel in paths}
+    for rel, text in read.items():
         found.add(read_input_file(root, rel, parse_text, last_good=last_good, layout=layout, read=text))
     return found
 

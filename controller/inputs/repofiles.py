@@ -136,32 +136,54 @@ def _read_real(root_real: str, rel: str, real: str, limit: int | None) -> str:
     """The text of `rel`, whose resolved path is `real` (opened without following a link it became since)."""
     limit = max_file_bytes() if limit is None else limit
     if not _within(root_real, real):
-        raise RepoFileError("UnsafePath", f"{rel} is a symlink (or lies under one) that points outside the "
-                            "repository or into its .git folder; it is not read",
-                            "replace the symlink with the file itself, committed in the repository")
+        raise unsafe_path(rel)
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        raise RepoFileError("UnreadableFile", f"{rel} cannot be opened ({exc.strerror})",
-                            "check that it exists and is readable") from None
+        raise unopenable(rel, exc.errno) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise RepoFileError("NotAFile", f"{rel} is not a regular file", "commit a plain YAML file there")
+            raise not_a_file(rel)
         if info.st_size > limit:
-            raise RepoFileError("FileTooLarge", f"{rel} has {info.st_size} bytes, more than the limit of {limit}",
-                                "split it into several files, or raise GPUSHARE_MAX_INPUT_BYTES")
+            raise too_large(rel, limit, info.st_size)
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
     finally:
         os.close(fd)
     if len(data) > limit:
-        raise RepoFileError("FileTooLarge", f"{rel} has more than {limit} bytes",
-                            "split it into several files, or raise GPUSHARE_MAX_INPUT_BYTES")
+        raise too_large(rel, limit)
+    return decoded(rel, data)
+
+
+def decoded(rel: str, data: bytes) -> str:
+    """The UTF-8 text of file `rel`'s `data`, or RepoFileError."""
     try:
         return decode_utf8(data)
     except NotUtf8 as exc:
         raise RepoFileError("UnreadableFile", f"{rel} is {exc}", "save it as UTF-8") from None
+
+
+def unsafe_path(rel: str) -> RepoFileError:
+    return RepoFileError("UnsafePath", f"{rel} is a symlink (or lies under one) that points outside the "
+                         "repository or into its .git folder; it is not read",
+                         "replace the symlink with the file itself, committed in the repository")
+
+
+def unopenable(rel: str, error: int) -> RepoFileError:
+    """`rel` cannot be opened: the operating system's `error` (an errno)."""
+    return RepoFileError("UnreadableFile", f"{rel} cannot be opened ({os.strerror(error)})",
+                         "check that it exists and is readable")
+
+
+def not_a_file(rel: str) -> RepoFileError:
+    return RepoFileError("NotAFile", f"{rel} is not a regular file", "commit a plain YAML file there")
+
+
+def too_large(rel: str, limit: int, size: int | None = None) -> RepoFileError:
+    return RepoFileError("FileTooLarge", f"{rel} has {size} bytes, more than the limit of {limit}" if size is not None
+                         else f"{rel} has more than {limit} bytes",
+                         "split it into several files, or raise GPUSHARE_MAX_INPUT_BYTES")
 
 
 def read_optional(root: Path, rel: str, limit: int | None = None) -> str | None:

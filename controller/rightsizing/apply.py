@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable, Mapping
 
 from controller.inputs.layout import Layout
 from controller.inputs.reader import read_repo
-from controller.inputs.repofiles import RepoFileError, max_state_bytes
+from controller.inputs.repofiles import RepoFileError, max_file_bytes, max_state_bytes
 from controller.planning.capacity import kept_pool_slots
 from contract.quantity import format_bytes
 from gitops import Change, Checkout, PublishResult, Target, WorkingCopy, parse_target, publish
@@ -95,7 +94,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
                          bad, window_s=window_s, **grid), layout)
     if cluster is not None:
         result = _largest(result, _other_records(copy, heads[copy.branch], cluster, tree.clusters), cluster)
-    result = _editable(root, result)
+    result = _editable(checkout, result)
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -162,14 +161,15 @@ def _largest(result: StepResult, others: dict[str, Records], cluster: str) -> St
     return StepResult(result.records, tuple(proposals))
 
 
-def _editable(root: Path, result: StepResult) -> StepResult:
+def _editable(checkout: Checkout, result: StepResult) -> StepResult:
     """The step's result without the proposals whose file cannot be edited safely: each such model's record says
-    why (ProposalWritten False, the edit's reason and fix); the other proposals go on."""
+    why (ProposalWritten False, the edit's reason and fix); the other proposals go on. Each file is read from git,
+    as the pass read it (a cluster's controller checks out no models/)."""
     kept, records = [], dict(result.records)
     for proposal in result.proposals:
         model = proposal.model
         try:
-            text = (root / model.source.file).read_bytes().decode("utf-8")
+            text = _model_file(checkout, model.source.file)
             set_memory_budget(text, model.namespace, model.name, proposal.budget_bytes)
         except (OSError, UnicodeDecodeError, BudgetEditError) as exc:
             reason = getattr(exc, "reason", "UnparsableModelFile")
@@ -189,12 +189,21 @@ def _propose(copy: WorkingCopy, proposal: Proposal, guard: Callable[[], None]) -
 
     def render(checkout: Checkout) -> Change:
         guard()
-        text = (checkout.root / path).read_bytes().decode("utf-8")
+        text = _model_file(checkout, path)
         return Change(files={path: set_memory_budget(text, model.namespace, model.name,
                                                      proposal.budget_bytes).encode()},
                       message=proposal.message)
 
     return publish(copy, render, owned=(path,), target=Target(proposal.branch))
+
+
+def _model_file(checkout: Checkout, path: str) -> str:
+    """The text of the model file `path` in the checked-out commit; OSError when git holds no readable file there,
+    UnicodeDecodeError when it is no UTF-8."""
+    data = checkout.read([path], max_file_bytes()).get(path)
+    if data is None:
+        raise FileNotFoundError(path)
+    return data.decode("utf-8")
 
 
 def _records_message(result: StepResult, usage_error: str | None) -> str:

@@ -1,0 +1,94 @@
+"""A cluster's controller reads models/ from git, and reads there what a plain directory holds.
+
+With clusters/, models/ holds every cluster's models, so a cluster's controller leaves it out of its checkout
+(controller.inputs.layout.Layout.models_in_git) and reads its files from git's object store (gitops.Checkout:
+`files`, `contents`). Each case is one repository, read twice through controller.inputs.reader.read_repo: as a
+plain directory (what `gpushare validate` reads) and through the sparse copy of a real remote on 127.0.0.1; the
+models and every error (a symlink out of the repository, a loop, a file that is no UTF-8 or too large, broken
+YAML) must be the same, and the work tree must hold no models/.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.cli.common import controller_copy
+from controller.inputs.layout import Layout
+from controller.inputs.reader import read_repo
+from gitops import Checkout
+from tests.gitserver import serving
+
+pytestmark = pytest.mark.integration
+
+
+class Link(str):
+    """A symlink in a case's repository, to this target."""
+
+
+def model(name: str, placement: dict | None = None, budget: str = "4Gi") -> bytes:
+    spec = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "memoryBudget": budget, **({"placement": placement} if placement
+                                                                               else {})}
+    return yaml.safe_dump({"apiVersion": "gpushare.dev/v1alpha1", "kind": "ElasticModel",
+                           "metadata": {"name": name, "namespace": "llm"}, "spec": spec}).encode()
+
+
+CLUSTERS = {"clusters/eu-1/gpus.yaml": b"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\nnodes: []\n",
+            "clusters/us-1/gpus.yaml": b"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\nnodes: []\n"}
+CASES = [  # (case id, the repository's files beside CLUSTERS)
+    ("placed-here-elsewhere-and-everywhere", {
+        "models/llm/a.yaml": model("a", {"clusters": ["eu-1"]}), "models/llm/b.yaml": model("b", {"clusters": ["us-1"]}),
+        "models/c.yml": model("c"), "models/README.md": b"not a model\n"}),
+    ("broken-models-here-and-elsewhere", {
+        "models/llm/bad.yaml": model("bad", budget="lots"), "models/llm/gone.yaml": b"spec: [unclosed\n",
+        "models/llm/other.yaml": model("other", {"clusters": ["us-1"]}, budget="lots")}),
+    ("a-symlink-to-a-model-in-the-repository", {
+        "models/llm/a.yaml": Link("../../shared/a.yaml"), "shared/a.yaml": model("a")}),
+    ("a-symlinked-folder-of-models", {
+        "models/team": Link("../teams/one"), "teams/one/a.yaml": model("a"), "teams/one/deeper/b.yaml": model("b")}),
+    ("models-itself-a-symlink", {"models": Link("fleet"), "fleet/llm/a.yaml": model("a")}),
+    ("a-symlink-out-of-the-repository-and-a-loop", {
+        "models/llm/out.yaml": Link("../../../outside.yaml"), "models/llm/abs.yaml": Link("/etc/hostname"),
+        "models/llm/loop.yaml": Link("loop.yaml"), "models/llm/a.yaml": model("a")}),
+    ("models-a-symlink-out-of-the-repository", {"models": Link("/etc")}),
+    ("a-file-that-is-no-utf8", {"models/llm/a.yaml": b"apiVersion: \xff\n", "models/llm/b.yaml": model("b")}),
+    ("a-file-over-the-input-limit", {"models/llm/big.yaml": model("big") + b"#" + b"x" * 3000 + b"\n",
+                                     "models/llm/a.yaml": model("a")}),
+    ("a-symlink-to-a-folder-named-like-a-model", {"models/llm/a.yaml": Link("../../teams"),
+                                                  "teams/b.yaml": model("b")}),
+    ("a-dangling-symlink-and-one-through-a-file", {"models/llm/gone.yaml": Link("nothing.yaml"),
+                                                    "models/llm/through.yaml": Link("a.yaml/b.yaml"),
+                                                    "models/llm/a.yaml": model("a")}),
+]
+
+
+def shown(tree):
+    return ({m.ref: (str(m.source), m.budget_bytes) for m in tree.models},
+            sorted((e.file, e.document, e.reason, e.path, e.message) for e in tree.inputs.errors))
+
+
+@pytest.mark.parametrize("case, files", CASES, ids=[c[0] for c in CASES])
+def test_the_models_read_from_git_are_the_directorys(tmp_path, monkeypatch, case, files):
+    monkeypatch.setenv("GPUSHARE_MAX_INPUT_BYTES", "2048")
+    files = {**CLUSTERS, **files}
+    plain = tmp_path / "plain"
+    for path, data in files.items():
+        (plain / path).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, Link):
+            (plain / path).symlink_to(data)
+        else:
+            (plain / path).write_bytes(data)
+    layout = Layout("eu-1")
+    with serving(tmp_path / "remote", filters=True) as server:
+        server.create_repo("fleet.git", {path: data for path, data in files.items() if not isinstance(data, Link)})
+        links = {path: str(data) for path, data in files.items() if isinstance(data, Link)}
+        if links:
+            server.push_files("fleet.git", {}, "symlinks", links=links)
+        copy = controller_copy(server.url("fleet.git"), "main", tmp_path / "wd", layout=layout)
+        head = copy.sync()["main"]
+        checkout = Checkout.at(copy, head, layout.cluster_generated)
+        from_git = read_repo(copy.root, generated=checkout.generated, committed=checkout, cluster="eu-1")
+    assert shown(from_git) == shown(read_repo(plain, cluster="eu-1"))
+    checked_out = Path(copy.root) / "models"
+    assert checked_out.is_symlink() or not checked_out.exists(), "models/ is read from git, not checked out"
