@@ -161,7 +161,7 @@ def test_a_file_the_editor_refuses_holds_that_model_only_and_the_pass_goes_on(tm
         m = replace(toy_model(name, 8 * GiB), source=Source(f"models/{name}.yaml", 0))
         proposals.append(Proposal(m, 4 * GiB, f"gpushare/rightsize-llm-{name}", "message"))
         records[m.key] = Record("llm", name, "Recommend", 8 * GiB, 4 * GiB)
-    result = _editable(tmp_path, StepResult(records, tuple(proposals)))
+    result = _editable(lambda path: (tmp_path / path).read_text(), StepResult(records, tuple(proposals)))
     assert [p.model.name for p in result.proposals] == ["good"]
     (condition,) = result.records[("llm", "odd")].conditions
     assert (condition.type, condition.status, condition.reason) == ("ProposalWritten", "False",

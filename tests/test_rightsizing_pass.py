@@ -209,3 +209,27 @@ def test_a_merged_proposal_closes_and_its_breaches_do_not_act_twice():
     second = step([merged], [], [], {proposed.key: proposed}, {"llm/chat": samples}, NOW + 15)
     record = second.records[("llm", "chat")]
     assert not record.open and record.at == proposed.at and second.proposals == ()
+
+
+@pytest.mark.integration
+def test_recommend_in_a_cluster_edits_the_models_file_read_from_git(git_server, tmp_path):  # noqa: F811
+    """A cluster's controller checks out no models/ (it holds every cluster's models): the proposal edits the
+    file as git holds it, byte for byte as in the single-cluster layout."""
+    from controller.cli.common import controller_copy
+    from controller.inputs.layout import Layout
+
+    files = _fleet(tmp_path)
+    files["clusters/eu-1/gpus.yaml"] = files.pop("gpus.yaml")
+    url = git_server.create_repo("fleet", files)
+    assert main(["reconcile", "--offline", "--repo", url, "--once", "--workdir", str(tmp_path / "r"),
+                 "--cluster", "eu-1"]) == 0
+    tracked = git_server.files("fleet")
+    copy = controller_copy(url, "main", tmp_path / "w", layout=Layout("eu-1"))
+    result = rightsize_once(copy, _usage(USAGE), NOW, 3 * HOUR, cluster="eu-1")
+    assert not (copy.root / "models").exists(), "models/ is read from git"
+    (branch,) = [p.branch for p in result.proposals]
+    review = git_server.files("fleet", branch=branch)
+    proposed = result.step.records[("llm", "chat-small")].budget_bytes
+    new_token = f"memoryBudget: {proposed >> 20}Mi" if proposed % GiB else f"memoryBudget: {proposed >> 30}Gi"
+    assert review["models/llm/chat.yaml"].decode() == tracked["models/llm/chat.yaml"].decode().replace(
+        "memoryBudget: 4Gi", new_token, 1)

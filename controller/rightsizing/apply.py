@@ -94,7 +94,7 @@ def rightsize_once(copy: WorkingCopy, read_usage: ReadUsage, now: float, window_
                          bad, window_s=window_s, **grid), layout)
     if cluster is not None:
         result = _largest(result, _other_records(copy, heads[copy.branch], cluster, tree.clusters), cluster)
-    result = _editable(checkout, result)
+    result = _editable(lambda path: _model_file(checkout, path), result)
     published = tuple(_propose(copy, p, guard) for p in result.proposals)
     copy.checkout(heads[copy.branch])
 
@@ -161,15 +161,15 @@ def _largest(result: StepResult, others: dict[str, Records], cluster: str) -> St
     return StepResult(result.records, tuple(proposals))
 
 
-def _editable(checkout: Checkout, result: StepResult) -> StepResult:
+def _editable(read: Callable[[str], str], result: StepResult) -> StepResult:
     """The step's result without the proposals whose file cannot be edited safely: each such model's record says
-    why (ProposalWritten False, the edit's reason and fix); the other proposals go on. Each file is read from git,
-    as the pass read it (a cluster's controller checks out no models/)."""
+    why (ProposalWritten False, the edit's reason and fix); the other proposals go on. `read(path)`: a model file's
+    text (from git, as the pass read it: a cluster's controller checks out no models/)."""
     kept, records = [], dict(result.records)
     for proposal in result.proposals:
         model = proposal.model
         try:
-            text = _model_file(checkout, model.source.file)
+            text = read(model.source.file)
             set_memory_budget(text, model.namespace, model.name, proposal.budget_bytes)
         except (OSError, UnicodeDecodeError, BudgetEditError) as exc:
             reason = getattr(exc, "reason", "UnparsableModelFile")
