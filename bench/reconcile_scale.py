@@ -25,7 +25,7 @@ clusters/ layout (what grows with the number of clusters); the ratio to the sing
 ElasticModel copies, keeps no partial clone and reads no clusters/, is printed beside it as that layout's own cost.
 `--spread`: where the models are: `own` (each cluster's in clusters/<name>/models/, the default), `shared` (models/,
 no placement: every cluster plans all of them) or `placed` (models/, N x M documents, each with spec.placement naming
-its one cluster: every controller reads every document to find its own). `--repeat K`: each controller's full pass (against copies of
+its one cluster: every controller looks at every document's placement to find its own, from git). `--repeat K`: each controller's full pass (against copies of
 the repository as it was before it, the last against the repository itself) and its cluster alone K times each, the
 least CPU seconds of each kept: single runs on a shared machine vary by a fifth and more, and another process's load
 only ever slows a run. The spread of the alone runs (the same work beside every controller) is printed: what this

@@ -206,6 +206,8 @@ PLACED_ELSEWHERE = [  # (case, text of models/llm/placed.yaml, {cluster: what it
     ("unreadable-yaml-everywhere", BROKEN_EU + "  slo: [\n", {"eu-1": set(), "us-1": set(), "staging": set()},
      {"eu-1", "us-1", "staging"}),
     ("no-placement-everywhere", _model("everywhere", budget="lots"), {"us-1": set()}, {"eu-1", "us-1", "staging"}),
+    ("a-broken-line-outside-the-placement", _model("bent", {"clusters": ["eu-1"]}).replace(
+        "  model:", "   model:"), {"eu-1": set(), "us-1": set()}, {"eu-1"}),
 ]
 
 

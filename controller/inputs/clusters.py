@@ -8,9 +8,10 @@ repository lacks or selects none at all. A model with such an error is planned n
 model: each cluster that ran it serves it from its last good spec (controller.inputs.load.revive_last_good),
 so a typo in a placement never takes a model down. In the single-cluster layout (no clusters/) a model
 with spec.placement is such an error too: there is no cluster to select. A model under clusters/<name>/models/
-runs in that cluster alone (only its controller reads that folder), so a placement there is an error as well. Pure: the reader
-(controller.inputs.reader) lists the folders and reads the labels; every pass, `validate`, `plan` and
-`explain` select through here.
+runs in that cluster alone (only its controller reads that folder), so a placement there is an error as well.
+`Elsewhere` tells the reader which files and broken models under models/ are other clusters' alone: it reads
+them no further, and reports none of their errors. Pure: the reader (controller.inputs.reader) lists the
+folders and reads the labels; every pass, `validate`, `plan` and `explain` select through here.
 """
 from __future__ import annotations
 

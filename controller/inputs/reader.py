@@ -17,7 +17,8 @@ the controller's working copy checks out only what a pass reads); a plain direct
 explain) is listed as it is.
 
 Every file is read through controller.inputs.repofiles, so nothing outside the
-repository is ever read. A gpus.yaml, profile or composition file with any error is
+repository is ever read; what the controller's sparse checkout leaves out (with clusters/, models/ among it)
+comes from git through `committed`, with the errors a work tree's read gives. A gpus.yaml, profile or composition file with any error is
 read from its last good copy while there is one (its errors are still reported), so
 one bad file never takes the fleet down; a broken model keeps its last good spec
 through its decision record. The only I/O of the input stage; the parsers it calls
