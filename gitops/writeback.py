@@ -163,18 +163,19 @@ class Checkout:
     def files(self, folder: str) -> dict[str, str]:
         """Every file, symlink and submodule under `folder` in the commit: path -> kind, as a reader lists a work
         tree (controller.inputs.repofiles.yaml_files): a symlink to a folder inside the repository is listed
-        through, under its own path, each real folder once; `folder` itself, where it is a symlink that leaves the
-        repository, is listed as itself (its read says why it is not read)."""
+        through, under its own path, each real folder once. A symlink that leaves the repository (`folder` itself
+        among them) is listed as `unsafe`, whatever its name: git cannot tell whether it points to a folder, and
+        its read says why it is not read (a work tree's reader reports those that point to a folder there)."""
         found: dict[str, str] = {}
         seen: set[str] = set()
         pending = [folder.rstrip("/")]
         while pending:
             shown = pending.pop()
-            real = self._real(shown)
+            real, why = self._walk(shown)
             if real is None:
-                found[shown] = "symlink"
+                found[shown] = "unsafe" if why == "outside" else "symlink"
                 continue
-            if real in seen or self.copy.children(self.commit, real) is None:
+            if real in seen:
                 continue
             seen.add(real)
             for path, entry in self.copy.entries(self.commit, (real,)).items():
@@ -182,10 +183,16 @@ class Checkout:
                     continue  # a folder on the way to it
                 listed = shown + path[len(real):]
                 self._elsewhere.setdefault(path, entry)
-                if kind_of(entry[0]) == "symlink" and self._is_folder(listed):
+                if kind_of(entry[0]) != "symlink":
+                    found[listed] = kind_of(entry[0])
+                    continue
+                target, why = self._walk(listed)
+                if target is None and why == "outside":
+                    found[listed] = "unsafe"
+                elif target is not None and self.copy.children(self.commit, target) is not None:
                     pending.append(listed)
                 else:
-                    found[listed] = kind_of(entry[0])
+                    found[listed] = "symlink"
         return dict(sorted(found.items()))
 
     def _is_folder(self, path: str) -> bool:

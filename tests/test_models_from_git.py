@@ -38,7 +38,8 @@ CLUSTERS = {"clusters/eu-1/gpus.yaml": b"apiVersion: gpushare.dev/v1alpha1\nkind
             "clusters/us-1/gpus.yaml": b"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\nnodes: []\n"}
 CASES = [  # (case id, the repository's files beside CLUSTERS)
     ("placed-here-elsewhere-and-everywhere", {
-        "models/llm/a.yaml": model("a", {"clusters": ["eu-1"]}), "models/llm/b.yaml": model("b", {"clusters": ["us-1"]}),
+        "models/llm/a.yaml": model("a", {"clusters": ["eu-1"]}),
+        "models/llm/b.yaml": model("b", {"clusters": ["us-1"]}),
         "models/c.yml": model("c"), "models/README.md": b"not a model\n"}),
     ("broken-models-here-and-elsewhere", {
         "models/llm/bad.yaml": model("bad", budget="lots"), "models/llm/gone.yaml": b"spec: [unclosed\n",
@@ -52,6 +53,7 @@ CASES = [  # (case id, the repository's files beside CLUSTERS)
         "models/llm/out.yaml": Link("../../../outside.yaml"), "models/llm/abs.yaml": Link("/etc/hostname"),
         "models/llm/loop.yaml": Link("loop.yaml"), "models/llm/a.yaml": model("a")}),
     ("models-a-symlink-out-of-the-repository", {"models": Link("/etc")}),
+    ("a-symlinked-folder-out-of-the-repository", {"models/team": Link("/etc"), "models/llm/a.yaml": model("a")}),
     ("a-file-that-is-no-utf8", {"models/llm/a.yaml": b"apiVersion: \xff\n", "models/llm/b.yaml": model("b")}),
     ("a-file-over-the-input-limit", {"models/llm/big.yaml": model("big") + b"#" + b"x" * 3000 + b"\n",
                                      "models/llm/a.yaml": model("a")}),

@@ -25,6 +25,7 @@ import re
 # and scalars); `{` is allowed only as the empty flow mapping `{}`.
 _UNSURE = re.compile(r"[\t\r|>*&!?%`{]")
 _BRACKETS = re.compile(r"[\"'\[]")  # a quote or `[`: its line must close it
+_SPECIAL = re.compile(r"[\t\r|>*&!?%`{\"'\[]")  # either of the two above
 _SAFE = r"[A-Za-z0-9_./+=~()@-]"
 _DQ, _SQ = r'"[^"\\\n]*"', r"'[^'\n]*'"
 _PLAIN = rf"(?:[A-Za-z0-9_./+=~(]|-(?=[A-Za-z0-9_.])){_SAFE}*+(?:(?::| +){_SAFE}++)*+"
@@ -32,7 +33,6 @@ _FLOW_ITEM = rf"(?:[A-Za-z0-9_./+=~@]|-(?=[A-Za-z0-9_.]))[A-Za-z0-9_./+=~@-]*+|{
 _VALUE = rf"(?>{_PLAIN}|{_DQ}|{_SQ}|\[ *+(?:(?:{_FLOW_ITEM})(?: *+, *+(?:{_FLOW_ITEM}))*+ *+,?+ *+)?+\]|\{{\}})"
 _ONE_LINE = re.compile(rf" *+#[^\n]*| *+(?:- +)*+(?:[A-Za-z0-9_][A-Za-z0-9_./-]*+:(?: ++{_VALUE})?|-(?: ++{_VALUE})?)"
                        r"(?: ++#[^\n]*| *+)")  # a line whose quotes and brackets close on it
-_MARKER = re.compile(r"^---(?: *(?:#[^\n]*)?)$", re.MULTILINE)
 _CONTENT = re.compile(r"^ *[^ \n#]", re.MULTILINE)
 _TOP = re.compile(r"(?: *(?:#[^\n]*)?\n)*[A-Za-z0-9_]")  # the first line with content is a key at column 0
 _SPEC = re.compile(r"^spec:(?: +#[^\n]*| *)$", re.MULTILINE)
@@ -43,15 +43,16 @@ _COLUMN_0 = re.compile(r"^[^ \n#]", re.MULTILINE)  # the next top-level line end
 def placement_blocks(text: str) -> list[str] | None:
     """For each document of `text` (in order; empty ones left out, as the reader leaves them), its spec.placement
     entry as a YAML text of its own, or "" where the document has none; None where this layout cannot tell."""
-    if any(found[0] != "{" or text[found.end():found.end() + 1] != "}" for found in _UNSURE.finditer(text)):
-        return None
-    if _BRACKETS.search(text) is not None and any(
-            _ONE_LINE.fullmatch(line) is None for line in text.split("\n") if _BRACKETS.search(line)):
-        return None
+    if _SPECIAL.search(text) is not None:  # most files hold none of these: one scan tells
+        if any(found[0] != "{" or text[found.end():found.end() + 1] != "}" for found in _UNSURE.finditer(text)):
+            return None
+        if _BRACKETS.search(text) is not None and any(
+                _ONE_LINE.fullmatch(line) is None for line in text.split("\n") if _BRACKETS.search(line)):
+            return None
     blocks = []
-    for document in _MARKER.split(text):
-        if "\n---" in document or "\n..." in document or document.startswith(("---", "...")):
-            return None  # a `---` line with content, or a document end: where documents part is unsure
+    for document in ("\n" + text + "\n").split("\n---\n"):
+        if "\n---" in document or "\n..." in document:
+            return None  # a `---` line with more on it, or a document end: where documents part is unsure
         if _CONTENT.search(document) is None:
             continue
         block = _placement(document)

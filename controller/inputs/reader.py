@@ -16,13 +16,12 @@ are) come from the listing the shell hands in, `generated` (git's listing of the
 the controller's working copy checks out only what a pass reads); a plain directory (validate, plan,
 explain) is listed as it is.
 
-Every file is read through controller.inputs.repofiles, so nothing outside the
-repository is ever read; what the controller's sparse checkout leaves out (with clusters/, models/ among it)
-comes from git through `committed`, with the errors a work tree's read gives. A gpus.yaml, profile or composition file with any error is
-read from its last good copy while there is one (its errors are still reported), so
-one bad file never takes the fleet down; a broken model keeps its last good spec
-through its decision record. The only I/O of the input stage; the parsers it calls
-(controller.inputs.load, compositions, rightsizing_records) are pure.
+Every file is read through controller.inputs.repofiles, so nothing outside the repository is ever read; what the
+controller's sparse checkout leaves out (with clusters/, models/ among it) comes from git through `committed`,
+with the errors a work tree's read gives. A gpus.yaml, profile or composition file with any error is read from
+its last good copy while there is one (its errors are still reported), so one bad file never takes the fleet
+down; a broken model keeps its last good spec through its decision record. The only I/O of the input stage; the
+parsers it calls (controller.inputs.load, compositions, rightsizing_records) are pure.
 """
 from __future__ import annotations
 
@@ -80,7 +79,8 @@ class Committed(Protocol):
         """`read` of each of `paths`; for each it leaves out, its size (over `limit`) or why (gitops.Checkout)."""
 
     def files(self, folder: str) -> Mapping[str, str]:
-        """Every file, symlink and submodule under `folder` (path -> kind), symlinked folders listed through."""
+        """Every file, symlink and submodule under `folder` (path -> kind; `unsafe`: a symlink out of the
+        repository), symlinked folders listed through."""
 
     def kinds(self, paths: Iterable[str]) -> Mapping[str, str]:
         """What each of `paths` that is there and no folder is: `file`, `symlink` or `submodule`."""
@@ -432,7 +432,7 @@ def committed_texts(committed: Committed, folder: str, limit: int) -> dict[str, 
     rel -> its text, or the RepoFileError reading it from the work tree would raise (a symlink out of the
     repository, no regular file, more than `limit` bytes, not UTF-8)."""
     listed = committed.files(folder)
-    paths = [rel for rel in listed if rel.endswith(YAML_SUFFIXES) or rel == folder]
+    paths = [rel for rel, kind in listed.items() if rel.endswith(YAML_SUFFIXES) or kind == "unsafe"]
     texts: dict[str, str | RepoFileError] = {}
     for rel, found in committed.contents(paths, limit).items():
         try:
