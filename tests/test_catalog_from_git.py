@@ -12,21 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli.common import controller_copy
 from controller.inputs.layout import SINGLE, Layout
 from controller.inputs.reader import read_catalog, repository_clusters
-from gitops import Checkout
-from tests.gitserver import serving
+from tests.sparse_cases import Link, plain_and_served
 
 pytestmark = pytest.mark.integration
 
 
 def inventory(labels: str = "") -> bytes:
     return f"apiVersion: gpushare.dev/v1alpha1\nkind: GPUInventory\n{labels}nodes: []\n".encode()
-
-
-class Link(str):
-    """A symlink in a case's repository, to this target."""
 
 
 MODEL = b"apiVersion: gpushare.dev/v1alpha1\nkind: ElasticModel\nmetadata: {name: a, namespace: llm}\n"
@@ -112,22 +106,8 @@ def shown(catalog):
 
 @pytest.mark.parametrize("case, files, cluster", CASES, ids=[c[0] for c in CASES])
 def test_the_catalog_read_from_git_is_the_directorys(tmp_path, case, files, cluster):
-    plain = tmp_path / "plain"
-    for path, data in files.items():
-        (plain / path).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, Link):
-            (plain / path).symlink_to(data)
-        else:
-            (plain / path).write_bytes(data)
     layout = SINGLE if cluster is None else Layout(cluster)
-    with serving(tmp_path / "remote", filters=True) as server:
-        server.create_repo("fleet.git", {path: data for path, data in files.items() if not isinstance(data, Link)})
-        links = {path: str(data) for path, data in files.items() if isinstance(data, Link)}
-        if links:
-            server.push_files("fleet.git", {}, "symlinks", links=links)
-        copy = controller_copy(server.url("fleet.git"), "main", tmp_path / "wd", layout=layout)
-        head = copy.sync()["main"]
-        checkout = Checkout.at(copy, head, layout.cluster_generated)
+    with plain_and_served(tmp_path, files, layout) as (plain, copy, checkout):
         from_git = read_catalog(copy.root, layout, checkout)
     assert shown(from_git) == shown(read_catalog(plain, layout))
     names = repository_clusters(plain)

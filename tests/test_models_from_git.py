@@ -14,17 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.cli.common import controller_copy
 from controller.inputs.layout import Layout
 from controller.inputs.reader import read_repo
-from gitops import Checkout
-from tests.gitserver import serving
+from tests.sparse_cases import Link, plain_and_served
 
 pytestmark = pytest.mark.integration
-
-
-class Link(str):
-    """A symlink in a case's repository, to this target."""
 
 
 def model(name: str, placement: dict | None = None, budget: str = "4Gi") -> bytes:
@@ -45,7 +39,7 @@ CASES = [  # (case id, the repository's files beside CLUSTERS)
         "models/llm/bad.yaml": model("bad", budget="lots"), "models/llm/gone.yaml": b"spec: [unclosed\n",
         "models/llm/other.yaml": model("other", {"clusters": ["us-1"]}, budget="lots")}),
     ("a-symlink-to-a-model-in-the-repository", {
-        "models/llm/a.yaml": Link("../../shared/a.yaml"), "shared/a.yaml": model("a")}),
+        "models/llm/a.yaml": Link("../../common/a.yaml"), "common/a.yaml": model("a")}),
     ("a-symlinked-folder-of-models", {
         "models/team": Link("../teams/one"), "teams/one/a.yaml": model("a"), "teams/one/deeper/b.yaml": model("b")}),
     ("models-itself-a-symlink", {"models": Link("fleet"), "fleet/llm/a.yaml": model("a")}),
@@ -74,22 +68,7 @@ def shown(tree):
 def test_the_models_read_from_git_are_the_directorys(tmp_path, monkeypatch, case, files):
     monkeypatch.setenv("GPUSHARE_MAX_INPUT_BYTES", "2048")
     files = {**CLUSTERS, **files}
-    plain = tmp_path / "plain"
-    for path, data in files.items():
-        (plain / path).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(data, Link):
-            (plain / path).symlink_to(data)
-        else:
-            (plain / path).write_bytes(data)
-    layout = Layout("eu-1")
-    with serving(tmp_path / "remote", filters=True) as server:
-        server.create_repo("fleet.git", {path: data for path, data in files.items() if not isinstance(data, Link)})
-        links = {path: str(data) for path, data in files.items() if isinstance(data, Link)}
-        if links:
-            server.push_files("fleet.git", {}, "symlinks", links=links)
-        copy = controller_copy(server.url("fleet.git"), "main", tmp_path / "wd", layout=layout)
-        head = copy.sync()["main"]
-        checkout = Checkout.at(copy, head, layout.cluster_generated)
+    with plain_and_served(tmp_path, files, Layout("eu-1")) as (plain, copy, checkout):
         from_git = read_repo(copy.root, generated=checkout.generated, committed=checkout, cluster="eu-1")
     assert shown(from_git) == shown(read_repo(plain, cluster="eu-1"))
     checked_out = Path(copy.root) / "models"
