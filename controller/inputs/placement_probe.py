@@ -6,7 +6,7 @@ text of its own (`  placement:\\n    clusters:\\n    - eu-1\\n`), or "" for a do
 as it cannot be sure. The entry's meaning is left to the real YAML reader: this module only finds where it
 begins and ends, which in block YAML is fixed by indentation, as long as no line reaches into the lines around
 it. So it answers None for a text with any of: a tab or carriage return, a `|` or `>` block, a flow mapping
-other than `{}`, an anchor, alias or tag, a complex key (`?`), a directive or `...`, a `---` line with content,
+other than `{}`, an anchor, alias or tag, a complex key (`?`), a directive or `...`, a `---` line with more on it,
 a quote or `[` not closed on its line (a line holding one must be a plain `key: value` or `- value` line), a
 document whose first line is not a top-level key at column 0, one without exactly one top-level `spec:` line
 holding a block mapping, or a repeated `placement` in it. A line that breaks YAML's indentation rules is the
