@@ -82,6 +82,7 @@ UNSURE = [  # (case, text): each makes the probe answer None
     ("indented-document", "".join("  " + line + "\n" for line in PLACED.splitlines())),
     ("root-sequence", "- " + PLACED.replace("\n", "\n  ")),
     ("two-specs", PLACED + "spec:\n  model: other\n"),
+    ("a-scalar-spec-before-the-block-one", HEAD + "spec: ''\n" + PLACED[len(HEAD):]),
     ("repeated-placement", PLACED + "  placement:\n    clusters: [us-1]\n"),
     ("flow-spec", HEAD + "spec: {}\n"),
     ("spec-without-a-block-mapping", HEAD + "spec:\n- placement\n"),

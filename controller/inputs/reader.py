@@ -378,14 +378,10 @@ def read_input_file(root: Path, rel: str, parse: Callable[[str, str], tuple[list
     return TreeRead(values, errors)
 
 
-def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]],
-                     skip: Callable[[str, str], bool] | None = None
+def documents_parser(parse: Callable[[Any, str, int], tuple[Any, list[InputError]]]
                      ) -> Callable[[str, str], tuple[list, list[InputError]]]:
-    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors; nothing
-    for a file that `skip(rel, text)` leaves unread."""
+    """(text, rel) -> every value `parse(doc, rel, index)` gives for the file's documents, and the errors."""
     def parse_text(text: str, rel: str) -> tuple[list, list[InputError]]:
-        if skip is not None and skip(rel, text):
-            return [], []
         docs, errors = load_documents(text, rel)
         values = []
         for index, doc in docs:
@@ -416,8 +412,9 @@ def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False,
             texts.update(committed_texts(committed, folder, max_file_bytes()))
         else:
             texts.update(read_texts(Path(root), yaml_files(Path(root), folder)))
-    found = _parse_paths(Path(root), list(texts), parse, last_good=False, processes=processes,
-                         skip=None if elsewhere is None else elsewhere.file, texts=texts)
+    if elsewhere is not None:  # looked at here, before the files are shared out: the others' files are not sent
+        texts = {rel: text for rel, text in texts.items() if not isinstance(text, str) or not elsewhere.file(rel, text)}
+    found = _parse_paths(Path(root), list(texts), parse, last_good=False, processes=processes, texts=texts)
     return found.values, found.errors
 
 
@@ -505,13 +502,12 @@ def _parse_tree(root: Path, sub: str, parse: Callable, *, last_good: bool = True
 
 
 def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bool = True, processes: int = 1,
-                 layout: Layout = SINGLE, skip: Callable[[str, str], bool] | None = None,
-                 texts: Mapping[str, str | RepoFileError] | None = None) -> TreeRead:
-    """Every one of `paths`, in order (but those `skip(rel, text)` leaves unread); in `processes` processes when the
-    files hold PARALLEL_MIN_BYTES. `texts`: what reading each gave already (read_texts, or git's)."""
+                 layout: Layout = SINGLE, texts: Mapping[str, str | RepoFileError] | None = None) -> TreeRead:
+    """Every one of `paths`, in order; in `processes` processes when the files hold PARALLEL_MIN_BYTES. `texts`: what
+    reading each gave already (read_texts, or git's)."""
     size = _size(root, paths) if texts is None else sum(len(t) for t in texts.values() if isinstance(t, str))
     wide = processes > 1 and len(paths) > 1 and size >= PARALLEL_MIN_BYTES
-    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout, skip, texts)
+    parts = forked_map(_parse_files, [(root, run, parse, last_good, layout, texts)
                                       for run in runs(paths, processes if wide else 1)])
     found = TreeRead()
     for part in parts:
@@ -520,9 +516,8 @@ def _parse_paths(root: Path, paths: list[str], parse: Callable, *, last_good: bo
 
 
 def _parse_files(root: Path, paths: list[str], parse: Callable, last_good: bool, layout: Layout,
-                 skip: Callable[[str, str], bool] | None = None,
                  texts: Mapping[str, str | RepoFileError] | None = None) -> TreeRead:
-    found, parse_text = TreeRead(), documents_parser(parse, skip)
+    found, parse_text = TreeRead(), documents_parser(parse)
     read = read_texts(root, paths) if texts is None else {rel: texts[rel] for rel in paths}
     for rel, text in read.items():
         found.add(read_input_file(root, rel, parse_text, last_good=last_good, layout=layout, read=text))
