@@ -177,6 +177,7 @@ class WorkingCopy:
         self._checked_out: str | None = None  # the commit this copy last checked out, its sparse patterns applied
         self._partial_clone = partial
         self._present: set[str] = set()  # blob ids this copy fetched or wrote: in its object store, never fetched again
+        self._notes: dict[str, tuple[str, frozenset[str]]] = {}  # name -> (key, ids): what its notes hold
         if credentials is not None:
             credentials.check()
         self._open(identity, credentials, timeout_s)
@@ -209,6 +210,7 @@ class WorkingCopy:
 
     def _create(self) -> None:
         self._present.clear()
+        self._notes.clear()
         Git(self.root, identity=self._identity).run("init", "-q", "-b", self.branch)
         self._configure()
         if self._partial_clone:  # git's promisor remote, fetched with the filter until the remote is seen to refuse it
@@ -352,6 +354,22 @@ class WorkingCopy:
                      f"--filter={BLOB_FILTER}", "--stdin", "origin", config={"fetch.negotiationAlgorithm": "noop"},
                      stdin=("\n".join(wanted) + "\n").encode())
         self._present.update(wanted)
+
+    def remembered(self, name: str, key: str) -> frozenset[str]:
+        """The object ids a caller kept in this work directory's note `name` under `key` (gitops.workdir: none
+        where it kept none, or under another key); read from the directory once per process."""
+        held = self._notes.get(name)
+        if held is None or held[0] != key:
+            held = self._notes[name] = (key, self._workdir.recall(name, key))
+        return held[1]
+
+    def remember(self, name: str, key: str, ids: Iterable[str]) -> None:
+        """Keep `ids` in the note `name` under `key` (what a caller judged those objects to be, for its later
+        passes and a restarted process); written only when it changed."""
+        ids = frozenset(ids)
+        if self._notes.get(name) != (key, ids):
+            self._workdir.keep(name, key, ids)
+            self._notes[name] = (key, ids)
 
     def checkout(self, commit: str) -> None:
         """Make the work tree exactly `commit`'s files that the sparse patterns name (local changes and untracked

@@ -10,6 +10,10 @@ Owns:
   controllers on one directory are a mistake to report at once, not turns to take;
 - the mark `.git/gpushare-workdir` (the remote and branch): written when the controller creates or adopts
   the directory; only a marked directory is ever emptied (`empty`) to be cloned again;
+- its notes, `.git/gpushare-notes/<name>` (`recall`, `keep`): a set of object ids a caller remembers about
+  this directory's objects under a key of its own (what it judged them to be: an object's content never
+  changes under its id); a cache only, so a note that is absent, kept under another key, over NOTE_BYTES or
+  garbled reads as none, and the directory cloned again starts without notes;
 - the leftovers of a git process killed mid-command: every `*.lock` file under `.git` (index.lock, HEAD.lock,
   ORIG_HEAD.lock, config.lock, packed-refs.lock, shallow.lock, refs/**/NAME.lock, the tree edit's scratch ref
   included) and temporary packs (objects/pack/tmp_*), and with them temporary loose objects (objects/??/tmp_obj_*).
@@ -27,6 +31,7 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -36,6 +41,11 @@ from gitops.errors import WorkdirBusy, WorkdirInUse
 
 log = logging.getLogger("gpushare.gitops")
 MARK = "gpushare-workdir"
+NOTES = "gpushare-notes"  # .git/NOTES/<name>: a key line, then one object id a line
+NOTE_BYTES = 16 << 20  # a larger note is not read (some 400,000 ids)
+_NOTE_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_NOTE_KEY = re.compile(r"[0-9a-f]{16,128}")
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 LOCK_WAIT_S = 30.0  # how long a second process waits for the work directory before WorkdirBusy
 _TEMPORARY = ("tmp_pack_", "tmp_idx_", "tmp_rev_", "tmp_mtimes_", "tmp_obj_", "tmp_bitmap_")
 _held: dict[tuple[int, int], list[int]] = {}  # (device, inode) -> [fd, copies holding it], for this process
@@ -73,6 +83,35 @@ class Workdir:
 
     def marked(self) -> bool:
         return (self.git_dir / MARK).is_file()
+
+    # ------------------------------------------------------------------ notes
+
+    def recall(self, name: str, key: str) -> frozenset[str]:
+        """The object ids kept under `name` with `key` (`keep`); none where the note is absent, was kept under
+        another key, or cannot be trusted (over NOTE_BYTES, or a line that is no object id)."""
+        try:
+            with open(self._note(name, key), "rb") as handle:
+                data = handle.read(NOTE_BYTES + 1)
+        except OSError:
+            return frozenset()
+        lines = data.decode("ascii", errors="replace").split("\n")
+        if len(data) > NOTE_BYTES or lines[0] != key or lines[-1] != "" or not all(
+                _OBJECT_ID.fullmatch(line) for line in lines[1:-1]):
+            return frozenset()
+        return frozenset(lines[1:-1])
+
+    def keep(self, name: str, key: str, ids: frozenset[str]) -> None:
+        """Keep `ids` under `name` with `key`, in place of what the note held (written whole, then renamed)."""
+        path = self._note(name, key)
+        path.parent.mkdir(exist_ok=True)
+        scratch = path.with_name(f".{name}.tmp")
+        scratch.write_text(key + "\n" + "".join(f"{object_id}\n" for object_id in sorted(ids)), encoding="ascii")
+        os.replace(scratch, path)
+
+    def _note(self, name: str, key: str) -> Path:
+        if _NOTE_NAME.fullmatch(name) is None or _NOTE_KEY.fullmatch(key) is None:
+            raise ValueError(f"a work directory's note needs a lowercase name and a hex key, not {name!r}, {key!r}")
+        return self.git_dir / NOTES / name
 
     # ------------------------------------------------------------------ leftovers
 

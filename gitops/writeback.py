@@ -138,12 +138,8 @@ class Checkout:
         (as opening it in a work tree would fail): `outside` (a symlink out of the repository), `loop`,
         `not-a-folder` (a file on its way where a folder should be), `missing` (a symlink to nothing) or
         `not-a-file` (a folder or a submodule)."""
-        paths = list(paths)
-        entries = self._entries_of(paths)
-        walked = {path: (path, "") if path in entries and kind_of(entries[path][0]) != "symlink" else self._walk(path)
-                  for path in paths}
+        walked, kinds = self._resolved(paths)
         targets = sorted({target for target, _ in walked.values() if target is not None})
-        kinds = self._entries_of(targets)
         contents = self.copy.read_files(kinds, targets, limit)
         large = [target for target in targets if target not in contents and target in kinds
                  and kind_of(kinds[target][0]) == "file"]
@@ -159,6 +155,29 @@ class Checkout:
             else:
                 found[path] = "not-a-file" if target in kinds or self._is_folder(target) else "missing"
         return found
+
+    def blob_ids(self, paths: Iterable[str]) -> dict[str, str]:
+        """The id of the blob each of `paths` reads as (`read`: a symlink followed inside the repository); the
+        paths that read as no regular file are left out."""
+        walked, kinds = self._resolved(paths)
+        return {path: kinds[target][1] for path, (target, _) in walked.items()
+                if target in kinds and kind_of(kinds[target][0]) == "file"}
+
+    def remembered(self, name: str, key: str) -> frozenset[str]:
+        """The blob ids kept under `name` with `key` in the work directory (WorkingCopy.remembered)."""
+        return self.copy.remembered(name, key)
+
+    def remember(self, name: str, key: str, ids: Iterable[str]) -> None:
+        """Keep `ids` under `name` with `key` in the work directory (WorkingCopy.remember)."""
+        self.copy.remember(name, key, ids)
+
+    def _resolved(self, paths: Iterable[str]) -> tuple[dict[str, tuple[str | None, str]], dict[str, tuple[str, str]]]:
+        """(path -> (where it leads, or None and why: `_walk`), and the commit's entry of each place it leads)."""
+        paths = list(paths)
+        entries = self._entries_of(paths)
+        walked = {path: (path, "") if path in entries and kind_of(entries[path][0]) != "symlink" else self._walk(path)
+                  for path in paths}
+        return walked, self._entries_of(sorted({target for target, _ in walked.values() if target is not None}))
 
     def files(self, folder: str) -> dict[str, str]:
         """Every file, symlink and submodule under `folder` in the commit: path -> kind, as a reader lists a work

@@ -187,3 +187,53 @@ def test_sync_recovers_as_a_pass_does(remote, tmp_path):
         (work / ".git" / name).write_bytes(b"")
     heads = wc.sync()
     assert heads["main"] == remote.head(REPO) and not list((work / ".git").rglob("*.lock"))
+
+
+A, B = "a" * 40, "b" * 64  # a SHA-1 and a SHA-256 object id
+KEY = "0123456789abcdef" * 4
+NOTE = "placed-elsewhere"
+# case -> (what the note file holds, or None for none, and what `recall` under KEY gives)
+NOTES = {
+    "absent": (None, frozenset()),
+    "kept-under-this-key": (f"{KEY}\n{A}\n{B}\n", frozenset({A, B})),
+    "kept-under-another-key": (f"{'f' * 64}\n{A}\n", frozenset()),
+    "empty-under-this-key": (f"{KEY}\n", frozenset()),
+    "a-line-that-is-no-object-id": (f"{KEY}\n{A}\nrm -rf /\n", frozenset()),
+    "an-id-in-capitals": (f"{KEY}\n{A.upper()}\n", frozenset()),
+    "cut-off-mid-line": (f"{KEY}\n{A}\n{B[:30]}", frozenset()),
+    "not-ascii": (f"{KEY}\n{A}\n\u00e9\n", frozenset()),
+    "over-the-size-limit": (f"{KEY}\n" + f"{A}\n" * (gitops.workdir.NOTE_BYTES // 41 + 1), frozenset()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTES))
+def test_a_note_is_read_back_only_whole_and_under_its_own_key(remote, tmp_path, case):
+    held, recalled = NOTES[case]
+    copy = WorkingCopy(remote.url(REPO), "main", tmp_path / "w")
+    if held is not None:
+        (tmp_path / "w" / ".git" / gitops.workdir.NOTES).mkdir()
+        (tmp_path / "w" / ".git" / gitops.workdir.NOTES / NOTE).write_bytes(held.encode())
+    assert copy.remembered(NOTE, KEY) == recalled
+    assert WorkingCopy(remote.url(REPO), "main", tmp_path / "w").remembered(NOTE, KEY) == recalled
+
+
+def test_a_note_outlives_the_process_and_a_new_key_or_a_new_clone_drops_it(remote, tmp_path):
+    work = tmp_path / "w"
+    WorkingCopy(remote.url(REPO), "main", work).remember(NOTE, KEY, [A, B])
+    restarted = WorkingCopy(remote.url(REPO), "main", work)
+    assert restarted.remembered(NOTE, KEY) == {A, B}, "a restarted controller reads its note"
+    restarted.remember(NOTE, "f" * 64, [B])
+    assert WorkingCopy(remote.url(REPO), "main", work).remembered(NOTE, KEY) == frozenset(), "replaced under a new key"
+    restarted.reclone("is a test's")
+    assert restarted.remembered(NOTE, "f" * 64) == frozenset(), "a directory cloned again starts without notes"
+    assert not (work / ".git" / gitops.workdir.NOTES / NOTE).exists()
+
+
+@pytest.mark.parametrize("name, key", [("../escape", KEY), ("Upper", KEY), ("", KEY), (NOTE, "not-hex"),
+                                       (NOTE, KEY + "\nforged")], ids=["a-path", "capitals", "empty-name",
+                                                                       "no-hex-key", "a-key-with-a-newline"])
+def test_a_note_name_or_key_that_could_leave_its_file_is_refused(remote, tmp_path, name, key):
+    copy = WorkingCopy(remote.url(REPO), "main", tmp_path / "w")
+    with pytest.raises(ValueError, match="lowercase name and a hex key"):
+        copy.remember(name, key, [A])
+    assert not (tmp_path / "escape").exists()

@@ -16,7 +16,7 @@ folders and reads the labels; every pass, `validate`, `plan` and `explain` selec
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import Any
 
 import yaml
@@ -125,6 +125,13 @@ class Elsewhere:
             return False  # a cluster's own folder: every model there is its own, placed or not (an error)
         blocks = placement_blocks(text)
         return bool(blocks) and all(self._block(block) for block in set(blocks))
+
+    def facts(self) -> list:
+        """What its verdicts depend on beyond a file's text and the code (a key for remembering them): the cluster,
+        every cluster's labels, the YAML limits."""
+        labels = [[name, None if self.catalog.labels[name] is None else dict(self.catalog.labels[name])]
+                  for name in self.catalog.names]
+        return [self.cluster, labels, list(astuple(YamlLimits.from_env()))]
 
     def document(self, doc: Any) -> bool:
         """Whether one parsed document has a spec.placement that runs it on other clusters only."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -37,7 +38,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Protocol
 
+import schemas
+from contract import wire
 from contract.wire import SOURCE_ANNOTATION
+from controller import placement as placement_rules, types as model_types
 from controller.cpu import forked_map, runs
 from controller.inputs.clusters import Catalog, Elsewhere, cluster_name_problem, folder_errors, inventory_path, placed
 from controller.inputs.compositions import Composition, parse_composition, shipped_compositions
@@ -87,6 +91,15 @@ class Committed(Protocol):
 
     def children(self, folder: str) -> Mapping[str, str] | None:
         """name -> `folder`, `file`, `symlink` or `submodule` directly in `folder`; None when it is no folder."""
+
+    def blob_ids(self, paths: Iterable[str]) -> Mapping[str, str]:
+        """The id of the blob each of `paths` reads as; those that read as no regular file left out."""
+
+    def remembered(self, name: str, key: str) -> frozenset[str]:
+        """The blob ids the work directory's note `name` holds under `key` (none where it holds none under it)."""
+
+    def remember(self, name: str, key: str, ids: Iterable[str]) -> None:
+        """Keep `ids` in the work directory's note `name` under `key`, in place of what it held."""
 
 
 class ClusterNotFound(ValueError):
@@ -402,18 +415,17 @@ def read_models(root: Path, processes: int = 1, *, keep_documents: bool = False,
     (controller.cpu), the result the same. `keep_documents`: each model carries the document it was parsed from
     (a repository with clusters/ renders it into each cluster that plans it). `elsewhere`: the cluster being read
     leaves out what is placed on other clusters only (controller.inputs.clusters.Elsewhere): the files under
-    models/ that hold nothing else are not read further, and a broken model placed elsewhere is not its error."""
+    models/ that hold nothing else are not read further (read from git, those the work directory's note lists are
+    not read at all: `_committed_models`), and a broken model placed elsewhere is not its error."""
     parse = _parse_model_keeping_document if keep_documents else _parse_model_document
     if elsewhere is not None:
         parse = functools.partial(_parse_model_here, parse, elsewhere)
     texts: dict[str, str | RepoFileError] = {}
     for folder in layout.models:
         if committed is not None and folder == MODELS_DIR and layout.models_in_git:
-            texts.update(committed_texts(committed, folder, max_file_bytes()))
+            texts.update(_committed_models(committed, folder, max_file_bytes(), elsewhere))
         else:
-            texts.update(read_texts(Path(root), yaml_files(Path(root), folder)))
-    if elsewhere is not None:  # looked at here, before the files are shared out: the others' files are not sent
-        texts = {rel: text for rel, text in texts.items() if not isinstance(text, str) or not elsewhere.file(rel, text)}
+            texts.update(_here(read_texts(Path(root), yaml_files(Path(root), folder)), elsewhere))
     found = _parse_paths(Path(root), list(texts), parse, last_good=False, processes=processes, texts=texts)
     return found.values, found.errors
 
@@ -424,12 +436,59 @@ _LEFT_OUT = {"outside": unsafe_path, "not-a-file": not_a_file,  # why Checkout.c
              "missing": lambda rel: unopenable(rel, errno.ENOENT)}
 
 
-def committed_texts(committed: Committed, folder: str, limit: int) -> dict[str, str | RepoFileError]:
-    """The YAML files under `folder` as `yaml_files` and `read_texts` give them from a work tree, from git instead:
-    rel -> its text, or the RepoFileError reading it from the work tree would raise (a symlink out of the
-    repository, no regular file, more than `limit` bytes, not UTF-8)."""
+ELSEWHERE_NOTE = "models-placed-elsewhere"  # the work directory's note: blobs under models/ placed elsewhere only
+
+
+def _committed_models(committed: Committed, folder: str, limit: int, elsewhere: Elsewhere | None
+                      ) -> dict[str, str | RepoFileError]:
+    """`committed_texts` of the YAML files under `folder` (models/); with `elsewhere`, those whose blob the work
+    directory's note lists as placed on other clusters only are not read at all (`Elsewhere.file` judged that
+    blob so before, under the same clusters, labels, limits and code: `_note_key`), and the note is kept to what
+    holds now: what this read leaves out, and what `Elsewhere.file` says of each file read."""
     listed = committed.files(folder)
     paths = [rel for rel, kind in listed.items() if rel.endswith(YAML_SUFFIXES) or kind == "unsafe"]
+    if elsewhere is None:
+        return committed_texts(committed, paths, limit)
+    ids, key = committed.blob_ids(paths), _note_key(elsewhere, limit)
+    known = committed.remembered(ELSEWHERE_NOTE, key)
+    texts = _here(committed_texts(committed, [rel for rel in paths if ids.get(rel) not in known], limit), elsewhere)
+    committed.remember(ELSEWHERE_NOTE, key, {object_id for rel, object_id in ids.items() if rel not in texts})
+    return texts
+
+
+def _here(texts: dict[str, str | RepoFileError], elsewhere: Elsewhere | None) -> dict[str, str | RepoFileError]:
+    """`texts` but the files `elsewhere` holds placed on other clusters only (looked at before the files are
+    shared out to the processes that parse them: the others' files are never sent)."""
+    if elsewhere is None:
+        return texts
+    return {rel: text for rel, text in texts.items() if not isinstance(text, str) or not elsewhere.file(rel, text)}
+
+
+def _note_key(elsewhere: Elsewhere, limit: int) -> str:
+    """What a verdict of `elsewhere` on a blob depends on besides its content: the code and schemas that judge it,
+    the cluster, every cluster's labels, the YAML limits and the file size limit (a digest)."""
+    facts = json.dumps([_judging_code(), elsewhere.facts(), limit], sort_keys=True)
+    return hashlib.sha256(facts.encode()).hexdigest()
+
+
+@functools.cache
+def _judging_code() -> str:
+    """A digest of the sources whose rules `Elsewhere.file` applies (the reader's package, the placement and model
+    types, the shared contract, the schemas): a note that other code kept is never trusted."""
+    digest = hashlib.sha256()
+    for package in (Path(__file__).parent, Path(schemas.__file__).parent, Path(wire.__file__).parent):
+        for path in sorted(package.iterdir()):
+            if path.suffix in (".py", ".json"):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for module in (placement_rules, model_types):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def committed_texts(committed: Committed, paths: Iterable[str], limit: int) -> dict[str, str | RepoFileError]:
+    """The files `paths` (listed by `committed.files`) as `read_texts` gives them from a work tree, from git
+    instead: rel -> its text, or the RepoFileError reading it from the work tree would raise (a symlink out of the
+    repository, no regular file, more than `limit` bytes, not UTF-8)."""
     texts: dict[str, str | RepoFileError] = {}
     for rel, found in committed.contents(paths, limit).items():
         try:
