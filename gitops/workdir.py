@@ -101,12 +101,18 @@ class Workdir:
         return frozenset(lines[1:-1])
 
     def keep(self, name: str, key: str, ids: frozenset[str]) -> None:
-        """Keep `ids` under `name` with `key`, in place of what the note held (written whole, then renamed)."""
+        """Keep `ids` under `name` with `key`, in place of what the note held (written whole, then renamed); a note
+        that cannot be written (a full disk) is logged and left as it was: a pass never fails for a cache."""
         path = self._note(name, key)
-        path.parent.mkdir(exist_ok=True)
         scratch = path.with_name(f".{name}.tmp")
-        scratch.write_text(key + "\n" + "".join(f"{object_id}\n" for object_id in sorted(ids)), encoding="ascii")
-        os.replace(scratch, path)
+        try:
+            path.parent.mkdir(exist_ok=True)
+            scratch.write_text(key + "\n" + "".join(f"{object_id}\n" for object_id in sorted(ids)),
+                               encoding="ascii")
+            os.replace(scratch, path)
+        except OSError as error:
+            log.warning("could not write the note %s in the work directory %s (%s): the next process reads the "
+                        "files it spares again", name, self.root, error.strerror or error)
 
     def _note(self, name: str, key: str) -> Path:
         if _NOTE_NAME.fullmatch(name) is None or _NOTE_KEY.fullmatch(key) is None:

@@ -237,3 +237,13 @@ def test_a_note_name_or_key_that_could_leave_its_file_is_refused(remote, tmp_pat
     with pytest.raises(ValueError, match="lowercase name and a hex key"):
         copy.remember(name, key, [A])
     assert not (tmp_path / "escape").exists()
+
+
+def test_a_note_that_cannot_be_written_is_logged_and_the_pass_goes_on(remote, tmp_path, caplog):
+    copy = WorkingCopy(remote.url(REPO), "main", tmp_path / "w")
+    (tmp_path / "w" / ".git" / gitops.workdir.NOTES).write_text("a file where the notes' folder goes")
+    with caplog.at_level(logging.WARNING, logger="gpushare.gitops"):
+        copy.remember(NOTE, KEY, [A])
+    assert copy.remembered(NOTE, KEY) == {A}, "this process still has it"
+    assert f"could not write the note {NOTE}" in caplog.text
+    assert WorkingCopy(remote.url(REPO), "main", tmp_path / "w").remembered(NOTE, KEY) == frozenset()
