@@ -34,11 +34,13 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Protocol
 
 import schemas
+import yaml
 from contract import wire
 from contract.wire import SOURCE_ANNOTATION
 from controller import placement as placement_rules, types as model_types
@@ -474,7 +476,8 @@ def _note_key(elsewhere: Elsewhere, limit: int) -> str:
 @functools.cache
 def _judging_code() -> str:
     """A digest of the sources whose rules `Elsewhere.file` applies (the reader's package, the placement and model
-    types, the shared contract, the schemas): a note that other code kept is never trusted."""
+    types, the shared contract, the schemas, the YAML and schema libraries' versions): a note that other code kept is
+    never trusted."""
     digest = hashlib.sha256()
     for package in (Path(__file__).parent, Path(schemas.__file__).parent, Path(wire.__file__).parent):
         for path in sorted(package.iterdir()):
@@ -482,6 +485,7 @@ def _judging_code() -> str:
                 digest.update(path.name.encode() + b"\0" + path.read_bytes())
     for module in (placement_rules, model_types):
         digest.update(Path(module.__file__).read_bytes())
+    digest.update(f"PyYAML {yaml.__version__}, jsonschema {metadata.version('jsonschema')}".encode())
     return digest.hexdigest()
 
 
